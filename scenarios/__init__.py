@@ -1,0 +1,10 @@
+"""mgrpo_scenarios: plug-in scenarios (tasks + the world the agents act in) and verifiers.
+
+``mgrpo_scenarios.get(name, **kwargs)`` builds a scenario, ``mgrpo_scenarios.names()`` lists them.
+The built-in ``wiki-hops`` is an offline fictional encyclopedia served on loopback.
+"""
+
+from .base import Hop, Scenario, Task, Verdict, World
+from .registry import ENTRY_POINT_GROUP, get, names, register
+
+__all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "get", "names", "register", "ENTRY_POINT_GROUP"]

@@ -1,0 +1,120 @@
+"""The scenario protocol: setup / tasks / verify / teardown, plus an oracle.
+
+A scenario is a source of tasks (questions with gold answers) and a world the agents act in
+(the tools they may call). ``with scenario.open() as world:`` starts whatever the world needs
+(a loopback web server, a search index, a browser) and stops it on exit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from mgrpo_tools.base import Tool
+
+__all__ = ["Hop", "Task", "Verdict", "World", "Scenario"]
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One step of a multi-hop question, with its own gold answer.
+
+    Attributes:
+        question: a self-contained sub-question a sub-agent could be given ("Who founded Velmora Press?").
+        answer: the gold answer of this hop.
+        entity: the name of the entity whose page holds the answer.
+        relation: the relation read on that page (e.g. "founded_by"); scenario-specific.
+    """
+
+    question: str
+    answer: str
+    entity: str = ""
+    relation: str = ""
+
+
+@dataclass(frozen=True)
+class Task:
+    """A question with its gold answer.
+
+    Attributes:
+        id: unique and stable across runs (same seed and version -> same id and content).
+        question: what the main agent is asked.
+        answer: the gold final answer.
+        split: the split it belongs to, e.g. "stage2/test".
+        hops: gold decomposition (empty when the scenario has none); drives the expert reward.
+        kind: question family ("lookup", "chain", "comparison", "aggregation", ...).
+        aliases: other accepted spellings of the answer.
+        metadata: anything else (level, root URL, attached files, ...).
+    """
+
+    id: str
+    question: str
+    answer: str
+    split: str = ""
+    hops: tuple[Hop, ...] = ()
+    kind: str = ""
+    aliases: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "question": self.question,
+            "answer": self.answer,
+            "split": self.split,
+            "hops": [vars(h).copy() for h in self.hops],
+            "kind": self.kind,
+            "aliases": list(self.aliases),
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Task:
+        return cls(
+            id=data["id"],
+            question=data["question"],
+            answer=data["answer"],
+            split=data.get("split", ""),
+            hops=tuple(Hop(**h) for h in data.get("hops", ())),
+            kind=data.get("kind", ""),
+            aliases=tuple(data.get("aliases", ())),
+            metadata=dict(data.get("metadata", {})),
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A verifier's judgement: ``correct`` (the r_correct bit) and a graded ``score`` in [0, 1]."""
+
+    correct: bool
+    score: float
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class World(Protocol):
+    """A running world. ``tools`` is a ready set of tools; ``make_tools()`` gives a fresh set with
+    its own browsing state (the last visited page that ``click`` follows), one per agent."""
+
+    tools: dict[str, Tool]
+
+    def make_tools(self) -> dict[str, Tool]: ...
+
+
+@runtime_checkable
+class Scenario(Protocol):
+    """What every scenario provides. ``metadata`` holds at least ``{"version": ...}``; a change that
+    alters tasks or rewards bumps the version."""
+
+    name: str
+    metadata: Mapping[str, Any]
+
+    def splits(self) -> list[str]: ...
+
+    def tasks(self, split: str) -> Iterator[Task]: ...
+
+    def open(self) -> Any:  # a context manager yielding a World
+        ...
+
+    def verify(self, task: Task, prediction: str) -> Verdict: ...
