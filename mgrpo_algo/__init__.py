@@ -1,0 +1,1 @@
+"""mgrpo_algo: policies, advantages, losses, per-role learners, trainers and the ``mgrpo`` CLI."""
