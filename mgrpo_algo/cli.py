@@ -1,0 +1,112 @@
+"""The ``mgrpo`` command line.
+
+Commands available now:
+    mgrpo eval  --scenario wiki-hops --split stage2/test --agent oracle [--out runs/demo]
+    mgrpo serve --scenario wiki-hops            # serve the offline world on 127.0.0.1 until Ctrl-C
+
+Scenario options are passed as ``--set key=value`` (values parsed as YAML scalars), for example
+``--set seed=1 --set num_entities=500``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+__all__ = ["main"]
+
+
+def _scenario_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"mgrpo: --set expects key=value, got {pair!r}")
+        kwargs[key.strip()] = yaml.safe_load(value)
+    return kwargs
+
+
+def _build_scenario(name: str, pairs: Sequence[str]) -> Any:
+    import mgrpo_scenarios
+
+    try:
+        return mgrpo_scenarios.get(name, **_scenario_kwargs(pairs))
+    except KeyError as exc:
+        raise SystemExit(f"mgrpo: {exc.args[0]}") from None
+    except TypeError as exc:  # an unknown --set key
+        raise SystemExit(f"mgrpo: bad option for scenario {name!r}: {exc}") from None
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluate import evaluate, oracle_agent, write_report
+
+    scenario = _build_scenario(args.scenario, args.set)
+    if args.agent != "oracle":
+        raise SystemExit("mgrpo: only --agent oracle is available until the learners land")
+    if args.split not in scenario.splits():
+        raise SystemExit(f"mgrpo: unknown split {args.split!r}; {args.scenario} has {', '.join(scenario.splits())}")
+    report = evaluate(
+        scenario,
+        args.split,
+        oracle_agent(scenario),
+        agent_name=args.agent,
+        limit=args.limit,
+        workers=args.workers,
+        progress=not args.quiet,
+    )
+    print(report.table())
+    if args.out:
+        out = write_report(report, args.out)
+        print(f"wrote {out / 'summary.json'} and {out / 'outcomes.jsonl'}")
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    scenario = _build_scenario(args.scenario, args.set)
+    if hasattr(scenario, "build"):
+        print(f"world at {scenario.build()}")
+    with scenario.open() as world:
+        print(json.dumps({"url": getattr(world, "url", None), "tools": sorted(world.tools)}), flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mgrpo", description="Train and evaluate multi-agent deep-research systems with M-GRPO.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ev = sub.add_parser("eval", help="evaluate an agent on a scenario split")
+    ev.add_argument("--scenario", default="wiki-hops", help="scenario name (see mgrpo_scenarios.names())")
+    ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario option")
+    ev.add_argument("--split", default="stage2/test")
+    ev.add_argument("--agent", default="oracle", help="'oracle' (the scenario's scripted solver)")
+    ev.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
+    ev.add_argument("--workers", type=int, default=4, help="tasks run concurrently")
+    ev.add_argument("--out", default=None, help="folder for summary.json and outcomes.jsonl")
+    ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    ev.set_defaults(func=_cmd_eval)
+
+    sv = sub.add_parser("serve", help="serve a scenario's world on 127.0.0.1 until interrupted")
+    sv.add_argument("--scenario", default="wiki-hops")
+    sv.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    sv.set_defaults(func=_cmd_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

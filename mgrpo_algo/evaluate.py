@@ -1,0 +1,230 @@
+"""Evaluate an agent on a scenario split: accuracy (exact match, F1), per-kind breakdown, timings.
+
+Today's agent is the scenario's scripted oracle, which answers through the real tools; the
+learned agents of the training issues plug into the same report.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mgrpo_scenarios import Scenario, Task, Verdict
+from mgrpo_scenarios.verifiers import token_f1
+
+__all__ = ["TaskOutcome", "EvalReport", "evaluate", "oracle_agent"]
+
+# An agent gets a task and a fresh set of tools and returns (answer, trace of tool steps).
+Agent = Callable[[Task, dict[str, Any]], tuple[str, list[dict[str, Any]]]]
+
+
+@dataclass
+class TaskOutcome:
+    """One task's result: the prediction, its verdict and what the tool calls cost."""
+
+    task_id: str
+    kind: str
+    question: str
+    gold: str
+    prediction: str
+    correct: bool
+    f1: float
+    seconds: float
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class EvalReport:
+    """Aggregate figures over a split; ``outcomes`` keeps every task (nothing is dropped)."""
+
+    scenario: str
+    split: str
+    agent: str
+    num_tasks: int
+    exact_match: float
+    f1: float
+    by_kind: dict[str, dict[str, float]]
+    build_seconds: float
+    open_seconds: float
+    eval_seconds: float
+    seconds_per_task_median: float
+    tool_calls: dict[str, int]
+    tool_errors: dict[str, int]
+    tool_latency_ms_median: dict[str, float]
+    browser_visits: int
+    outcomes: list[TaskOutcome] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("outcomes")
+        return data
+
+    def table(self) -> str:
+        lines = [
+            f"{self.scenario} {self.split} - agent: {self.agent} - {self.num_tasks} tasks",
+            f"{'kind':<14}{'n':>6}{'EM':>8}{'F1':>8}",
+        ]
+        for kind, row in sorted(self.by_kind.items()):
+            lines.append(f"{kind:<14}{int(row['n']):>6}{row['exact_match']:>8.3f}{row['f1']:>8.3f}")
+        lines.append(f"{'all':<14}{self.num_tasks:>6}{self.exact_match:>8.3f}{self.f1:>8.3f}")
+        lines.append(
+            f"world build {self.build_seconds:.1f}s, open {self.open_seconds:.2f}s, "
+            f"eval {self.eval_seconds:.1f}s ({self.seconds_per_task_median * 1000:.0f} ms/task median)"
+        )
+        calls = ", ".join(
+            f"{name} {n} calls ({self.tool_latency_ms_median.get(name, 0):.1f} ms median, {self.tool_errors.get(name, 0)} errors)"
+            for name, n in sorted(self.tool_calls.items())
+        )
+        lines.append(f"tools: {calls}; browser-rendered visits: {self.browser_visits}")
+        return "\n".join(lines)
+
+
+def oracle_agent(scenario: Scenario) -> Agent:
+    """The scenario's scripted oracle as an agent (it must define ``oracle(task, tools)``)."""
+    if not hasattr(scenario, "oracle"):
+        raise ValueError(f"scenario {scenario.name!r} ships no oracle")
+
+    def run(task: Task, tools: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+        result = scenario.oracle(task, tools)
+        return result.answer, [dict(step) for step in result.steps]
+
+    return run
+
+
+def _run_one(scenario: Scenario, agent: Agent, task: Task, tools: dict[str, Any]) -> TaskOutcome:
+    start = time.perf_counter()
+    try:
+        prediction, steps = agent(task, tools)
+        error = None
+    except Exception as exc:  # an agent bug is reported per task; the evaluation goes on
+        prediction, steps, error = "", [], f"{type(exc).__name__}: {exc}"
+    verdict: Verdict = scenario.verify(task, prediction)
+    return TaskOutcome(
+        task_id=task.id,
+        kind=task.kind,
+        question=task.question,
+        gold=task.answer,
+        prediction=prediction,
+        correct=bool(verdict.correct),
+        f1=token_f1(prediction, task.answer, task.aliases),
+        seconds=time.perf_counter() - start,
+        steps=steps,
+        error=error,
+    )
+
+
+def evaluate(
+    scenario: Scenario,
+    split: str,
+    agent: Agent,
+    *,
+    agent_name: str = "agent",
+    limit: int | None = None,
+    workers: int = 4,
+    progress: bool = True,
+) -> EvalReport:
+    """Run ``agent`` on every task of ``split`` (or the first ``limit``), ``workers`` tasks at a time."""
+    t0 = time.perf_counter()
+    if hasattr(scenario, "build"):
+        scenario.build()
+    build_seconds = time.perf_counter() - t0
+    tasks = list(scenario.tasks(split))
+    if limit is not None:
+        tasks = tasks[:limit]
+    if not tasks:
+        raise ValueError(f"split {split!r} of {scenario.name!r} has no tasks")
+    t1 = time.perf_counter()
+    outcomes: list[TaskOutcome] = []
+    with scenario.open() as world:
+        open_seconds = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        bar = _progress(len(tasks), progress, f"{scenario.name} {split}")
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = [pool.submit(_run_one, scenario, agent, task, world.make_tools()) for task in tasks]
+            for future in as_completed(futures):
+                outcomes.append(future.result())
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(acc=f"{sum(o.correct for o in outcomes) / len(outcomes):.3f}")
+        if bar is not None:
+            bar.close()
+        eval_seconds = time.perf_counter() - t2
+    order = {task.id: i for i, task in enumerate(tasks)}
+    outcomes.sort(key=lambda o: order[o.task_id])
+    return _report(scenario.name, split, agent_name, outcomes, build_seconds, open_seconds, eval_seconds)
+
+
+def _progress(total: int, enabled: bool, desc: str) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="task")
+
+
+def _report(
+    scenario: str, split: str, agent: str, outcomes: list[TaskOutcome], build: float, opened: float, spent: float
+) -> EvalReport:
+    by_kind_rows: dict[str, list[TaskOutcome]] = defaultdict(list)
+    for o in outcomes:
+        by_kind_rows[o.kind or "-"].append(o)
+    by_kind = {
+        kind: {
+            "n": float(len(rows)),
+            "exact_match": sum(o.correct for o in rows) / len(rows),
+            "f1": sum(o.f1 for o in rows) / len(rows),
+        }
+        for kind, rows in by_kind_rows.items()
+    }
+    calls: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    latencies: dict[str, list[float]] = defaultdict(list)
+    browser = 0
+    for o in outcomes:
+        for step in o.steps:
+            name = str(step.get("tool", "?"))
+            calls[name] += 1
+            if not step.get("ok", True):
+                errors[name] += 1
+            if "latency_s" in step:
+                latencies[name].append(float(step["latency_s"]) * 1000)
+            if step.get("via") == "browser":
+                browser += 1
+    n = len(outcomes)
+    return EvalReport(
+        scenario=scenario,
+        split=split,
+        agent=agent,
+        num_tasks=n,
+        exact_match=sum(o.correct for o in outcomes) / n,
+        f1=sum(o.f1 for o in outcomes) / n,
+        by_kind=by_kind,
+        build_seconds=build,
+        open_seconds=opened,
+        eval_seconds=spent,
+        seconds_per_task_median=statistics.median(o.seconds for o in outcomes),
+        tool_calls=dict(calls),
+        tool_errors=dict(errors),
+        tool_latency_ms_median={k: statistics.median(v) for k, v in latencies.items()},
+        browser_visits=browser,
+        outcomes=outcomes,
+    )
+
+
+def write_report(report: EvalReport, out_dir: str | Path) -> Path:
+    """Write ``summary.json`` and ``outcomes.jsonl`` (one line per task) under ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(report.summary(), indent=2) + "\n")
+    with (out / "outcomes.jsonl").open("w") as fh:
+        for o in report.outcomes:
+            fh.write(json.dumps(asdict(o), ensure_ascii=False) + "\n")
+    return out
