@@ -1,0 +1,528 @@
+"""The agents' text protocol (DESIGN.md, "Agent protocol"): parse one turn, render observations.
+
+Each turn an agent writes ``<think>...</think>`` and then exactly one action::
+
+    <tool_call>{"name": "search", "arguments": {"queries": ["Orvel Dunmarch birth year"]}}</tool_call>
+    <answer>1911</answer>          # main agent (and the single-agent baseline): the final answer
+    <result>Born 1911.</result>    # sub-agent: its report back to the main agent
+
+:func:`parse_action` turns that text into a :class:`ParsedAction` and **never raises**: a malformed
+turn becomes ``kind="error"`` with a stable ``error_kind`` (see :data:`ERROR_KINDS`) and a message
+written for the agent, which :func:`format_error` wraps as the next observation. The env counts
+any error as a format failure and lets the episode go on.
+
+Parsing rules (tolerant where a model's harmless habits would otherwise cost reward):
+
+- text outside the tags and surrounding whitespace are ignored;
+- ``<think>`` is optional unless ``require_think=True`` (then a missing or blank think is an error);
+  a lone ``</think>`` with no opening tag is accepted (chat templates such as Qwen3's put the
+  opening ``<think>`` in the prompt), and the text before it is the think;
+- action tags written *inside* the think are ignored (a model may mention ``<answer>`` while thinking);
+- the tool-call JSON may be wrapped in a Markdown fence (```` ```json ... ``` ````);
+- tags are exact and lower-case; the closing tag must be present (engines must keep the stop
+  string in the output).
+
+Arguments are checked against the tool's JSON schema with :func:`check_arguments`, a tiny checker
+for the subset our tools use (``type`` as one name or a list of names, ``properties``,
+``required``, ``additionalProperties: false``, ``items``, ``minItems``/``maxItems``,
+``minLength``/``maxLength``, ``minimum``/``maximum``, ``enum``). It is stricter than the tools
+themselves on purpose: the schema shown in the system prompt is the format the agent is rewarded for.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+__all__ = [
+    "ERROR_KINDS",
+    "FINAL_TAGS",
+    "ParsedAction",
+    "ToolSpec",
+    "DELEGATE",
+    "REASON",
+    "SEARCH",
+    "VISIT",
+    "CLICK",
+    "MAIN_TOOLS",
+    "SUB_TOOLS",
+    "SINGLE_TOOLS",
+    "ALL_TOOLS",
+    "parse_action",
+    "check_arguments",
+    "signature",
+    "format_tool_response",
+    "format_error",
+    "system_prompt",
+]
+
+Role = Literal["main", "sub", "single"]
+ActionKind = Literal["tool_call", "answer", "result", "error"]
+
+#: Stable error kinds of :func:`parse_action`, with what each means. Logs and tests key on these names.
+ERROR_KINDS: Mapping[str, str] = MappingProxyType(
+    {
+        "too_long": "the turn is longer than max_chars characters",
+        "no_tag": "none of <tool_call>, <answer>, <result> appears outside the think",
+        "multiple_actions": "more than one action tag (two tool calls, or a tool call and an answer, ...)",
+        "unclosed_tag": "an opening tag without its closing tag, or a closing tag without its opening",
+        "bad_json": "the tool_call body is not a JSON object with a 'name' string and an 'arguments' object",
+        "unknown_tool": "the tool name is not one of the role's tools",
+        "bad_arguments": "the arguments do not match the tool's JSON schema",
+        "wrong_final_tag": "a sub-agent wrote <answer>, or the main / single agent wrote <result>",
+        "empty_final": "the <answer> or <result> is empty",
+        "missing_think": "no (or a blank) <think> block while require_think is on",
+    }
+)
+
+#: The final-action tag of each role.
+FINAL_TAGS: Mapping[str, str] = MappingProxyType({"main": "answer", "sub": "result", "single": "answer"})
+
+_ACTION_TAGS = ("tool_call", "answer", "result")
+_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+_ACTION_BLOCK = re.compile(r"<(tool_call|answer|result)>(.*?)</\1>", re.DOTALL)
+_FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as the agent sees it: a name, a one-line description and a JSON schema of its arguments.
+
+    ``parameters`` is a JSON schema of ``type: object``. Any object with ``name``, ``description``
+    and ``parameters`` attributes (e.g. an ``mgrpo_tools`` tool) can stand in for a ToolSpec.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def to_json(self) -> dict[str, Any]:
+        """The OpenAI-style function description: ``{"name", "description", "parameters"}``."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """One parsed turn.
+
+    Attributes:
+        kind: "tool_call", "answer", "result" or "error".
+        think: the think text (stripped), or None when the turn had no think block.
+        tool_name, arguments: set for a tool call (``arguments`` is the parsed JSON object).
+        content: the stripped text of an answer or result.
+        error: for kind "error", a short message for the agent (what was wrong, what is expected).
+        error_kind: for kind "error", one of :data:`ERROR_KINDS`.
+    """
+
+    kind: ActionKind
+    think: str | None = None
+    tool_name: str | None = None
+    arguments: dict[str, Any] | None = None
+    content: str | None = None
+    error: str | None = None
+    error_kind: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the turn followed the protocol (the format was valid)."""
+        return self.kind != "error"
+
+
+def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+DELEGATE = ToolSpec(
+    "delegate",
+    "Start a sub-agent on a self-contained subtask; its report comes back as the tool response.",
+    _obj(
+        {
+            "task": {
+                "type": "string",
+                "minLength": 1,
+                "description": "the subtask, stated so it can be done alone",
+            },
+            "context": {"type": "string", "description": "facts the sub-agent needs (optional)"},
+        },
+        ["task"],
+    ),
+)
+REASON = ToolSpec(
+    "reason",
+    "Think through a sub-problem in depth (no web access); the reasoning comes back as the tool response.",
+    _obj({"problem": {"type": "string", "minLength": 1}}, ["problem"]),
+)
+SEARCH = ToolSpec(
+    "search",
+    "Web search: run 1 to 3 queries and get titles, URLs and snippets.",
+    _obj(
+        {
+            "queries": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1},
+                "minItems": 1,
+                "maxItems": 3,
+            },
+            "sites": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1},
+                "description": "restrict to these domains",
+            },
+        },
+        ["queries"],
+    ),
+)
+VISIT = ToolSpec(
+    "visit",
+    "Open a URL and read the page as text with numbered links, keeping the goal in mind.",
+    _obj(
+        {
+            "url": {"type": "string", "minLength": 1},
+            "goal": {"type": "string", "minLength": 1, "description": "what to look for on the page"},
+            "page": {"type": "integer", "minimum": 1, "description": "page of a long document (default 1)"},
+        },
+        ["url", "goal"],
+    ),
+)
+CLICK = ToolSpec(
+    "click",
+    "Follow a link of the page last visited, by its number or by its text.",
+    _obj(
+        {"link": {"type": ["integer", "string"], "description": "the link's number, or its text"}}, ["link"]
+    ),
+)
+
+#: The main agent's tools (``reason`` is optional: pass a subset to drop it).
+MAIN_TOOLS: Mapping[str, ToolSpec] = MappingProxyType({t.name: t for t in (DELEGATE, REASON)})
+#: The sub-agent's tools (``click`` is for site traversal: pass a subset to drop it).
+SUB_TOOLS: Mapping[str, ToolSpec] = MappingProxyType({t.name: t for t in (SEARCH, VISIT, CLICK)})
+#: The single-agent baseline holds all of the sub-agent's tools.
+SINGLE_TOOLS: Mapping[str, ToolSpec] = SUB_TOOLS
+#: Every built-in spec by name; a bare list of names in ``allowed_tools`` is checked against these.
+ALL_TOOLS: Mapping[str, ToolSpec] = MappingProxyType({**MAIN_TOOLS, **SUB_TOOLS})
+
+
+# --------------------------------------------------------------------------- argument checking
+
+_JSON_TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
+
+
+def _is_type(value: Any, name: str) -> bool:
+    # bool is an int subclass in Python but not a JSON integer; floats like 2.0 are refused as
+    # integers so that a tool never receives a float where its schema promised an int.
+    if name == "object":
+        return isinstance(value, dict)
+    if name == "array":
+        return isinstance(value, list)
+    if name == "string":
+        return isinstance(value, str)
+    if name == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if name == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if name == "boolean":
+        return isinstance(value, bool)
+    return name == "null" and value is None
+
+
+def _describe(schema: Mapping[str, Any]) -> str:
+    """A short human type: ``string``, ``integer or string``, ``array of 1-3 strings``."""
+    types = schema.get("type", "any")
+    if isinstance(types, list):
+        return " or ".join(str(t) for t in types)
+    if types == "array":
+        item = _describe(schema.get("items", {}))
+        lo, hi = schema.get("minItems"), schema.get("maxItems")
+        count = f"{lo}-{hi} " if lo is not None and hi is not None else f"at least {lo} " if lo else ""
+        count = f"at most {hi} " if lo is None and hi is not None else count
+        return f"array of {count}{item}s"
+    return str(types)
+
+
+def check_arguments(value: Any, schema: Mapping[str, Any], where: str = "") -> str | None:
+    """Check ``value`` against the small JSON-schema subset our tools use.
+
+    ``where`` is the location for messages ("" for the arguments object itself, then
+    ``queries``, ``queries[0]``, ...). ``minLength`` counts characters after stripping whitespace,
+    so that ``"  "`` is empty. Returns None when valid, else one readable message about the first
+    problem found.
+
+    >>> check_arguments({"queries": ["a", "b", "c", "d"]}, SEARCH.parameters)
+    "'queries' must hold at most 3 items, got 4"
+    >>> check_arguments({"link": 3}, CLICK.parameters) is None
+    True
+    """
+    label = f"'{where}'" if where else "the arguments"
+    types = schema.get("type")
+    if types is not None:
+        allowed = types if isinstance(types, list) else [types]
+        if not any(_is_type(value, t) for t in allowed):
+            return f"{label} must be {_describe(schema)}, got {_json_type(value)}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{label} must be one of {json.dumps(schema['enum'])}"
+    if isinstance(value, str):
+        if len(value.strip()) < schema.get("minLength", 0):
+            return f"{label} must not be empty" if schema["minLength"] == 1 else f"{label} is too short"
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            return f"{label} is too long ({len(value)} > {schema['maxLength']} characters)"
+    if _is_type(value, "number"):
+        if "minimum" in schema and value < schema["minimum"]:
+            return f"{label} must be >= {schema['minimum']}, got {value}"
+        if "maximum" in schema and value > schema["maximum"]:
+            return f"{label} must be <= {schema['maximum']}, got {value}"
+    if isinstance(value, list):
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            return f"{label} must hold at least {schema['minItems']} items, got {len(value)}"
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            return f"{label} must hold at most {schema['maxItems']} items, got {len(value)}"
+        for i, item in enumerate(value):
+            problem = check_arguments(item, schema.get("items", {}), f"{where}[{i}]")
+            if problem:
+                return problem
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for key in schema.get("required", []):
+            if key not in value:
+                return f"missing required argument '{key}'"
+        if schema.get("additionalProperties", True) is False:
+            extra = sorted(str(k) for k in value if k not in props)
+            if extra:
+                return f"unexpected argument '{extra[0]}' (allowed: {', '.join(props) or 'none'})"
+        for key, sub in props.items():
+            if key in value:
+                problem = check_arguments(value[key], sub, f"{where}.{key}" if where else key)
+                if problem:
+                    return problem
+    return None
+
+
+def _json_type(value: Any) -> str:
+    return next((t for t in _JSON_TYPES if _is_type(value, t)), type(value).__name__)
+
+
+def signature(spec: Any) -> str:
+    """A one-line call signature for messages: ``search(queries: array of 1-3 strings, sites?: ...)``."""
+    params = getattr(spec, "parameters", None) or {}
+    required = set(params.get("required", []))
+    args = [
+        f"{key}{'' if key in required else '?'}: {_describe(sub)}"
+        for key, sub in params.get("properties", {}).items()
+    ]
+    return f"{spec.name}({', '.join(args)})"
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _error(kind: str, message: str, think: str | None) -> ParsedAction:
+    return ParsedAction(kind="error", think=think, error=message, error_kind=kind)
+
+
+def _strip_fence(body: str) -> str:
+    match = _FENCE.match(body)
+    return match.group(1).strip() if match else body
+
+
+def _names_and_specs(
+    allowed_tools: Mapping[str, Any] | Collection[str],
+) -> tuple[list[str], Mapping[str, Any]]:
+    if isinstance(allowed_tools, Mapping):
+        return list(allowed_tools), allowed_tools
+    names = [allowed_tools] if isinstance(allowed_tools, str) else list(allowed_tools)
+    return names, {n: ALL_TOOLS[n] for n in names if n in ALL_TOOLS}
+
+
+def parse_action(
+    text: str,
+    *,
+    role: Role,
+    allowed_tools: Mapping[str, ToolSpec] | Collection[str],
+    max_chars: int = 8000,
+    require_think: bool = False,
+) -> ParsedAction:
+    """Parse one agent turn; never raises.
+
+    Args:
+        text: the decoded text the policy wrote this turn.
+        role: "main" (final tag ``<answer>``), "sub" (``<result>``) or "single" (``<answer>``).
+        allowed_tools: the role's tools, as name -> spec (arguments are schema-checked) or as bare
+            names (checked against the built-in spec of that name when there is one, else unchecked).
+        max_chars: longer turns are refused before any parsing ("too_long").
+        require_think: make a missing or blank ``<think>`` an error ("missing_think").
+
+    Returns:
+        A ParsedAction; ``.ok`` is False and ``error_kind`` is one of :data:`ERROR_KINDS` on failure.
+
+    Raises:
+        ValueError: only for an unknown ``role`` (a caller bug); never because of ``text``.
+
+    >>> parse_action('<think>x</think><answer> 42 </answer>', role="main", allowed_tools=MAIN_TOOLS).content
+    '42'
+    >>> parse_action('<result>hi</result>', role="main", allowed_tools=MAIN_TOOLS).error_kind
+    'wrong_final_tag'
+    """
+    if role not in FINAL_TAGS:
+        raise ValueError(f"unknown role {role!r}; expected one of {sorted(FINAL_TAGS)}")
+    try:
+        return _parse(text, role, allowed_tools, max_chars, require_think)
+    except Exception as exc:  # noqa: BLE001 - a parse failure must never crash an episode
+        return _error("bad_json", f"Could not parse the turn ({type(exc).__name__}).", None)
+
+
+def _parse(
+    text: str,
+    role: Role,
+    allowed_tools: Mapping[str, Any] | Collection[str],
+    max_chars: int,
+    require_think: bool,
+) -> ParsedAction:
+    final = FINAL_TAGS[role]
+    if not isinstance(text, str):
+        return _error("no_tag", f"Expected text, got {type(text).__name__}.", None)
+    if len(text) > max_chars:
+        return _error(
+            "too_long", f"Your turn has {len(text)} characters; the limit is {max_chars}. Be shorter.", None
+        )
+    expected = f"<tool_call>{{...}}</tool_call> or <{final}>...</{final}>"
+
+    # Think blocks first, so that tags mentioned while thinking are not taken as actions.
+    thinks = _THINK_BLOCK.findall(text)
+    rest = _THINK_BLOCK.sub(" ", text)
+    if not thinks and "</think>" in rest and "<think>" not in rest:
+        head, _, rest = rest.partition("</think>")  # opening <think> was in the prompt (chat template)
+        thinks = [head]
+    think = "\n\n".join(t.strip() for t in thinks) if thinks else None
+    if "<think>" in rest or "</think>" in rest:
+        return _error("unclosed_tag", "Close <think> with </think> before your action.", think)
+    if require_think and not think:
+        return _error("missing_think", f"Start with <think>your reasoning</think>, then {expected}.", think)
+
+    opens = {tag: rest.count(f"<{tag}>") for tag in _ACTION_TAGS}
+    closes = {tag: rest.count(f"</{tag}>") for tag in _ACTION_TAGS}
+    if sum(opens.values()) > 1 or sum(closes.values()) > 1:
+        return _error("multiple_actions", f"Write exactly one action per turn: {expected}.", think)
+    for tag in _ACTION_TAGS:
+        if opens[tag] != closes[tag]:
+            missing = f"</{tag}>" if opens[tag] else f"<{tag}>"
+            return _error("unclosed_tag", f"<{tag}> needs its matching {missing}.", think)
+    match = _ACTION_BLOCK.search(rest)
+    if match is None:
+        # Balanced counts but no block means the closing tag came before the opening one.
+        if any(opens.values()):
+            return _error("unclosed_tag", "Write the opening tag before the closing tag.", think)
+        return _error("no_tag", f"No action found. After thinking, write {expected}.", think)
+    tag, body = match.group(1), match.group(2)
+
+    if tag != "tool_call":
+        if tag != final:
+            return _error(
+                "wrong_final_tag",
+                f"As the {role} agent, finish with <{final}>...</{final}>, not <{tag}>.",
+                think,
+            )
+        content = body.strip()
+        if not content:
+            return _error("empty_final", f"Your <{final}> is empty; write your {tag} inside it.", think)
+        return ParsedAction(kind=tag, think=think, content=content)  # type: ignore[arg-type]
+    return _parse_tool_call(body, think, allowed_tools)
+
+
+def _parse_tool_call(
+    body: str, think: str | None, allowed_tools: Mapping[str, Any] | Collection[str]
+) -> ParsedAction:
+    shape = 'Expected <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>'
+    try:
+        call = json.loads(_strip_fence(body.strip()))
+    except (ValueError, RecursionError) as exc:
+        detail = f" ({exc.msg} at char {exc.pos})" if isinstance(exc, json.JSONDecodeError) else ""
+        return _error("bad_json", f"The tool call is not valid JSON{detail}. {shape}.", think)
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return _error("bad_json", f'The tool call needs a "name" string. {shape}.', think)
+    if not isinstance(call.get("arguments"), dict):
+        return _error("bad_json", f'The tool call needs an "arguments" object. {shape}.', think)
+    name, arguments = call["name"], call["arguments"]
+    names, specs = _names_and_specs(allowed_tools)
+    if name not in names:
+        available = ", ".join(names) if names else "none"
+        return _error("unknown_tool", f"Unknown tool {name!r}. Available tools: {available}.", think)
+    spec = specs.get(name)
+    schema = getattr(spec, "parameters", None)
+    if isinstance(schema, Mapping):
+        problem = check_arguments(arguments, schema)
+        if problem:
+            return _error(
+                "bad_arguments", f"Bad arguments for {name}: {problem}. Call it as {signature(spec)}.", think
+            )
+    return ParsedAction(kind="tool_call", think=think, tool_name=name, arguments=arguments)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def format_tool_response(text: str) -> str:
+    """Wrap a tool's output as the agent's next observation.
+
+    >>> format_tool_response("3 results")
+    '<tool_response>\\n3 results\\n</tool_response>'
+    """
+    return f"<tool_response>\n{text}\n</tool_response>"
+
+
+def format_error(parsed: ParsedAction) -> str:
+    """The observation for a malformed turn: ``<tool_response>Error (kind): message</tool_response>``.
+
+    Raises ValueError when ``parsed`` is not an error (a caller bug, not an agent mistake).
+    """
+    if parsed.ok:
+        raise ValueError("format_error needs a ParsedAction of kind 'error'")
+    return format_tool_response(f"Error ({parsed.error_kind}): {parsed.error}")
+
+
+_ROLE_INTRO = {
+    "main": (
+        "You are the main agent of a research team. Plan, delegate subtasks to sub-agents with the "
+        "delegate tool, combine their reports, and give the final answer."
+    ),
+    "sub": (
+        "You are a sub-agent of a research team. Carry out the subtask you were given with the web "
+        "tools, then report what you found to the main agent."
+    ),
+    "single": "You are a research agent. Answer the question with the web tools.",
+}
+_FINAL_TEXT = {
+    "main": "<answer>the final answer, short</answer>",
+    "sub": "<result>your report: the facts found, with their sources</result>",
+    "single": "<answer>the final answer, short</answer>",
+}
+
+
+def system_prompt(role: Role, tools: Mapping[str, Any]) -> str:
+    """The role's system prompt: the protocol and the tools with their JSON schemas (deterministic).
+
+    Raises ValueError for an unknown role.
+    """
+    if role not in FINAL_TAGS:
+        raise ValueError(f"unknown role {role!r}; expected one of {sorted(FINAL_TAGS)}")
+    tool_lines = [json.dumps(_spec_json(spec), ensure_ascii=False) for spec in tools.values()]
+    return "\n".join(
+        [
+            _ROLE_INTRO[role],
+            "",
+            "Each turn, first think inside <think>...</think>, then write exactly one of:",
+            '- a tool call: <tool_call>{"name": "<tool name>", "arguments": {<arguments>}}</tool_call>',
+            f"- {_FINAL_TEXT[role]}",
+            "Tool outputs come back inside <tool_response>...</tool_response>. A malformed turn gets an "
+            "error message instead.",
+            "",
+            "Tools (JSON schemas):",
+            *(tool_lines or ["(none)"]),
+        ]
+    )
+
+
+def _spec_json(spec: Any) -> dict[str, Any]:
+    return {"name": spec.name, "description": spec.description, "parameters": spec.parameters}

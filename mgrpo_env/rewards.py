@@ -1,0 +1,134 @@
+"""The M-GRPO reward formulas (DESIGN.md, "The method"), written once.
+
+The env pays these as PettingZoo rewards at episode end; ``mgrpo_algo.rewards`` re-exports them for
+the learners, so both sides compute the same numbers.
+
+Main agent:  R_M = a1 * r_format + a2 * r_correct                       if its format is valid, else 0.
+Sub-agent:   R_S = b1 * r_format + b2 * r_correct^main + b3 * r_expert  if its format is valid, else 0.
+
+r_format is 1 when the format is valid (the only case where it counts), r_correct and r_correct^main
+are in [0, 1] (exact match gives 0/1, F1 or a judge gives a fraction), r_expert is a judge's score in
+[0, 1]. r_correct^main is the main agent's correctness of the sub-trajectory's rollout. The weights
+need not sum to 1; they must be finite and non-negative.
+
+>>> main_reward(True, 1), main_reward(True, 0), main_reward(False, 1)
+(1.0, 0.1, 0.0)
+>>> round(sub_reward(True, 1, 0.5), 10)
+0.75
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+__all__ = [
+    "PAPER_MAIN_WEIGHTS",
+    "PAPER_SUB_WEIGHTS",
+    "main_reward",
+    "sub_reward",
+    "main_rewards",
+    "sub_rewards",
+    "check_weights",
+]
+
+#: (a1, a2) of the paper: format, correctness.
+PAPER_MAIN_WEIGHTS: tuple[float, float] = (0.1, 0.9)
+#: (b1, b2, b3) of the paper: format, main's correctness, expert score ("the 0.4/0.5 balance is crucial").
+PAPER_SUB_WEIGHTS: tuple[float, float, float] = (0.1, 0.4, 0.5)
+
+
+def check_weights(weights: Sequence[float], n: int, name: str = "weights") -> tuple[float, ...]:
+    """Return ``weights`` as a tuple of n floats; ValueError unless each is finite and >= 0."""
+    try:
+        values = tuple(float(w) for w in weights)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be {n} numbers, got {weights!r}") from exc
+    if len(values) != n:
+        raise ValueError(f"{name} must hold {n} numbers, got {len(values)}: {weights!r}")
+    if not all(math.isfinite(w) and w >= 0.0 for w in values):
+        raise ValueError(f"{name} must be finite and non-negative, got {weights!r}")
+    return values
+
+
+def _unit(value: float | bool, name: str) -> float:
+    v = float(value)
+    if not 0.0 <= v <= 1.0:  # also refuses NaN
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    return v
+
+
+def main_reward(
+    format_ok: bool, correct: float | bool, weights: Sequence[float] = PAPER_MAIN_WEIGHTS
+) -> float:
+    """R_M = a1 + a2 * correct when ``format_ok``, else 0.
+
+    Args:
+        format_ok: the main trajectory followed the protocol on every turn.
+        correct: r_correct in [0, 1].
+        weights: (a1, a2).
+    """
+    a1, a2 = check_weights(weights, 2, "main weights")
+    c = _unit(correct, "correct")
+    return a1 + a2 * c if format_ok else 0.0
+
+
+def sub_reward(
+    format_ok: bool,
+    main_correct: float | bool,
+    expert: float,
+    weights: Sequence[float] = PAPER_SUB_WEIGHTS,
+) -> float:
+    """R_S = b1 + b2 * main_correct + b3 * expert when ``format_ok``, else 0.
+
+    Args:
+        format_ok: the sub trajectory followed the protocol on every turn.
+        main_correct: r_correct of the main agent in the same rollout, in [0, 1].
+        expert: the judge's score of the subtask, in [0, 1].
+        weights: (b1, b2, b3).
+    """
+    b1, b2, b3 = check_weights(weights, 3, "sub weights")
+    m = _unit(main_correct, "main_correct")
+    e = _unit(expert, "expert")
+    return b1 + b2 * m + b3 * e if format_ok else 0.0
+
+
+def _unit_array(values: ArrayLike, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if not np.all((arr >= 0.0) & (arr <= 1.0)):  # NaN fails both comparisons
+        raise ValueError(f"{name} must be in [0, 1] everywhere")
+    return arr
+
+
+def main_rewards(
+    format_ok: ArrayLike, correct: ArrayLike, weights: Sequence[float] = PAPER_MAIN_WEIGHTS
+) -> np.ndarray:
+    """Vectorised :func:`main_reward`: float64 array of the broadcast shape of the inputs.
+
+    >>> main_rewards([True, True, False], [1.0, 0.0, 1.0]).tolist()
+    [1.0, 0.1, 0.0]
+    """
+    a1, a2 = check_weights(weights, 2, "main weights")
+    ok = np.asarray(format_ok, dtype=bool)
+    c = _unit_array(correct, "correct")
+    return np.where(ok, a1 + a2 * c, 0.0).astype(np.float64)
+
+
+def sub_rewards(
+    format_ok: ArrayLike,
+    main_correct: ArrayLike,
+    expert: ArrayLike,
+    weights: Sequence[float] = PAPER_SUB_WEIGHTS,
+) -> np.ndarray:
+    """Vectorised :func:`sub_reward`: float64 array of the broadcast shape of the inputs.
+
+    ``main_correct`` is usually per rollout, shape [K, 1], broadcast over the d slots of ``expert`` [K, d].
+    """
+    b1, b2, b3 = check_weights(weights, 3, "sub weights")
+    ok = np.asarray(format_ok, dtype=bool)
+    m = _unit_array(main_correct, "main_correct")
+    e = _unit_array(expert, "expert")
+    return np.where(ok, b1 + b2 * m + b3 * e, 0.0).astype(np.float64)
