@@ -1,0 +1,340 @@
+"""The M-GRPO hierarchy as a PettingZoo AEC environment.
+
+Description:
+    A main agent (``main_0``) answers a research question. It may call ``delegate(task, context)``;
+    each call creates a fresh sub-agent (``sub_0``, ``sub_1``, ...; a finished agent never comes back)
+    which becomes the selected agent and works turn by turn with ``search``, ``visit`` and ``click``
+    until it writes ``<result>``. The result returns to the main agent as the tool response of its
+    delegate call. ``<answer>`` ends the episode. Agents act at different frequencies: the main agent
+    waits while a sub-agent works, which is why this is an AEC and not a parallel env.
+
+Action space:
+    :class:`mgrpo_env.spaces.ProtocolText`: the agent's text for one turn (DESIGN.md protocol).
+
+Observation space:
+    ``Dict({"text": Text})``: what the agent must read next (the question or subtask at the start,
+    then a ``<tool_response>``). The whole chat is ``infos[agent]["messages"]`` (system prompt
+    included), ready for a chat template.
+
+Rewards:
+    Paid when the episode ends (0 before). ``main_0``: R_M = a1*r_format + a2*r_correct if its format
+    was valid, else 0. Each sub-agent: R_S = b1*r_format + b2*r_correct(main) + b3*r_expert if valid,
+    else 0. Components are in ``infos[agent]["reward_components"]``.
+
+Starting state:
+    ``reset(seed=, options=)`` picks a task of the split with ``self.np_random`` (or
+    ``options={"task_id": ...}`` / ``options={"task": Task}``). Only ``main_0`` is alive.
+
+Episode end:
+    Termination when the main agent answers. Truncation when it reaches ``max_main_turns``. A
+    sub-agent reaching ``max_sub_turns`` stops, and the main agent is told. A sub-agent that has
+    reported stays in ``agents`` (not selected) until the episode ends, so it can be paid.
+
+Arguments:
+    scenario (name or Scenario), split, seed (used by the first ``reset`` without one),
+    scenario_kwargs, world (an open world to share; else the scenario's own is opened lazily and
+    closed by ``close``), tasks (override the split), limits / the Limits fields as keywords,
+    rewards (RewardConfig), render_mode ("ansi" or "human").
+
+Version history:
+    v0: first release.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from gymnasium.utils import seeding
+from pettingzoo import AECEnv
+from pettingzoo.utils import wrappers
+
+from mgrpo_scenarios import Scenario, Task
+
+from . import rewards as reward_fns
+from .core import Limits, RewardConfig, WorldHandle, call_tool, resolve_scenario, split_tasks
+from .episode import AgentTrajectory, EpisodeRecord, Turn
+from .protocol import MAIN_TOOLS, SUB_TOOLS, format_error, format_tool_response, parse_action, system_prompt
+from .spaces import ProtocolText, observation_space, sanitize
+
+__all__ = ["MGRPOEnv", "env", "raw_env"]
+
+MAIN = "main_0"
+
+
+class MGRPOEnv(AECEnv):
+    metadata = {"name": "mgrpo_v0", "render_modes": ["ansi", "human"], "is_parallelizable": False}
+
+    def __init__(
+        self,
+        scenario: str | Scenario = "wiki-hops",
+        split: str = "stage2",
+        *,
+        seed: int | None = None,
+        scenario_kwargs: dict[str, Any] | None = None,
+        world: Any | None = None,
+        tasks: Sequence[Task] | None = None,
+        limits: Limits | None = None,
+        rewards: RewardConfig | None = None,
+        render_mode: str | None = None,
+        **limit_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if limits is not None and limit_kwargs:
+            raise ValueError("pass either limits=Limits(...) or limit keywords, not both")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.limits = limits or Limits(**limit_kwargs)
+        self.reward_config = rewards or RewardConfig()
+        self.scenario = resolve_scenario(scenario, scenario_kwargs)
+        self.split = split
+        self.render_mode = render_mode
+        self._tasks = split_tasks(self.scenario, split, tasks)
+        self._world = WorldHandle(self.scenario, world)
+        self._default_seed = seed
+        self._seeded = False
+
+        self.possible_agents = [MAIN] + [f"sub_{i}" for i in range(self.limits.max_delegations)]
+        obs_space = observation_space(self.limits.max_observation_chars)
+        main_space = ProtocolText(self.limits.max_action_chars, "main")
+        sub_space = ProtocolText(self.limits.max_action_chars, "sub")
+        self.observation_spaces = {a: obs_space for a in self.possible_agents}
+        self.action_spaces = {a: (main_space if a == MAIN else sub_space) for a in self.possible_agents}
+        self._prompts = {"main": system_prompt("main", MAIN_TOOLS), "sub": system_prompt("sub", SUB_TOOLS)}
+        self.record: EpisodeRecord | None = None
+
+    # -- PettingZoo API -------------------------------------------------------------------------
+
+    def observation_space(self, agent: str) -> Any:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> Any:
+        return self.action_spaces[agent]
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        if seed is None and not self._seeded:
+            seed = self._default_seed
+        if seed is not None or not self._seeded:
+            self.np_random, self.np_random_seed = seeding.np_random(seed)
+            self._seeded = True
+            # sub-agents' spaces are not reached by seed_test's seeding (they are not alive at reset)
+            for space in {id(s): s for s in self.action_spaces.values()}.values():
+                space.seed(int(self.np_random.integers(2**31)))
+        self._task = self._pick_task(options or {})
+        self.agents = [MAIN]
+        self.rewards = {MAIN: 0.0}
+        self._cumulative_rewards = {MAIN: 0.0}
+        self.terminations = {MAIN: False}
+        self.truncations = {MAIN: False}
+        self._trajectories: dict[str, AgentTrajectory] = {}
+        self._tools: dict[str, dict[str, Any]] = {}
+        self._observations: dict[str, str] = {}
+        self.infos = {}
+        self.record = EpisodeRecord(
+            episode_id=uuid.uuid4().hex[:12], task=self._task.to_dict(), seed=seed
+        )
+        self._started = time.perf_counter()
+        main = self._start_agent(MAIN, "main", self._task.question)
+        self.record.main = main
+        self.agent_selection = MAIN
+
+    def observe(self, agent: str) -> dict[str, str]:
+        return {"text": self._observations[agent]}
+
+    def step(self, action: str | None) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        self._cumulative_rewards[agent] = 0.0
+        text = action if isinstance(action, str) else ""
+        if agent == MAIN:
+            self._step_main(text)
+        else:
+            self._step_sub(agent, text)
+        self._accumulate_rewards()
+        if self.render_mode == "human":
+            print(self.render())
+
+    def render(self) -> str | None:
+        if self.render_mode is None:
+            return None
+        agent = self.agent_selection
+        traj = self._trajectories.get(agent)
+        last = traj.turns[-1] if traj and traj.turns else None
+        if last is None:
+            return f"[{agent}] {self._observations.get(agent, '')[:500]}"
+        return f"[{agent} turn {len(traj.turns)}] {last.action[:300]!r} -> {last.observation[:300]!r}"
+
+    def close(self) -> None:
+        self._world.close()
+
+    @property
+    def task(self) -> Task:
+        """The current episode's task."""
+        return self._task
+
+    def last_turn(self, agent: str) -> Turn:
+        """The latest turn of ``agent`` in this episode (to attach policy extras such as token ids)."""
+        return self._trajectories[agent].turns[-1]
+
+    # -- the hierarchy --------------------------------------------------------------------------
+
+    def _pick_task(self, options: dict[str, Any]) -> Task:
+        if isinstance(options.get("task"), Task):
+            return options["task"]
+        if "task_id" in options:
+            for task in self._tasks:
+                if task.id == options["task_id"]:
+                    return task
+            raise ValueError(f"no task with id {options['task_id']!r} in split {self.split!r}")
+        return self._tasks[int(self.np_random.integers(len(self._tasks)))]
+
+    def _start_agent(self, agent: str, role: str, first_message: str, task: str | None = None, context: str | None = None) -> AgentTrajectory:
+        traj = AgentTrajectory(agent=agent, role=role, task=task, context=context)
+        traj.messages.append({"role": "system", "content": self._prompts[role]})
+        traj.messages.append({"role": "user", "content": first_message})
+        self._trajectories[agent] = traj
+        self._set_observation(agent, first_message)
+        return traj
+
+    def _set_observation(self, agent: str, text: str) -> None:
+        self._observations[agent] = sanitize(text, self.limits.max_observation_chars)
+        traj = self._trajectories[agent]
+        self.infos[agent] = {
+            "role": traj.role,
+            "turn": len(traj.turns),
+            "task_id": self._task.id,
+            "messages": traj.messages,
+        }
+
+    def _record_turn(self, traj: AgentTrajectory, text: str, kind: str, error_kind: str | None = None) -> Turn:
+        turn = Turn(action=text, kind=kind, error_kind=error_kind)
+        traj.turns.append(turn)
+        traj.messages.append({"role": "assistant", "content": text})
+        return turn
+
+    def _reply(self, agent: str, turn: Turn, observation: str) -> None:
+        """Give ``agent`` its next observation (also appended to its chat)."""
+        turn.observation = observation
+        self._trajectories[agent].messages.append({"role": "user", "content": observation})
+        self._set_observation(agent, observation)
+
+    def _step_main(self, text: str) -> None:
+        traj = self._trajectories[MAIN]
+        parsed = parse_action(text, role="main", allowed_tools=MAIN_TOOLS, max_chars=self.limits.max_action_chars)
+        turn = self._record_turn(traj, text, parsed.kind, parsed.error_kind)
+        if not parsed.ok:
+            traj.format_errors += 1
+            self._reply(MAIN, turn, format_error(parsed))
+        elif parsed.kind == "answer":
+            traj.final = parsed.content
+            self._finish(end_reason="answer")
+            return
+        elif parsed.tool_name == "delegate":
+            n = len(self.record.subs)
+            if n >= self.limits.max_delegations:
+                self._reply(MAIN, turn, format_tool_response(
+                    f"Error (delegate): limit: all {self.limits.max_delegations} delegations of this episode are used; answer now."
+                ))
+            else:
+                self._delegate(turn, n, str(parsed.arguments.get("task", "")), parsed.arguments.get("context"))
+                return
+        else:  # a tool the main agent may name but that this env does not run (e.g. reason without a reasoner)
+            record, out = call_tool({}, parsed)
+            turn.tool_call = record
+            self._reply(MAIN, turn, format_tool_response(out))
+        if len(traj.turns) >= self.limits.max_main_turns:
+            traj.truncated = True
+            self._finish(end_reason="main_turn_limit")
+
+    def _delegate(self, turn: Turn, n: int, task: str, context: Any) -> None:
+        name = f"sub_{n}"
+        context_text = str(context) if context is not None else None
+        first = f"Subtask: {task}" + (f"\nContext: {context_text}" if context_text else "")
+        sub = self._start_agent(name, "sub", first, task=task, context=context_text)
+        self.record.subs.append(sub)
+        self._tools[name] = self._world.make_tools()
+        self.agents.append(name)
+        for table, value in ((self.rewards, 0.0), (self._cumulative_rewards, 0.0), (self.terminations, False), (self.truncations, False)):
+            table[name] = value
+        self._pending_delegate = turn
+        self.agent_selection = name
+
+    def _step_sub(self, agent: str, text: str) -> None:
+        traj = self._trajectories[agent]
+        parsed = parse_action(text, role="sub", allowed_tools=SUB_TOOLS, max_chars=self.limits.max_action_chars)
+        turn = self._record_turn(traj, text, parsed.kind, parsed.error_kind)
+        if not parsed.ok:
+            traj.format_errors += 1
+            self._reply(agent, turn, format_error(parsed))
+        elif parsed.kind == "result":
+            traj.final = parsed.content
+            self._return_to_main(agent, parsed.content)
+            return
+        else:
+            record, out = call_tool(self._tools[agent], parsed)
+            turn.tool_call = record
+            self.record.tool_s += record.latency_s
+            self._reply(agent, turn, format_tool_response(out))
+        if len(traj.turns) >= self.limits.max_sub_turns:
+            traj.truncated = True
+            self._return_to_main(
+                agent, None, note=f"The sub-agent stopped at its limit of {self.limits.max_sub_turns} turns without a result."
+            )
+
+    def _return_to_main(self, agent: str, result: str | None, note: str = "") -> None:
+        main_turn = self._pending_delegate
+        self._reply(MAIN, main_turn, format_tool_response(result if result is not None else note))
+        self.agent_selection = MAIN
+        main = self._trajectories[MAIN]
+        if len(main.turns) >= self.limits.max_main_turns:
+            main.truncated = True
+            self._finish(end_reason="main_turn_limit")
+
+    def _finish(self, end_reason: str) -> None:
+        """Score the episode, pay every agent, and mark all of them done."""
+        record = self.record
+        main = self._trajectories[MAIN]
+        answer = main.final
+        verdict = self.scenario.verify(self._task, answer) if answer is not None else None
+        correct = bool(verdict.correct) if verdict else False
+        main.format_ok = answer is not None and main.format_errors == 0
+        main.reward = reward_fns.main_reward(main.format_ok, correct, self.reward_config.main_weights)
+        components: dict[str, Any] = {MAIN: {"format_ok": main.format_ok, "correct": correct, "reward": main.reward}}
+        for sub in record.subs:
+            sub.format_ok = sub.final is not None and sub.format_errors == 0
+            scorer = self.reward_config.expert
+            sub.expert = scorer(self._task, sub.task or "", sub.final or "") if (scorer and sub.final) else (0.0 if scorer else None)
+            sub.reward = reward_fns.sub_reward(sub.format_ok, correct, sub.expert or 0.0, self.reward_config.sub_weights)
+            components[sub.agent] = {"format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert, "reward": sub.reward}
+        record.final_answer = answer
+        record.correct = correct
+        record.score = float(verdict.score) if verdict else 0.0
+        record.truncated = answer is None
+        record.end_reason = end_reason
+        record.rewards = {a: c["reward"] for a, c in components.items()}
+        record.components = components
+        record.wall_s = time.perf_counter() - self._started
+        done = self.truncations if answer is None else self.terminations
+        for agent in self.agents:
+            self.rewards[agent] = components[agent]["reward"]
+            done[agent] = True
+            self.infos[agent] = {**self.infos.get(agent, {}), "reward_components": components[agent], "end_reason": end_reason}
+        self.agent_selection = self.agents[0]
+
+
+def raw_env(**kwargs: Any) -> MGRPOEnv:
+    """The bare environment, without PettingZoo's order-enforcing wrapper."""
+    return MGRPOEnv(**kwargs)
+
+
+def env(scenario: str | Scenario = "wiki-hops", split: str = "stage2", seed: int | None = None, **kwargs: Any) -> Any:
+    """``mgrpo_env.env(scenario="wiki-hops", split="stage2", seed=0)``: the AEC env, wrapped.
+
+    The wrapper enforces PettingZoo's call order (reset before step, ...). The bare env is
+    ``.unwrapped``; its ``record`` is the current episode's :class:`EpisodeRecord`.
+    """
+    return wrappers.OrderEnforcingWrapper(MGRPOEnv(scenario, split, seed=seed, **kwargs))

@@ -1,0 +1,155 @@
+"""What the AEC env and the single-agent env share: limits, reward settings, the world, tool calls.
+
+The env never imports torch; this module talks to scenarios and tools only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import mgrpo_scenarios
+from mgrpo_scenarios import Scenario, Task
+from mgrpo_scenarios.verifiers import normalize_answer, token_f1
+
+from .episode import ToolCall
+from .protocol import ParsedAction
+
+__all__ = ["Limits", "RewardConfig", "WorldHandle", "hop_expert_score", "call_tool", "resolve_scenario", "split_tasks"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Episode limits. Hitting one truncates cleanly: the agent is stopped, the episode goes on or ends.
+
+    Attributes:
+        max_main_turns: actions of the main agent (each delegation is one); then the episode is truncated.
+        max_sub_turns: actions of one sub-agent; then it stops and the main agent is told.
+        max_delegations: sub-agents per episode (agents ``sub_0 .. sub_{N-1}``).
+        max_action_chars: longer actions are a format failure ("too_long").
+        max_observation_chars: longer observations are cut with a note.
+    """
+
+    max_main_turns: int = 8
+    max_sub_turns: int = 6
+    max_delegations: int = 4
+    max_action_chars: int = 4000
+    max_observation_chars: int = 6000
+
+    def __post_init__(self) -> None:
+        for name in ("max_main_turns", "max_sub_turns", "max_action_chars", "max_observation_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Limits.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_delegations < 0:
+            raise ValueError(f"Limits.max_delegations must be >= 0, got {self.max_delegations}")
+        if self.max_observation_chars < 200:
+            raise ValueError("Limits.max_observation_chars must be >= 200 (room for an error message)")
+
+
+# (task, delegated subtask text, sub-agent's result) -> score in [0, 1], or None when it cannot judge
+ExpertScorer = Callable[[Task, str, str], "float | None"]
+
+
+def hop_expert_score(task: Task, subtask: str, result: str) -> float | None:
+    """r_expert from the scenario's per-hop gold answers.
+
+    The hops whose entity the subtask names are the candidates (all hops when it names none); the
+    score is the best over candidates of 1.0 when the hop's gold answer appears in the result
+    (normalised), else the token F1 between result and gold. None when the task has no hops.
+    """
+    if not task.hops:
+        return None
+    norm_task = normalize_answer(subtask)
+    candidates = [h for h in task.hops if h.entity and normalize_answer(h.entity) in norm_task] or list(task.hops)
+    norm_result = f" {normalize_answer(result)} "
+    best = 0.0
+    for hop in candidates:
+        gold = normalize_answer(hop.answer)
+        if gold and f" {gold} " in norm_result:
+            return 1.0
+        best = max(best, token_f1(result, hop.answer))
+    return best
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Reward weights (DESIGN.md; the paper's values by default) and the expert scorer.
+
+    Attributes:
+        main_weights: (a1, a2) for R_M = a1*r_format + a2*r_correct. Paper: (0.1, 0.9).
+        sub_weights: (b1, b2, b3) for R_S = b1*r_format + b2*r_correct^main + b3*r_expert.
+            Paper: (0.1, 0.4, 0.5); "the 0.4/0.5 balance is crucial".
+        expert: scorer for r_expert; default uses the scenario's per-hop gold answers. When it
+            returns None (no hops, no judge) the expert term is 0 and ``infos`` say so.
+    """
+
+    main_weights: tuple[float, float] = (0.1, 0.9)
+    sub_weights: tuple[float, float, float] = (0.1, 0.4, 0.5)
+    expert: ExpertScorer | None = hop_expert_score
+
+
+def resolve_scenario(scenario: str | Scenario, scenario_kwargs: Mapping[str, Any] | None) -> Scenario:
+    if isinstance(scenario, str):
+        return mgrpo_scenarios.get(scenario, **dict(scenario_kwargs or {}))
+    if scenario_kwargs:
+        raise ValueError("scenario_kwargs only apply when the scenario is given by name")
+    return scenario
+
+
+def split_tasks(scenario: Scenario, split: str, tasks: Sequence[Task] | None) -> list[Task]:
+    out = list(tasks) if tasks is not None else list(scenario.tasks(split))
+    if not out:
+        raise ValueError(f"no tasks in split {split!r} of scenario {getattr(scenario, 'name', scenario)!r}")
+    return out
+
+
+class WorldHandle:
+    """A running world: the one given, or the scenario's own, opened on first use and closed by ``close``."""
+
+    def __init__(self, scenario: Scenario, world: Any | None = None) -> None:
+        self._scenario = scenario
+        self._world = world
+        self._stack: contextlib.ExitStack | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def world(self) -> Any:
+        with self._lock:
+            if self._world is None:
+                self._stack = contextlib.ExitStack()
+                self._world = self._stack.enter_context(self._scenario.open())
+            return self._world
+
+    def make_tools(self) -> dict[str, Any]:
+        return self.world.make_tools()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._stack is not None:
+                self._stack.close()
+                self._stack = None
+                self._world = None
+
+
+def call_tool(tools: Mapping[str, Any], parsed: ParsedAction) -> tuple[ToolCall, str]:
+    """Run a parsed tool call against ``tools``: the record and the text the agent reads.
+
+    Every failure is a record with ok=False and an error text, never an exception.
+    """
+    name = parsed.tool_name or ""
+    arguments = dict(parsed.arguments or {})
+    tool = tools.get(name)
+    if tool is None:
+        error = f"unavailable: the tool '{name}' is not available here"
+        return ToolCall(name, arguments, ok=False, error=error), f"Error ({name}): {error}"
+    try:
+        result = tool(arguments)
+    except Exception as exc:  # tools promise not to raise; if one does, the episode still goes on
+        error = f"internal: {type(exc).__name__}: {exc}"
+        return ToolCall(name, arguments, ok=False, error=error), f"Error ({name}): {error}"
+    meta = {k: v for k, v in result.meta.items() if isinstance(v, (str, int, float, bool)) or v is None}
+    record = ToolCall(name, arguments, ok=result.ok, error=result.error, latency_s=result.latency_s, meta=meta)
+    return record, result.text

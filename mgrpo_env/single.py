@@ -1,0 +1,173 @@
+"""The single-agent baseline as a Gymnasium environment.
+
+Description:
+    One agent holds all of the sub-agent's tools (``search``, ``visit``, ``click``) and answers the
+    question itself with ``<answer>``: the single-agent GRPO baseline of the paper.
+
+Action space:
+    :class:`mgrpo_env.spaces.ProtocolText` (role "single"): the agent's text for one turn.
+
+Observation space:
+    ``Dict({"text": Text})``: the question at reset, then each ``<tool_response>``. The whole chat is
+    ``info["messages"]``.
+
+Rewards:
+    At the end only: R = a1*r_format + a2*r_correct if the format was valid, else 0 (the main agent's
+    formula, DESIGN.md). Components in ``info["reward_components"]``.
+
+Starting state:
+    ``reset(seed=, options=)`` picks a task with ``self.np_random`` (or ``options["task_id"]`` /
+    ``options["task"]``).
+
+Episode end:
+    Terminated on ``<answer>``; truncated after ``max_turns`` actions.
+
+Arguments:
+    scenario, split, seed, scenario_kwargs, world, tasks, max_turns (16), max_action_chars,
+    max_observation_chars, main_weights ((0.1, 0.9)), render_mode ("ansi").
+
+Version history:
+    v0: first release.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+
+from mgrpo_scenarios import Scenario, Task
+
+from . import rewards as reward_fns
+from .core import WorldHandle, call_tool, resolve_scenario, split_tasks
+from .episode import AgentTrajectory, EpisodeRecord, Turn
+from .protocol import SINGLE_TOOLS, format_error, format_tool_response, parse_action, system_prompt
+from .spaces import ProtocolText, observation_space, sanitize
+
+__all__ = ["SingleAgentEnv", "single_agent_env"]
+
+
+class SingleAgentEnv(gym.Env):
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        scenario: str | Scenario = "wiki-hops",
+        split: str = "stage2",
+        *,
+        seed: int | None = None,
+        scenario_kwargs: dict[str, Any] | None = None,
+        world: Any | None = None,
+        tasks: Sequence[Task] | None = None,
+        max_turns: int = 16,
+        max_action_chars: int = 4000,
+        max_observation_chars: int = 6000,
+        main_weights: tuple[float, float] = (0.1, 0.9),
+        render_mode: str | None = None,
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.scenario = resolve_scenario(scenario, scenario_kwargs)
+        self.split = split
+        self.max_turns = max_turns
+        self.max_action_chars = max_action_chars
+        self.max_observation_chars = max_observation_chars
+        self.main_weights = main_weights
+        self.render_mode = render_mode
+        self._tasks = split_tasks(self.scenario, split, tasks)
+        self._world = WorldHandle(self.scenario, world)
+        self._default_seed = seed
+        self._seeded = False
+        self.observation_space = observation_space(max_observation_chars)
+        self.action_space = ProtocolText(max_action_chars, "single")
+        self._prompt = system_prompt("single", SINGLE_TOOLS)
+        self.record: EpisodeRecord | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+        if seed is None and not self._seeded:
+            seed = self._default_seed
+        super().reset(seed=seed)
+        self._seeded = True
+        options = options or {}
+        if isinstance(options.get("task"), Task):
+            self._task = options["task"]
+        elif "task_id" in options:
+            matches = [t for t in self._tasks if t.id == options["task_id"]]
+            if not matches:
+                raise ValueError(f"no task with id {options['task_id']!r} in split {self.split!r}")
+            self._task = matches[0]
+        else:
+            self._task = self._tasks[int(self.np_random.integers(len(self._tasks)))]
+        self._traj = AgentTrajectory(agent="single_0", role="single")
+        self._traj.messages += [{"role": "system", "content": self._prompt}, {"role": "user", "content": self._task.question}]
+        self._tools = self._world.make_tools()
+        self.record = EpisodeRecord(episode_id=uuid.uuid4().hex[:12], task=self._task.to_dict(), seed=seed, main=self._traj)
+        self._started = time.perf_counter()
+        self._obs = sanitize(self._task.question, self.max_observation_chars)
+        return {"text": self._obs}, self._info()
+
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        return {"task_id": self._task.id, "turn": len(self._traj.turns), "messages": self._traj.messages, **extra}
+
+    def step(self, action: str) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
+        text = action if isinstance(action, str) else ""
+        traj = self._traj
+        parsed = parse_action(text, role="single", allowed_tools=SINGLE_TOOLS, max_chars=self.max_action_chars)
+        turn = Turn(action=text, kind=parsed.kind, error_kind=parsed.error_kind)
+        traj.turns.append(turn)
+        traj.messages.append({"role": "assistant", "content": text})
+        if parsed.kind == "answer":
+            traj.final = parsed.content
+            return {"text": self._obs}, *self._finish(terminated=True)
+        if not parsed.ok:
+            traj.format_errors += 1
+            observation = format_error(parsed)
+        else:
+            turn.tool_call, out = call_tool(self._tools, parsed)
+            self.record.tool_s += turn.tool_call.latency_s
+            observation = format_tool_response(out)
+        turn.observation = observation
+        traj.messages.append({"role": "user", "content": observation})
+        self._obs = sanitize(observation, self.max_observation_chars)
+        if len(traj.turns) >= self.max_turns:
+            traj.truncated = True
+            return {"text": self._obs}, *self._finish(terminated=False)
+        return {"text": self._obs}, 0.0, False, False, self._info()
+
+    def _finish(self, terminated: bool) -> tuple[float, bool, bool, dict[str, Any]]:
+        traj, record = self._traj, self.record
+        verdict = self.scenario.verify(self._task, traj.final) if traj.final is not None else None
+        correct = bool(verdict.correct) if verdict else False
+        traj.format_ok = traj.final is not None and traj.format_errors == 0
+        traj.reward = reward_fns.main_reward(traj.format_ok, correct, self.main_weights)
+        components = {"format_ok": traj.format_ok, "correct": correct, "reward": traj.reward}
+        record.final_answer = traj.final
+        record.correct = correct
+        record.score = float(verdict.score) if verdict else 0.0
+        record.truncated = not terminated
+        record.end_reason = "answer" if terminated else "turn_limit"
+        record.rewards = {traj.agent: traj.reward}
+        record.components = {traj.agent: components}
+        record.wall_s = time.perf_counter() - self._started
+        return traj.reward, terminated, not terminated, self._info(reward_components=components)
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        last = self._traj.turns[-1] if self._traj.turns else None
+        if last is None:
+            return f"[single_0] {self._obs[:500]}"
+        return f"[single_0 turn {len(self._traj.turns)}] {last.action[:300]!r} -> {last.observation[:300]!r}"
+
+    def close(self) -> None:
+        self._world.close()
+
+
+def single_agent_env(scenario: str | Scenario = "wiki-hops", split: str = "stage2", **kwargs: Any) -> SingleAgentEnv:
+    """``mgrpo_env.single_agent_env(scenario="wiki-hops", split="stage2")``: the Gymnasium env."""
+    return SingleAgentEnv(scenario, split, **kwargs)

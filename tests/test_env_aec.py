@@ -1,0 +1,183 @@
+"""The AEC hierarchy: protocol flow, rewards by hand, limits, malformed input, PettingZoo's checkers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pettingzoo.test import api_test, seed_test
+
+import mgrpo_env
+from mgrpo_env import Limits
+
+
+def call(name: str, **arguments) -> str:
+    return f"<think>step</think><tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+@pytest.fixture()
+def make_env(small_scenario, small_world):
+    envs = []
+
+    def factory(**kwargs):
+        kwargs.setdefault("split", "stage2/test")
+        env = mgrpo_env.env(scenario=small_scenario, world=small_world, seed=0, **kwargs)
+        envs.append(env)
+        return env
+
+    yield factory
+    for env in envs:
+        env.close()
+
+
+def first_chain_task(scenario, split="stage2/test"):
+    return next(t for t in scenario.tasks(split) if t.kind == "chain" and len(t.hops) == 2)
+
+
+def run_hop(env, hop) -> str:
+    """Drive the selected sub-agent through search -> visit -> result for one hop, reading the page."""
+    agent = env.agent_selection
+    assert agent.startswith("sub_")
+    env.step(call("search", queries=[hop.entity]))
+    obs = env.observe(agent)["text"]
+    assert obs.startswith("<tool_response>") and hop.entity in obs
+    url = next(line[5:] for i, line in enumerate(obs.splitlines()) if line.startswith("URL: ")
+               and obs.splitlines()[i - 1].endswith(f"] {hop.entity}"))
+    env.step(call("visit", url=url, goal=hop.question))
+    page = env.observe(agent)["text"]
+    assert "Title:" in page
+    env.step(f"<think>found</think><result>{hop.answer}</result>")
+    return page
+
+
+def test_delegation_flow_and_rewards_by_hand(make_env, small_scenario):
+    env = make_env()
+    task = first_chain_task(small_scenario)
+    env.reset(seed=1, options={"task": task})
+    assert env.agents == ["main_0"] and env.agent_selection == "main_0"
+    obs, reward, term, trunc, info = env.last()
+    assert obs["text"] == task.question and reward == 0 and not term and not trunc
+    assert info["messages"][0]["role"] == "system" and "delegate" in info["messages"][0]["content"]
+
+    for i, hop in enumerate(task.hops):
+        env.step(call("delegate", task=hop.question, context="be precise"))
+        assert env.agent_selection == f"sub_{i}"  # a fresh name per delegation
+        assert env.observe(f"sub_{i}")["text"] == f"Subtask: {hop.question}\nContext: be precise"
+        run_hop(env, hop)
+        assert env.agent_selection == "main_0"
+        assert env.observe("main_0")["text"] == f"<tool_response>\n{hop.answer}\n</tool_response>"
+        assert f"sub_{i}" in env.agents  # a sub that reported waits to be paid
+    env.step(f"<think>done</think><answer>{task.answer}</answer>")
+
+    assert all(env.terminations.values()) and not any(env.truncations.values())
+    record = env.unwrapped.record
+    assert record.correct and record.final_answer == task.answer and record.num_subs == 2
+    # R_M = 0.1*1 + 0.9*1 ; R_S = 0.1*1 + 0.4*1 + 0.5*expert(=1, the result is the hop's gold answer)
+    assert record.rewards == {"main_0": pytest.approx(1.0), "sub_0": pytest.approx(1.0), "sub_1": pytest.approx(1.0)}
+    paid = {}
+    for agent in env.agent_iter():
+        _, reward, term, _, info = env.last()
+        paid[agent] = reward
+        assert term and info["reward_components"]["reward"] == pytest.approx(reward)
+        env.step(None)
+    assert paid == record.rewards and env.agents == []
+    assert [len(s.tool_calls) for s in record.subs] == [2, 2]
+    assert all(tc.ok and tc.latency_s > 0 for s in record.subs for tc in s.tool_calls)
+
+
+def test_wrong_answer_and_format_failures(make_env, small_scenario):
+    env = make_env()
+    task = first_chain_task(small_scenario)
+    env.reset(seed=1, options={"task": task})
+    env.step("I think the answer is obvious")  # no tag: a format failure, not an exception
+    obs = env.observe("main_0")["text"]
+    assert obs.startswith("<tool_response>\nError (no_tag)")
+    env.step(call("delegate", task=task.hops[0].question))
+    env.step(call("search", queries=5))  # bad arguments: not a list of strings
+    assert "Error (bad_arguments)" in env.observe("sub_0")["text"]
+    env.step("<result>Nobody</result>")  # well-formed but wrong: expert from F1 with the hop answer
+    env.step(f"<answer>{task.answer}</answer>")
+    rec = env.unwrapped.record
+    main, sub = rec.components["main_0"], rec.components["sub_0"]
+    assert rec.correct and main["format_ok"] is False and main["reward"] == 0.0  # invalid format -> 0
+    assert sub["format_ok"] is False and sub["reward"] == 0.0
+    assert rec.main.format_errors == 1 and rec.subs[0].format_errors == 1
+
+
+def test_sub_reward_components_by_hand(make_env, small_scenario):
+    env = make_env()
+    task = first_chain_task(small_scenario)
+    env.reset(seed=1, options={"task": task})
+    env.step(call("delegate", task=task.hops[0].question))
+    env.step("<result>no idea</result>")  # valid format, expert 0
+    env.step("<answer>wrong answer</answer>")
+    rec = env.unwrapped.record
+    assert not rec.correct
+    assert rec.rewards["main_0"] == pytest.approx(0.1)  # 0.1*format + 0.9*0
+    assert rec.components["sub_0"]["expert"] == 0.0
+    assert rec.rewards["sub_0"] == pytest.approx(0.1)  # 0.1*format + 0.4*0 + 0.5*0
+
+
+def test_limits_truncate_cleanly(make_env, small_scenario):
+    env = make_env(max_main_turns=3, max_sub_turns=2, max_delegations=1, max_observation_chars=300)
+    task = first_chain_task(small_scenario)
+    env.reset(seed=1, options={"task": task})
+    env.step(call("delegate", task=task.hops[0].question))
+    env.step(call("search", queries=[task.hops[0].entity]))
+    assert len(env.observe("sub_0")["text"]) <= 300 and "[truncated:" in env.observe("sub_0")["text"]
+    env.step(call("search", queries=["again"]))  # second sub turn: its limit
+    assert env.agent_selection == "main_0"
+    assert "limit of 2 turns" in env.observe("main_0")["text"]
+    env.step(call("delegate", task="more"))  # over the delegation limit: told, not crashed
+    assert "delegations of this episode are used" in env.observe("main_0")["text"]
+    env.step("<think>hmm</think>")  # third main turn: truncation
+    assert all(env.truncations.values()) and not any(env.terminations.values())
+    rec = env.unwrapped.record
+    assert rec.truncated and rec.end_reason == "main_turn_limit" and rec.rewards["main_0"] == 0.0
+    assert rec.subs[0].truncated and rec.subs[0].final is None
+
+
+def test_too_long_action_is_a_format_failure(make_env):
+    env = make_env(max_action_chars=100)
+    env.reset(seed=0)
+    env.step("<answer>" + "x" * 200 + "</answer>")
+    assert "Error (too_long)" in env.observe("main_0")["text"]
+
+
+def test_non_string_action_is_a_format_failure(make_env):
+    env = make_env()
+    env.reset(seed=0)
+    env.step(12345)
+    assert "Error (no_tag)" in env.observe("main_0")["text"]
+
+
+def test_reset_is_deterministic_and_uses_np_random(make_env):
+    a, b = make_env(), make_env()
+    a.reset(seed=7)
+    b.reset(seed=7)
+    assert a.unwrapped.task.id == b.unwrapped.task.id
+    ids = set()
+    for s in range(20):
+        a.reset(seed=s)
+        ids.add(a.unwrapped.task.id)
+    assert len(ids) > 5
+
+
+def test_pettingzoo_api_test(make_env):
+    api_test(make_env(), num_cycles=1000, verbose_progress=False)
+
+
+def test_pettingzoo_seed_test(small_scenario, small_world):
+    seed_test(lambda: mgrpo_env.env(scenario=small_scenario, world=small_world, split="stage2/test"), num_cycles=200)
+
+
+def test_random_play_reaches_sub_agents(make_env):
+    env = make_env()
+    seen = set()
+    for episode in range(15):
+        env.reset(seed=episode)
+        for agent in env.agent_iter(400):
+            seen.add(agent)
+            _, _, term, trunc, _ = env.last()
+            env.step(None if term or trunc else env.action_space(agent).sample())
+    assert {"main_0", "sub_0", "sub_1"} <= seen
