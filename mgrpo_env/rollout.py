@@ -146,12 +146,13 @@ def collect(
                 stats.by_role_requests[role] += len(requests)
                 if len(responses) != len(requests):
                     raise ValueError(f"the {role} policy returned {len(responses)} responses for {len(requests)} requests")
-                for (i, agent), response in zip(items, responses):
+                for (i, agent), response in zip(items, responses, strict=True):
                     if not isinstance(response, PolicyResponse):
                         response = PolicyResponse(str(response))
                     actions[i] = (agent, response)
             t0 = time.perf_counter()
-            list(pool.map(lambda i: _step(envs[i], *actions[i]), active))
+            jobs = [(envs[i], *actions[i]) for i in active]
+            list(pool.map(lambda job: _step(*job), jobs))
             stats.step_s += time.perf_counter() - t0
             stats.env_steps += len(active)
             if on_round is not None:

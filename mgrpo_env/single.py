@@ -38,7 +38,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
-
 from mgrpo_scenarios import Scenario, Task
 
 from . import rewards as reward_fns

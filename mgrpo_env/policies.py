@@ -1,0 +1,165 @@
+"""Scripted policies: an oracle that solves tasks through the protocol, and a random one.
+
+Both follow :class:`mgrpo_env.rollout.Policy` (a list of requests in, a list of texts out) and are
+stateless: everything they need is in the request's chat history, so one instance serves any
+number of concurrent episodes.
+
+The oracle decomposes the question with the task's gold hops (the ``task`` field of a request is
+the "cheat" channel that only scripted policies read), delegates one hop per sub-agent - for a
+chained hop it names the entity the previous sub-agent REPORTED, not the gold one - and combines
+the reports. Its sub-agent searches the entity, visits the exactly matching hit (every page of it)
+and reads the value with the scenario's reader. Scenarios opt in by providing
+``oracle_read(relation, page_text) -> str`` (raises LookupError) and
+``oracle_combine(task, finals) -> str``; tasks may give ``metadata["chains"]`` (lists of hop
+indices, default one chain of all hops).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from mgrpo_scenarios import Scenario, Task
+
+from .protocol import parse_action
+from .rollout import PolicyRequest
+from .spaces import ProtocolText
+
+__all__ = ["OraclePolicy", "RandomPolicy"]
+
+_RESPONSE = re.compile(r"^<tool_response>\n?(.*?)\n?</tool_response>$", re.DOTALL)
+_PAGE = re.compile(r"^Page (\d+) of (\d+)", re.MULTILINE)
+
+
+def _call(name: str, **arguments: Any) -> str:
+    return f"<think>{name} next</think><tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def _unwrap(observation: str) -> str:
+    match = _RESPONSE.match(observation.strip())
+    return match.group(1) if match else observation
+
+
+def _exchanges(messages: Sequence[dict[str, str]], role: str) -> list[tuple[Any, str]]:
+    """(parsed assistant action, the observation that followed it) for each past turn."""
+    out = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        reply = messages[i + 1]["content"] if i + 1 < len(messages) else ""
+        out.append((parse_action(message["content"], role=role, allowed_tools=_ANY_TOOLS), reply))
+    return out
+
+
+_ANY_TOOLS = ("delegate", "reason", "search", "visit", "click")
+
+
+class OraclePolicy:
+    """Scripted solver for ``role`` ("main" or "sub") of a scenario that provides the oracle hooks."""
+
+    def __init__(self, scenario: Scenario, role: str) -> None:
+        if role not in ("main", "sub"):
+            raise ValueError(f"role must be 'main' or 'sub', got {role!r}")
+        for hook in ("oracle_read", "oracle_combine"):
+            if not hasattr(scenario, hook):
+                raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r} has no {hook}(): no oracle policy")
+        self.scenario = scenario
+        self.role = role
+
+    def __call__(self, requests: Sequence[PolicyRequest]) -> list[str]:
+        act = self._main if self.role == "main" else self._sub
+        return [act(r) for r in requests]
+
+    # -- main: one delegation per hop, then combine -------------------------------------------
+
+    def _main(self, request: PolicyRequest) -> str:
+        task: Task = request.task
+        chains = [list(c) for c in task.metadata.get("chains", [list(range(len(task.hops)))])]
+        order = [(c, pos) for c in range(len(chains)) for pos in range(len(chains[c]))]
+        reports = [_unwrap(reply) for parsed, reply in _exchanges(request.messages, "main") if parsed.tool_name == "delegate"]
+        names: list[list[str]] = [[] for _ in chains]  # the entity each delegated hop was about
+        for c, pos in order[: len(reports)]:
+            names[c].append(task.hops[chains[c][pos]].entity if pos == 0 else _last_report(reports, order, c, pos))
+        if len(reports) < len(order):
+            c, pos = order[len(reports)]
+            hop = task.hops[chains[c][pos]]
+            name = hop.entity if pos == 0 else _last_report(reports, order, c, pos)
+            context = json.dumps({"entity": name, "relation": hop.relation})
+            return _call("delegate", task=hop.question.replace(hop.entity, name), context=context)
+        finals = []
+        for c, chain in enumerate(chains):
+            last = order.index((c, len(chain) - 1))
+            finals.append((names[c][-1], reports[last]))
+        try:
+            answer = self.scenario.oracle_combine(task, finals)
+        except (LookupError, ValueError):
+            answer = "unknown"
+        return f"<think>combine the reports</think><answer>{answer or 'unknown'}</answer>"
+
+    # -- sub: search -> visit every page -> read -> report ---------------------------------------
+
+    def _sub(self, request: PolicyRequest) -> str:
+        first = request.messages[1]["content"]
+        context = first.split("\nContext: ", 1)[1] if "\nContext: " in first else "{}"
+        try:
+            hint = json.loads(context)
+            entity, relation = hint["entity"], hint["relation"]
+        except (ValueError, KeyError, TypeError):
+            return "<think>no usable context</think><result>I cannot tell what to look up.</result>"
+        history = _exchanges(request.messages, "sub")
+        if not history:
+            return _call("search", queries=[entity])
+        parsed, reply = history[-1]
+        body = _unwrap(reply)
+        if parsed.tool_name == "search":
+            url = _find_hit(body, entity)
+            if url:
+                return _call("visit", url=url, goal=f"{relation} of {entity}")
+            searches = sum(1 for p, _ in history if p.tool_name == "search")
+            if searches == 1:
+                return _call("search", queries=[f'"{entity}"'])
+            return f"<think>not found</think><result>No page titled {entity} was found.</result>"
+        if parsed.tool_name == "visit":
+            page = _PAGE.search(body)
+            if page and int(page.group(1)) < int(page.group(2)):
+                return _call("visit", url=parsed.arguments["url"], goal=parsed.arguments["goal"], page=int(page.group(1)) + 1)
+            url = parsed.arguments["url"]
+            text = "\n".join(
+                _page_text(_unwrap(r)) for p, r in history if p.tool_name == "visit" and p.arguments.get("url") == url
+            )
+            try:
+                value = self.scenario.oracle_read(relation, text)
+            except LookupError as exc:
+                return f"<think>missing</think><result>Not found: {exc}</result>"
+            return f"<think>read it</think><result>{value}</result>"
+        return f"<think>lost</think><result>No answer for {entity}.</result>"
+
+
+def _last_report(reports: list[str], order: list[tuple[int, int]], chain: int, pos: int) -> str:
+    return reports[order.index((chain, pos - 1))]
+
+
+def _find_hit(search_text: str, title: str) -> str | None:
+    lines = search_text.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if re.fullmatch(rf"\[\d+\] {re.escape(title)}", line) and lines[i + 1].startswith("URL: "):
+            return lines[i + 1][5:].strip()
+    return None
+
+
+def _page_text(visit_text: str) -> str:
+    """A visit result without its Goal / Title / URL / Page header."""
+    head, sep, body = visit_text.partition("\n\n")
+    return body if sep and "\nPage " in "\n" + head else visit_text
+
+
+class RandomPolicy:
+    """Samples actions from the role's :class:`ProtocolText` space (half well-formed, half noise)."""
+
+    def __init__(self, role: str, seed: int = 0, max_chars: int = 4000) -> None:
+        self.space = ProtocolText(max_chars, role, seed=seed)
+
+    def __call__(self, requests: Sequence[PolicyRequest]) -> list[str]:
+        return [self.space.sample() for _ in requests]

@@ -1,0 +1,310 @@
+"""The ``wiki-hops`` scenario: a seeded fictional encyclopedia served on loopback, with multi-hop questions.
+
+Description:
+    A world of ~2,000 invented entities (people, places, organisations, works, events) linked by typed
+    relations, rendered as one HTML page per entity (infobox, prose, reverse-relation lists, distractor
+    links; a share of pages is built by JavaScript). No model can know the answers in advance: every
+    name and fact is generated from the seed. Agents answer with the ``search`` (tantivy index of the
+    pages), ``visit`` and ``click`` tools, exactly as on the open web.
+
+Splits:
+    ``stage1/train``, ``stage1/test`` (one-hop lookups), ``stage2/train``, ``stage2/test`` (2-4 hop
+    chains, comparisons, aggregations). ``stage1`` and ``stage2`` alone mean their train part.
+
+Arguments:
+    seed: the only source of randomness (same seed, version and size -> byte-identical pages and tasks).
+    num_entities: world size (default 2000).
+    js_fraction: share of pages whose body is built by an inline script (default 0.1).
+    data_dir: where worlds are cached; default ``$MGRPO_DATA_DIR`` or ``~/.cache/mgrpo``. A world lives
+        in ``<data_dir>/wiki-hops/v{version}-s{seed}-n{num_entities}-js{js_fraction}``.
+    browser_mode: ``"auto"`` (render pages that need JavaScript in Chromium), ``"never"``, ``"always"``.
+    page_chars: characters per page of text shown by ``visit``.
+    cache_path: optional SQLite response cache shared by the fetchers and the search tool.
+    near_dup_fraction: share of entities that are near-duplicate siblings of another (default 0.1).
+    split_sizes: tasks per split (default 400 train / 100 test per stage).
+
+Version history:
+    1: first version. Any change that alters pages or tasks for the same arguments bumps VERSION.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from mgrpo_scenarios.base import Task, Verdict
+from mgrpo_tools.base import Tool
+
+from .pages import write_site
+from .questions import DEFAULT_SIZES, SPLITS, generate_tasks
+from .world import World, generate_world
+
+__all__ = ["WikiHops", "WikiWorld", "VERSION"]
+
+VERSION = "1"
+DEFAULT_NEAR_DUP = 0.1
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("MGRPO_DATA_DIR") or Path.home() / ".cache" / "mgrpo")
+
+
+class WikiHops:
+    """The built-in offline deep-research scenario (see the module docstring)."""
+
+    name = "wiki-hops"
+
+    def __init__(
+        self,
+        seed: int = 0,
+        num_entities: int = 2000,
+        js_fraction: float = 0.1,
+        data_dir: str | Path | None = None,
+        browser_mode: str = "auto",
+        page_chars: int = 4000,
+        cache_path: str | Path | None = None,
+        near_dup_fraction: float = DEFAULT_NEAR_DUP,
+        split_sizes: dict[str, int] | None = None,
+    ) -> None:
+        if browser_mode not in ("auto", "never", "always"):
+            raise ValueError(f"browser_mode must be 'auto', 'never' or 'always', got {browser_mode!r}")
+        unknown = sorted(set(split_sizes or {}) - set(SPLITS))
+        if unknown:
+            raise ValueError(f"unknown split(s) {unknown}; valid: {list(SPLITS)}")
+        if num_entities < 50:
+            raise ValueError(f"num_entities must be >= 50, got {num_entities}")
+        if not 0.0 <= js_fraction <= 1.0:
+            raise ValueError(f"js_fraction must be in [0, 1], got {js_fraction}")
+        self.seed = int(seed)
+        self.num_entities = int(num_entities)
+        self.js_fraction = float(js_fraction)
+        self.near_dup_fraction = float(near_dup_fraction)
+        self.split_sizes = {**DEFAULT_SIZES, **(split_sizes or {})}
+        self.browser_mode = browser_mode
+        self.page_chars = page_chars
+        self.cache_path = Path(cache_path) if cache_path is not None else None
+        self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+        self.metadata: dict[str, Any] = {
+            "version": VERSION,
+            "seed": self.seed,
+            "num_entities": self.num_entities,
+            "js_fraction": self.js_fraction,
+            "near_dup_fraction": self.near_dup_fraction,
+            "split_sizes": dict(self.split_sizes),
+        }
+        self._tasks: dict[str, list[Task]] | None = None
+
+    # ------------------------------------------------------------------------------- building
+
+    @property
+    def root(self) -> Path:
+        """The folder of this world: ``<data_dir>/wiki-hops/v1-s0-n2000-js0.1`` (plus a hash of any
+        non-default generation option)."""
+        name = f"v{VERSION}-s{self.seed}-n{self.num_entities}-js{self.js_fraction:g}"
+        extra = {}
+        if self.near_dup_fraction != DEFAULT_NEAR_DUP:
+            extra["near_dup_fraction"] = self.near_dup_fraction
+        if self.split_sizes != DEFAULT_SIZES:
+            extra["split_sizes"] = self.split_sizes
+        if extra:
+            blob = json.dumps(extra, sort_keys=True).encode()
+            name += "-" + hashlib.sha256(blob).hexdigest()[:8]
+        return self.data_dir / "wiki-hops" / name
+
+    def graph(self) -> World:
+        """The entity graph (regenerated from the seed; cheap, well under a second at default size)."""
+        return generate_world(self.seed, self.num_entities, self.js_fraction, self.near_dup_fraction)
+
+    def build(self) -> Path:
+        """Generate the world into :attr:`root` unless it is there already; returns :attr:`root`.
+
+        Writes ``pages/`` (``index.html``, ``wiki/<Slug>.html``, ``category/<Type>.html``),
+        ``tasks.jsonl``, ``index/`` (tantivy over ``wiki/*.html``) and ``manifest.json``. It is built
+        in a temporary sibling folder and renamed into place, so a concurrent build or a crash never
+        leaves a half world: the first rename wins and the other builder discards its copy.
+        """
+        from mgrpo_tools.search import TantivyIndex
+
+        root = self.root
+        if (root / "manifest.json").is_file():
+            return root
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp = root.parent / f".{root.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            t0 = time.perf_counter()
+            world = self.graph()
+            tasks = generate_tasks(world, self.split_sizes)
+            t1 = time.perf_counter()
+            site = write_site(world, tmp / "pages")
+            with (tmp / "tasks.jsonl").open("w", encoding="utf-8") as f:
+                for split in SPLITS:
+                    for task in tasks[split]:
+                        f.write(json.dumps(task.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
+            t2 = time.perf_counter()
+            TantivyIndex.build(tmp / "pages", tmp / "index", glob="wiki/*.html")
+            t3 = time.perf_counter()
+            manifest = {
+                "scenario": self.name,
+                "metadata": self.metadata,
+                "counts": {
+                    "entities": {t: len(world.by_type(t)) for t in ("person", "place", "organisation", "work", "event")},
+                    "near_duplicates": sum(1 for e in world.entities if e.sibling_of is not None),
+                    **site,
+                    "tasks": {s: len(tasks[s]) for s in SPLITS},
+                },
+                "build_seconds": {"generate": round(t1 - t0, 3), "write": round(t2 - t1, 3),
+                                  "index": round(t3 - t2, 3), "total": round(t3 - t0, 3)},
+            }
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            try:
+                os.rename(tmp, root)
+            except OSError:
+                if not (root / "manifest.json").is_file():
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return root
+
+    def manifest(self) -> dict[str, Any]:
+        return json.loads((self.build() / "manifest.json").read_text())
+
+    # ------------------------------------------------------------------------------- tasks
+
+    def splits(self) -> list[str]:
+        return list(SPLITS)
+
+    def _load_tasks(self) -> dict[str, list[Task]]:
+        if self._tasks is None:
+            out: dict[str, list[Task]] = {s: [] for s in SPLITS}
+            with (self.build() / "tasks.jsonl").open(encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        task = Task.from_dict(json.loads(line))
+                        out[task.split].append(task)
+            self._tasks = out
+        return self._tasks
+
+    def tasks(self, split: str) -> Iterator[Task]:
+        """The tasks of ``split`` in a fixed order; ``"stage1"``/``"stage2"`` mean their train part."""
+        name = split if "/" in split else f"{split}/train"
+        if name not in SPLITS:
+            raise KeyError(f"unknown split {split!r}; valid: {list(SPLITS)} (or 'stage1', 'stage2')")
+        return iter(list(self._load_tasks()[name]))
+
+    # ------------------------------------------------------------------------------- world
+
+    def open(self) -> WikiWorld:
+        """Build if needed and start the world; use as ``with scenario.open() as world: ...``."""
+        return WikiWorld(self.build(), browser_mode=self.browser_mode, page_chars=self.page_chars,
+                         cache_path=self.cache_path)
+
+    def verify(self, task: Task, prediction: str) -> Verdict:
+        from mgrpo_scenarios.verifiers import AnswerVerifier
+
+        return AnswerVerifier().verify(task, prediction)
+
+    def oracle(self, task: Task, tools: dict[str, Tool]) -> Any:
+        """Solve ``task`` through ``tools`` only (see :mod:`.oracle`); returns an ``OracleRun``."""
+        from .oracle import solve
+
+        return solve(task, tools)
+
+    def oracle_read(self, relation: str, page_text: str) -> str:
+        """Read ``relation`` off a visited page's text (the oracle policy's sub-agent uses it)."""
+        from .oracle import read_relation
+
+        return read_relation(relation, page_text)
+
+    def oracle_combine(self, task: Task, finals: list[tuple[str, str]]) -> str:
+        """Combine each chain's (entity, value) report into the final answer (the oracle's main agent)."""
+        from .oracle import combine
+
+        return combine(task, finals)
+
+    def __repr__(self) -> str:
+        return (f"WikiHops(seed={self.seed}, num_entities={self.num_entities}, js_fraction={self.js_fraction}, "
+                f"root={str(self.root)!r})")
+
+
+class WikiWorld:
+    """A running wiki-hops world: loopback site, URL policy, fetchers, search index and tools.
+
+    Attributes:
+        url: the site's base URL (``http://127.0.0.1:PORT``).
+        tools: a ready tool set ``{"search", "visit", "click"}``; :meth:`make_tools` gives another one
+            with its own browsing session (the fetchers, browser and index are shared).
+    """
+
+    def __init__(self, root: Path, *, browser_mode: str = "auto", page_chars: int = 4000,
+                 cache_path: Path | None = None) -> None:
+        from mgrpo_tools.browser import BrowserFetcher
+        from mgrpo_tools.cache import ResponseCache
+        from mgrpo_tools.fetch import HttpFetcher
+        from mgrpo_tools.search import SearchTool, TantivyIndex
+        from mgrpo_tools.url_policy import UrlPolicy
+        from mgrpo_tools.webserver import LoopbackSite
+
+        self.root = root
+        self.browser_mode = browser_mode
+        self.page_chars = page_chars
+        self.cache = None
+        self.site = None
+        self.http = None
+        self.browser = None
+        try:
+            self.cache = ResponseCache(cache_path) if cache_path is not None else None
+            self.site = LoopbackSite(root / "pages").start()
+            self.url = self.site.url
+            self.policy = UrlPolicy()
+            self.policy.allow_origin(self.site.url)
+            self.http = HttpFetcher(self.policy, cache=self.cache)
+            # BrowserFetcher starts Chromium on its first fetch only: worlds that never meet a
+            # JavaScript page never launch a browser.
+            self.browser = BrowserFetcher(self.policy, cache=self.cache) if browser_mode != "never" else None
+            self.index = TantivyIndex(root / "index", url_prefix=self.site.url)
+            self.search = SearchTool(self.index, k=5, max_results=10, cache=self.cache)
+            self.tools = self.make_tools()
+        except BaseException:
+            self.close()
+            raise
+
+    def make_tools(self) -> dict[str, Tool]:
+        """A fresh ``{"search", "visit", "click"}`` set with its own browsing session."""
+        from mgrpo_tools.visit import make_browsing_tools
+
+        assert self.http is not None
+        browsing = make_browsing_tools(self.http, self.browser, self.browser_mode, self.page_chars)
+        return {"search": self.search, **browsing}
+
+    def close(self) -> None:
+        """Stop the browser, the fetcher, the site and the cache; safe to call twice."""
+        for closer in (
+            (self.browser.close if self.browser is not None else None),
+            (self.http.close if self.http is not None else None),
+            (self.site.stop if self.site is not None else None),
+            (self.cache.close if self.cache is not None else None),
+        ):
+            if closer is not None:
+                with contextlib.suppress(Exception):  # closing the rest matters more
+                    closer()
+        self.browser = self.http = None
+        self.cache = None
+        if self.site is not None:
+            self.site = None
+
+    def __enter__(self) -> WikiWorld:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
