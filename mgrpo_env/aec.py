@@ -56,7 +56,7 @@ from . import rewards as reward_fns
 from .core import Limits, RewardConfig, WorldHandle, call_tool, resolve_scenario, split_tasks
 from .episode import AgentTrajectory, EpisodeRecord, Turn
 from .protocol import MAIN_TOOLS, SUB_TOOLS, format_error, format_tool_response, parse_action, system_prompt
-from .spaces import ProtocolText, observation_space, sanitize
+from .spaces import action_space, observation_space, sanitize
 
 __all__ = ["MGRPOEnv", "env", "raw_env"]
 
@@ -97,8 +97,8 @@ class MGRPOEnv(AECEnv):
 
         self.possible_agents = [MAIN] + [f"sub_{i}" for i in range(self.limits.max_delegations)]
         obs_space = observation_space(self.limits.max_observation_chars)
-        main_space = ProtocolText(self.limits.max_action_chars, "main")
-        sub_space = ProtocolText(self.limits.max_action_chars, "sub")
+        main_space = action_space(self.limits.max_action_chars, "main")
+        sub_space = action_space(self.limits.max_action_chars, "sub")
         self.observation_spaces = {a: obs_space for a in self.possible_agents}
         self.action_spaces = {a: (main_space if a == MAIN else sub_space) for a in self.possible_agents}
         self._prompts = {"main": system_prompt("main", MAIN_TOOLS), "sub": system_prompt("sub", SUB_TOOLS)}

@@ -44,7 +44,7 @@ from . import rewards as reward_fns
 from .core import WorldHandle, call_tool, resolve_scenario, split_tasks
 from .episode import AgentTrajectory, EpisodeRecord, Turn
 from .protocol import SINGLE_TOOLS, format_error, format_tool_response, parse_action, system_prompt
-from .spaces import ProtocolText, observation_space, sanitize
+from .spaces import action_space, observation_space, sanitize
 
 __all__ = ["SingleAgentEnv", "single_agent_env"]
 
@@ -83,7 +83,7 @@ class SingleAgentEnv(gym.Env):
         self._default_seed = seed
         self._seeded = False
         self.observation_space = observation_space(max_observation_chars)
-        self.action_space = ProtocolText(max_action_chars, "single")
+        self.action_space = action_space(max_action_chars, "single")
         self._prompt = system_prompt("single", SINGLE_TOOLS)
         self.record: EpisodeRecord | None = None
 
