@@ -39,7 +39,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         scenario = WikiHops(seed=0, num_entities=n, data_dir=tmp, cache_path=Path(tmp) / "cache.sqlite")
         t0 = time.perf_counter()
-        root = scenario.build()
+        scenario.build()
         rows.append((f"world build ({n} entities)", time.perf_counter() - t0, "s"))
         manifest = scenario.manifest()
         tasks = list(scenario.tasks("stage2/test"))
@@ -49,7 +49,6 @@ def main() -> None:
             # search: the tool against bare tantivy on the same index
             index = world.index._index  # the same tantivy index object, tokenizers registered
             queries = iter(names * 1000)
-            tool = world.tools["search"]
 
             def bare_search() -> None:
                 searcher = index.searcher()

@@ -48,9 +48,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from gymnasium.utils import seeding
-from mgrpo_scenarios import Scenario, Task
 from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
+
+from mgrpo_scenarios import Scenario, Task
 
 from . import rewards as reward_fns
 from .core import Limits, RewardConfig, WorldHandle, call_tool, resolve_scenario, split_tasks

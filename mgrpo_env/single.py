@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
+
 from mgrpo_scenarios import Scenario, Task
 
 from . import rewards as reward_fns

@@ -8,7 +8,6 @@ import pytest
 from pettingzoo.test import api_test, seed_test
 
 import mgrpo_env
-from mgrpo_env import Limits
 
 
 def call(name: str, **arguments) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from mgrpo_tools.base import ToolError
 from mgrpo_tools.cache import ResponseCache
 from mgrpo_tools.search import (
@@ -16,10 +17,10 @@ from mgrpo_tools.search import (
     SearchHit,
     SearchTool,
     TantivyIndex,
+    dedup_url,
     default_url_path,
     meta_description,
     normalize_site,
-    normalize_url,
 )
 
 PREFIX = "http://127.0.0.1:8765"
@@ -289,9 +290,9 @@ def test_helpers() -> None:
     assert meta_description("<meta content='A &amp; B' name=\"Description\">") == "A & B"
     assert meta_description('<meta property="og:description" content="og">') == "og"
     assert meta_description("<p>none</p>") == ""
-    assert normalize_url("HTTP://Example.ORG:80/a/b/#frag") == "http://example.org/a/b"
-    assert normalize_url("https://example.org/") == "https://example.org"
-    assert normalize_url("https://example.org/a?x=1") == "https://example.org/a?x=1"
+    assert dedup_url("HTTP://Example.ORG:80/a/b/#frag") == "http://example.org/a/b"
+    assert dedup_url("https://example.org/") == "https://example.org"
+    assert dedup_url("https://example.org/a?x=1") == "https://example.org/a?x=1"
     assert normalize_site("https://www.Example.org:8080/wiki") == "example.org"
     assert normalize_site("a.example.org") == "a.example.org"
     for bad in ("", "not a host", "exa_mple.org", "-x.org"):
@@ -356,7 +357,7 @@ def test_tool_on_index(index: TantivyIndex) -> None:
     result = tool({"queries": ["Velmora Press founder", "Kestrel Bay", "Velmora Press"]})
     assert result.ok
     urls = [h["url"] for h in result.meta["hits"]]
-    assert len(urls) == len({normalize_url(u) for u in urls}) <= 10
+    assert len(urls) == len({dedup_url(u) for u in urls}) <= 10
     assert urls[:2] == [f"{PREFIX}/wiki/Velmora_Press", f"{PREFIX}/wiki/Kestrel_Bay"]
     result = tool({"queries": ["Velmora"], "sites": ["https://docs.example.org/"]})
     assert [h["url"] for h in result.meta["hits"]] == ["https://docs.example.org/velmora"]

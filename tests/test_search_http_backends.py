@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+
 from mgrpo_tools.base import ToolError
 from mgrpo_tools.search import BraveSearchBackend, SearchHit, SearchTool, SearxngBackend
 

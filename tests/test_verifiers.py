@@ -8,6 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
 from mgrpo_scenarios.base import Task
 from mgrpo_scenarios.verifiers import (
     AnswerVerifier,

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import mgrpo_scenarios
 import pytest
+
+import mgrpo_scenarios
 from mgrpo_scenarios.base import Scenario, Task
 from mgrpo_scenarios.wiki_hops import WikiHops
 from mgrpo_scenarios.wiki_hops.questions import SPLITS, generate_tasks

@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from mgrpo_scenarios.wiki_hops import WikiHops
 from mgrpo_scenarios.wiki_hops.oracle import count_list, page_body, read_infobox
 

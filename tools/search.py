@@ -32,9 +32,9 @@ from .search_common import (
     _WS_RE,
     SearchBackend,
     SearchHit,
+    dedup_url,
     host_matches,
     normalize_site,
-    normalize_url,
 )
 from .search_http import BraveSearchBackend, SearxngBackend
 from .search_index import TantivyIndex, default_url_path, meta_description
@@ -46,7 +46,7 @@ __all__ = [
     "SearxngBackend",
     "BraveSearchBackend",
     "SearchTool",
-    "normalize_url",
+    "dedup_url",
     "normalize_site",
     "host_matches",
     "default_url_path",
@@ -239,7 +239,7 @@ def _merge_round_robin(lists: list[list[SearchHit]], limit: int) -> list[SearchH
     for rank in range(depth):
         for hits in lists:
             if rank < len(hits):
-                key = normalize_url(hits[rank].url)
+                key = dedup_url(hits[rank].url)
                 if key not in seen:
                     seen.add(key)
                     merged.append(hits[rank])

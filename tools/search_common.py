@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["SearchHit", "SearchBackend", "normalize_url", "normalize_site", "host_matches", "SNIPPET_CHARS"]
+__all__ = ["SearchHit", "SearchBackend", "dedup_url", "normalize_site", "host_matches", "SNIPPET_CHARS"]
 
 SNIPPET_CHARS = 240
 
@@ -43,7 +43,7 @@ class SearchBackend(Protocol):
 _SITE_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
 
 
-def normalize_url(url: str) -> str:
+def dedup_url(url: str) -> str:
     """The URL as a dedup key: scheme and host lower-cased, default port, fragment and trailing slash dropped."""
     try:
         parts = urlsplit(url.strip())

@@ -1,0 +1,182 @@
+"""BrowserFetcher (headless Chromium via Playwright) and the visit tool's browser modes."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import quote
+
+import pytest
+from web_fixtures import JS_FETCH_TEXT, JS_TEXT, RouteServer, other_server_fixture, route_server_fixture  # noqa: F401 - fixtures
+
+from mgrpo_tools import BrowserFetcher, HttpFetcher, ToolError, UrlPolicy, VisitTool, make_browsing_tools
+
+CHROMIUM = "/usr/bin/chromium"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=f"Chromium not installed at {CHROMIUM}"),
+]
+
+
+@pytest.fixture(scope="module")
+def browser_policy(route_server: RouteServer) -> UrlPolicy:
+    policy = UrlPolicy()
+    policy.allow_origin(route_server.origin)
+    return policy
+
+
+@pytest.fixture(scope="module")
+def browser(browser_policy: UrlPolicy) -> Iterator[BrowserFetcher]:
+    """One browser for the module (launching Chromium takes about a second)."""
+    fetcher = BrowserFetcher(browser_policy, executable_path=CHROMIUM, timeout_s=10, max_bytes=100_000)
+    yield fetcher
+    fetcher.close()
+
+
+@pytest.fixture(scope="module")
+def http(browser_policy: UrlPolicy) -> Iterator[HttpFetcher]:
+    fetcher = HttpFetcher(browser_policy, timeout_s=5)
+    yield fetcher
+    fetcher.close()
+
+
+def test_browser_renders_javascript(browser: BrowserFetcher, route_server: RouteServer) -> None:
+    result = browser.fetch(route_server.url("/js"))
+    assert result.via == "browser" and result.status == 200 and not result.from_cache
+    assert result.url == route_server.url("/js")
+    assert JS_TEXT in result.text  # in the rendered DOM, not in the served HTML's text
+    late = browser.fetch(route_server.url("/js-fetch"))
+    assert JS_FETCH_TEXT in late.text  # content that arrives by fetch() after load
+
+
+def test_browser_blocks_subresources_to_disallowed_origins(
+    browser: BrowserFetcher, route_server: RouteServer, other_server: RouteServer
+) -> None:
+    secret = other_server.url("/secret")
+    page = route_server.url("/subresource?to=" + quote(secret, safe=""))
+    result = browser.fetch(page)
+    assert "This page embeds a resource" in result.text
+    assert secret in result.blocked
+    assert other_server.hits("/secret") == []  # neither the <img> nor fetch() reached the server
+    # A sub-resource redirected to the disallowed origin is stopped at the hop.
+    hop = route_server.url("/redirect?to=" + quote(secret, safe=""))
+    result = browser.fetch(route_server.url("/subresource?to=" + quote(hop, safe="")))
+    assert secret in result.blocked
+    assert other_server.hits("/secret") == []
+
+
+def test_browser_top_level_policy_and_redirects(
+    browser: BrowserFetcher, route_server: RouteServer, other_server: RouteServer
+) -> None:
+    with pytest.raises(ToolError) as info:
+        browser.fetch(other_server.url("/secret"))
+    assert info.value.kind == "policy"
+    redirected = browser.fetch(route_server.url("/redirect?to=%2Fpage2"))
+    assert redirected.url == route_server.url("/page2") and "river Lenta" in redirected.text
+    with pytest.raises(ToolError) as info:
+        browser.fetch(route_server.url("/redirect?to=" + quote(other_server.url("/secret"), safe="")))
+    assert info.value.kind == "policy" and "loopback" in info.value.message
+    assert other_server.hits("/secret") == []
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "words"),
+    [
+        ("/nope", "http", "HTTP 404"),
+        ("/image.png", "content", "image/png"),
+        ("/huge", "content", "page larger than 100000 bytes"),
+        ("/loop", "http", "too many redirects"),
+    ],
+)
+def test_browser_failures(
+    browser: BrowserFetcher, route_server: RouteServer, path: str, kind: str, words: str
+) -> None:
+    with pytest.raises(ToolError) as info:
+        browser.fetch(route_server.url(path))
+    assert info.value.kind == kind and words in info.value.message, info.value
+
+
+def test_browser_timeout(browser_policy: UrlPolicy, route_server: RouteServer) -> None:
+    with BrowserFetcher(browser_policy, timeout_s=1.0) as quick:
+        start = time.perf_counter()
+        with pytest.raises(ToolError) as info:
+            quick.fetch(route_server.url("/slow?s=3"))
+        assert info.value.kind == "timeout"
+        assert time.perf_counter() - start < 8  # includes launching Chromium
+
+
+def test_browser_mode_auto_uses_browser_only_for_script_pages(
+    http: HttpFetcher, browser: BrowserFetcher, route_server: RouteServer
+) -> None:
+    tools = make_browsing_tools(http, browser, browser_mode="auto", page_chars=1000)
+    static = tools["visit"]({"url": route_server.url("/"), "goal": "capital"})
+    assert static.ok and static.meta["via"] == "http" and "Ostrava Nova" in static.text
+    scripted = tools["visit"]({"url": route_server.url("/js"), "goal": "archive"})
+    assert scripted.ok and scripted.meta["via"] == "browser"
+    assert JS_TEXT in scripted.text
+
+
+def test_browser_mode_always_and_never(
+    http: HttpFetcher, browser: BrowserFetcher, route_server: RouteServer
+) -> None:
+    always = VisitTool(http, browser, browser_mode="always")
+    result = always({"url": route_server.url("/page2"), "goal": "g"})
+    assert result.ok and result.meta["via"] == "browser" and "river Lenta" in result.text
+    never = VisitTool(http, browser, browser_mode="never")
+    result = never({"url": route_server.url("/js"), "goal": "g"})
+    assert result.ok and result.meta["via"] == "http" and JS_TEXT not in result.text
+
+
+def test_browser_from_several_threads(browser: BrowserFetcher, route_server: RouteServer) -> None:
+    paths = ["/js", "/page2", "/", "/js-fetch", "/about", "/js"] * 2
+    threads: set[str] = set()
+
+    def job(path: str) -> str:
+        threads.add(threading.current_thread().name)
+        return browser.fetch(route_server.url(path)).text
+
+    with ThreadPoolExecutor(6) as pool:
+        texts = list(pool.map(job, paths))
+    assert len(threads) > 1
+    expected = {
+        "/js": JS_TEXT,
+        "/page2": "river Lenta",
+        "/": "Ostrava Nova",
+        "/js-fetch": JS_FETCH_TEXT,
+        "/about": "invented country",
+    }
+    for path, text in zip(paths, texts, strict=True):
+        assert expected[path] in text, path
+
+
+def test_browser_contexts_do_not_share_state(browser: BrowserFetcher, route_server: RouteServer) -> None:
+    # The page sets a cookie and localStorage and shows what it found before: a fresh context per
+    # fetch means the second fetch finds nothing either.
+    for _ in range(2):
+        text = browser.fetch(route_server.url("/storage")).text
+        assert "cookie=none stored=none" in text
+
+
+def test_missing_chromium_is_a_clear_backend_error(
+    browser_policy: UrlPolicy, route_server: RouteServer
+) -> None:
+    fetcher = BrowserFetcher(browser_policy, executable_path="/opt/none/chromium")
+    with pytest.raises(ToolError) as info:
+        fetcher.fetch(route_server.url("/"))
+    assert info.value.kind == "backend" and info.value.message == "Chromium not found at /opt/none/chromium"
+    assert not fetcher.started
+
+
+def test_closed_fetcher_refuses(browser_policy: UrlPolicy, route_server: RouteServer) -> None:
+    fetcher = BrowserFetcher(browser_policy)
+    assert fetcher.fetch(route_server.url("/about")).via == "browser"
+    assert fetcher.started
+    fetcher.close()
+    assert not fetcher.started
+    with pytest.raises(ToolError, match="closed"):
+        fetcher.fetch(route_server.url("/about"))
+    fetcher.close()  # idempotent

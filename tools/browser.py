@@ -1,0 +1,483 @@
+"""Render pages that need JavaScript with a headless Chromium (Playwright), under the URL policy.
+
+Playwright objects belong to the thread (event loop) that created them, while tools are called from
+many rollout threads. :class:`BrowserFetcher` therefore owns ONE worker thread running an asyncio
+loop with Playwright's async API; :meth:`BrowserFetcher.fetch` submits a job to that loop and waits on
+a ``concurrent.futures.Future`` with a timeout. Up to ``max_pages`` pages render concurrently inside
+that single thread, each in a fresh browser context (no cookies or storage leak between agents);
+one never-used context is kept ready (``prewarm``) because starting Chromium's renderer for a new
+context is most of a fetch's cost.
+
+The policy applies to the top-level URL and to every request the page makes: a route handler checks
+each request and aborts what the policy refuses. Chromium does not show redirect hops to route
+handlers, so the handler fetches with redirects disabled and follows them itself, checking each hop;
+for the top-level document the hop is handed back to :meth:`fetch`, which navigates to it (so the
+page's URL is the real one). Service workers are blocked and WebSockets are never connected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin
+
+from .base import ToolError
+from .cache import ResponseCache
+from .fetch import REDIRECT_STATUSES, FetchResult, is_text_content_type
+from .url_policy import UrlPolicy
+
+__all__ = ["BrowserFetcher", "CHROMIUM_ARGS"]
+
+CHROMIUM_ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+@dataclass
+class _Job:
+    """State of one fetch, shared between the navigation code and the route handler."""
+
+    url: str
+    deadline: float
+    navigating: bool = True  # main-frame requests are the fetch's own navigation until load
+    redirect_to: str | None = None  # a main-frame redirect, followed by the navigation loop
+    error: ToolError | None = None  # why the main-frame request was aborted
+    blocked: list[str] = field(default_factory=list)
+    inflight: int = 0  # requests inside the route handler (every network request passes there)
+    last_activity: float = field(default_factory=time.monotonic)
+    has_scripts: bool = True  # whether the document has <script>; without, nothing changes after load
+
+    def remaining_ms(self) -> float:
+        return max(1.0, (self.deadline - time.monotonic()) * 1000.0)
+
+
+@dataclass
+class _Tab:
+    """A browser context with its one page; ``job`` is the fetch it serves (None while prepared)."""
+
+    context: Any
+    page: Any = None
+    job: _Job | None = None
+
+
+class BrowserFetcher:
+    """Fetch pages with headless Chromium; same ``fetch(url) -> FetchResult`` as the HTTP fetcher.
+
+    The browser starts on the first fetch. ``FetchResult.text`` is the rendered DOM
+    (``page.content()``) after the ``load`` event and a short network-quiet wait.
+
+    Args:
+        policy: URL policy for the page and each of its requests.
+        executable_path: the Chromium binary (Debian: ``/usr/bin/chromium``).
+        timeout_s: limit for one fetch, navigation and rendering included.
+        max_bytes: largest document (and rendered DOM) accepted.
+        cache: optional response cache (namespace ``"browser"``).
+        max_pages: pages rendered at the same time.
+        prewarm: fresh contexts (each with a blank page) kept ready, so that a fetch does not wait for
+            Chromium to start a renderer process (~150 ms); a prepared context has never loaded
+            anything, so every fetch still gets a clean one. 0 turns this off.
+        max_redirects: redirect hops followed for the document and for each sub-resource.
+        idle_s: after ``load``, wait until no request has been in flight for this long (pages that
+            fetch their content with JavaScript), bounded by ``max_idle_wait_s``.
+        max_idle_wait_s: the longest wait for that quiet period.
+        launch_args: Chromium command-line switches.
+        startup_timeout_s: limit for launching the browser.
+    """
+
+    via = "browser"
+
+    def __init__(
+        self,
+        policy: UrlPolicy,
+        *,
+        executable_path: str = "/usr/bin/chromium",
+        timeout_s: float = 15.0,
+        max_bytes: int = 2_000_000,
+        cache: ResponseCache | None = None,
+        max_pages: int = 4,
+        prewarm: int = 1,
+        max_redirects: int = 5,
+        idle_s: float = 0.1,
+        max_idle_wait_s: float = 2.0,
+        launch_args: tuple[str, ...] = CHROMIUM_ARGS,
+        startup_timeout_s: float = 60.0,
+    ) -> None:
+        self.policy = policy
+        self.executable_path = executable_path
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+        self.cache = cache
+        self.max_pages = max_pages
+        self.prewarm = prewarm
+        self.max_redirects = max_redirects
+        self.idle_s = idle_s
+        self.max_idle_wait_s = max_idle_wait_s
+        self.launch_args = tuple(launch_args)
+        self.startup_timeout_s = startup_timeout_s
+        self._lock = threading.Lock()
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._playwright: Any = None
+        self._browser: Any = None
+        self._launch_lock: asyncio.Lock | None = None
+        self._pages: asyncio.Semaphore | None = None
+        # Owned by the worker loop: prepared tabs, and the background tasks that make and close tabs.
+        self._spares: list[_Tab] = []
+        self._refills: set[asyncio.Task[None]] = set()
+        self._closing: set[asyncio.Task[None]] = set()
+
+    # -- public API ----------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        """True once the worker thread runs (the browser itself may be relaunched on demand)."""
+        return self._thread is not None
+
+    def fetch(self, url: str) -> FetchResult:
+        """Render ``url`` and return its DOM; raise :class:`ToolError` on any failure."""
+        start = time.perf_counter()
+        key = self.policy.check(url, resolve=False)
+        if self.cache is not None:
+            hit = self.cache.get("browser", key)
+            if hit is not None:
+                return FetchResult.from_cache_value(hit, time.perf_counter() - start)
+        checked = self.policy.check(url)
+        loop = self._ensure_started()
+        future = asyncio.run_coroutine_threadsafe(self._fetch_async(checked, start), loop)
+        try:
+            # The coroutine enforces timeout_s itself; the margin covers a slow (re)launch.
+            result = future.result(timeout=self.timeout_s + self.startup_timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise ToolError("timeout", f"the browser did not render {checked} in time") from None
+        if self.cache is not None:
+            self.cache.put("browser", key, result.to_cache())
+        return result
+
+    def close(self) -> None:
+        """Close the browser and stop the worker thread; later fetches are refused."""
+        with self._lock:
+            self._closed = True
+            loop, thread = self._loop, self._thread
+            self._loop, self._thread = None, None
+        if loop is None or thread is None:
+            return
+        # Closing must not fail: the browser may be gone already, the process may be exiting.
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=20)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=20)
+        if not thread.is_alive():
+            loop.close()
+
+    def __enter__(self) -> BrowserFetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- worker thread -------------------------------------------------------------------------
+
+    def _ensure_started(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._closed:
+                raise ToolError("backend", "the browser fetcher is closed")
+            if self._loop is not None:
+                return self._loop
+            path = self.executable_path
+            found = path if os.path.isabs(path) else shutil.which(path)
+            if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+                raise ToolError("backend", f"Chromium not found at {path}")
+            try:
+                import playwright.async_api  # noqa: F401 - fail early with a clear message
+            except ImportError:
+                raise ToolError("backend", "the 'playwright' package is not installed") from None
+            self.executable_path = found
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=self._run_loop, args=(loop,), name="mgrpo-browser", daemon=True)
+            thread.start()
+            try:
+                asyncio.run_coroutine_threadsafe(self._launch(), loop).result(timeout=self.startup_timeout_s)
+            except BaseException as exc:
+                with contextlib.suppress(Exception):  # the driver may be up even if Chromium is not
+                    asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=20)
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(timeout=20)
+                if isinstance(exc, ToolError):
+                    raise
+                raise ToolError(
+                    "backend", f"cannot start Chromium at {path}: {type(exc).__name__}: {exc}"
+                ) from None
+            self._loop, self._thread = loop, thread
+            return loop
+
+    @staticmethod
+    def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_forever()
+
+    async def _launch(self) -> None:
+        from playwright.async_api import async_playwright
+
+        if self._launch_lock is None:
+            self._launch_lock = asyncio.Lock()
+            self._pages = asyncio.Semaphore(self.max_pages)
+        async with self._launch_lock:
+            if self._browser is not None and self._browser.is_connected():
+                return
+            if self._playwright is None:
+                self._playwright = await async_playwright().start()
+            self._spares.clear()  # contexts of a dead browser are useless
+            self._browser = await self._playwright.chromium.launch(
+                executable_path=self.executable_path, args=list(self.launch_args), headless=True
+            )
+        self._schedule_refill()
+
+    async def _new_tab(self) -> _Tab:
+        """A fresh context with a blank page, the policy route and the request bookkeeping installed."""
+        context = await self._browser.new_context(service_workers="block", accept_downloads=False)
+        tab = _Tab(context)
+        try:
+            await context.route("**/*", lambda route: self._route(route, tab))
+            if hasattr(context, "route_web_socket"):
+                # A WebSocket route that never calls connect_to_server() is never connected.
+                await context.route_web_socket("**/*", lambda ws: None)
+            tab.page = await context.new_page()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await context.close()
+            raise
+        return tab
+
+    async def _take_tab(self) -> _Tab:
+        """A never-used tab: a prepared one if ready, else a new one."""
+        if not self._spares and self._refills:
+            # One is being prepared: waiting for it is cheaper than starting a second renderer.
+            await asyncio.wait(list(self._refills))
+        return self._spares.pop() if self._spares else await self._new_tab()
+
+    def _spawn(self, coro: Any, tasks: set[asyncio.Task[None]]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        tasks.add(task)  # keep a reference until done, or the task may be collected mid-flight
+        task.add_done_callback(tasks.discard)
+
+    def _schedule_refill(self) -> None:
+        if len(self._spares) + len(self._refills) < self.prewarm:
+            self._spawn(self._refill(), self._refills)
+
+    async def _refill(self) -> None:
+        browser = self._browser
+        with contextlib.suppress(Exception):  # a spare is an optimisation; a failure here is harmless
+            tab = await self._new_tab()
+            if browser is self._browser and browser.is_connected():
+                self._spares.append(tab)
+            else:
+                await tab.context.close()
+
+    @staticmethod
+    async def _close_tab(tab: _Tab) -> None:
+        with contextlib.suppress(Exception):  # the browser may have died with the page
+            await tab.context.close()
+
+    async def _shutdown(self) -> None:
+        for task in list(self._refills):
+            task.cancel()
+        for tab in self._spares:
+            await self._close_tab(tab)
+        self._spares.clear()
+        if self._closing:
+            await asyncio.wait(list(self._closing), timeout=5)
+        for obj, method in ((self._browser, "close"), (self._playwright, "stop")):
+            if obj is not None:
+                with contextlib.suppress(Exception):  # best effort: the browser may already be gone
+                    await getattr(obj, method)()
+        self._browser, self._playwright = None, None
+
+    # -- one fetch (runs on the worker loop) ---------------------------------------------------
+
+    async def _fetch_async(self, url: str, start: float) -> FetchResult:
+        from playwright.async_api import Error as PlaywrightError
+
+        assert self._pages is not None
+        try:
+            async with self._pages:
+                # The clock starts when a page slot is free: waiting in the queue is not rendering.
+                job = _Job(url=url, deadline=time.monotonic() + self.timeout_s)
+                if self._browser is None or not self._browser.is_connected():
+                    await self._launch()  # the browser crashed or was killed: start a new one
+                return await asyncio.wait_for(self._render(job, start), timeout=self.timeout_s)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise ToolError("timeout", f"{url} did not render within {self.timeout_s:g} s") from None
+        except PlaywrightError as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if "Timeout" in type(exc).__name__ or "Timeout" in message:
+                raise ToolError("timeout", f"{url} did not render within {self.timeout_s:g} s") from None
+            raise ToolError("http", f"the browser could not load {url}: {message}") from None
+
+    async def _render(self, job: _Job, start: float) -> FetchResult:
+        from playwright.async_api import Error as PlaywrightError
+
+        tab = await self._take_tab()
+        tab.job = job
+        page = tab.page
+        try:
+            current = job.url
+            response = None
+            for _hop in range(self.max_redirects + 1):
+                job.redirect_to, job.error = None, None
+                try:
+                    response = await page.goto(current, wait_until="load", timeout=job.remaining_ms())
+                except PlaywrightError:
+                    if job.redirect_to is not None:
+                        current = self.policy.check(job.redirect_to)
+                        continue
+                    if job.error is not None:
+                        raise job.error from None
+                    raise
+                break
+            else:
+                raise ToolError(
+                    "http", f"too many redirects (more than {self.max_redirects}) starting at {job.url}"
+                )
+            job.navigating = False
+            status = response.status if response is not None else 200
+            if status >= 400:
+                raise ToolError(
+                    "http", f"HTTP {status} {response.status_text} for {current}".strip(), status=status
+                )
+            content_type = ""
+            if response is not None:
+                content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            await self._settle(job)
+            html = await self._content(page)
+            if len(html.encode("utf-8", errors="replace")) > self.max_bytes:
+                raise ToolError("content", f"page larger than {self.max_bytes} bytes at {current}")
+            return FetchResult(
+                url=page.url,
+                status=status,
+                content_type=content_type or "text/html",
+                text=html,
+                elapsed_s=time.perf_counter() - start,
+                from_cache=False,
+                via=self.via,
+                blocked=tuple(job.blocked),
+            )
+        finally:
+            # Closing takes ~20 ms the caller need not wait for; the context is never reused. The
+            # spare is prepared after the fetch, not during it: starting a renderer costs CPU.
+            self._spawn(self._close_tab(tab), self._closing)
+            self._schedule_refill()
+
+    async def _settle(self, job: _Job) -> None:
+        """Wait until no request has been in flight for ``idle_s`` (bounded), for JS-loaded content.
+
+        Requests are counted in the route handler, which sees them all; a document without
+        scripts cannot change after ``load``, so it is not waited for.
+        """
+        if not job.has_scripts:
+            return
+        # A script may start a request from its onload handler just after we got "load": wait
+        # at least idle_s from now, not from the last request.
+        job.last_activity = time.monotonic()
+        limit = min(time.monotonic() + self.max_idle_wait_s, job.deadline - 0.5)
+        while time.monotonic() < limit:
+            if job.inflight == 0 and time.monotonic() - job.last_activity >= self.idle_s:
+                return
+            await asyncio.sleep(0.02)
+
+    @staticmethod
+    async def _content(page: Any) -> str:
+        from playwright.async_api import Error as PlaywrightError
+
+        try:
+            return await page.content()
+        except PlaywrightError:
+            # The page navigated itself (script or meta refresh) while we read it: read the new one.
+            await page.wait_for_load_state("load")
+            return await page.content()
+
+    # -- the policy on every request -----------------------------------------------------------
+
+    async def _route(self, route: Any, tab: _Tab) -> None:
+        """Count the request as in flight while :meth:`_guard` decides and serves it."""
+        job = tab.job
+        if job is None:  # a prepared tab loads nothing before it is handed to a fetch
+            await route.abort("blockedbyclient")
+            return
+        job.inflight += 1
+        try:
+            await self._guard(route, job)
+        finally:
+            job.inflight -= 1
+            job.last_activity = time.monotonic()
+
+    async def _guard(self, route: Any, job: _Job) -> None:
+        """Let a request through only if the policy accepts it and every redirect hop it takes."""
+        from playwright.async_api import Error as PlaywrightError
+
+        request = route.request
+        main = job.navigating and request.is_navigation_request() and request.frame.parent_frame is None
+        url = request.url
+        try:
+            loop = asyncio.get_running_loop()
+            for hop in range(self.max_redirects + 1):
+                try:
+                    if self.policy.needs_lookup(url):  # a DNS lookup blocks: keep it off the loop
+                        await loop.run_in_executor(None, self.policy.check, url)
+                    else:
+                        self.policy.check(url)
+                except ToolError as exc:
+                    job.blocked.append(url)
+                    if main:
+                        job.error = exc
+                    await route.abort("blockedbyclient")
+                    return
+                override = {} if hop == 0 else {"url": url, "method": "GET", "post_data": None}
+                response = await route.fetch(max_redirects=0, timeout=job.remaining_ms(), **override)
+                location = response.headers.get("location")
+                if response.status not in REDIRECT_STATUSES or not location:
+                    break
+                if main:
+                    # Navigate to the hop ourselves so that the page's URL is the final one.
+                    job.redirect_to = urljoin(url, location)
+                    await route.abort("aborted")
+                    return
+                url = urljoin(url, location)
+            else:
+                await route.abort("failed")
+                return
+            if main:
+                mime = response.headers.get("content-type", "")
+                if mime and not is_text_content_type(mime):
+                    job.error = ToolError(
+                        "content", f"{url} is not a text page (content-type {mime.split(';')[0]})"
+                    )
+                    await route.abort("blockedbyclient")
+                    return
+                body = await response.body()
+                if len(body) > self.max_bytes:
+                    job.error = ToolError("content", f"page larger than {self.max_bytes} bytes at {url}")
+                    await route.abort("blockedbyclient")
+                    return
+                job.has_scripts = b"<script" in body.lower()
+            await route.fulfill(response=response)
+        except PlaywrightError as exc:
+            if main and job.error is None:
+                job.error = ToolError("http", f"cannot fetch {url}: {str(exc).strip().splitlines()[0]}")
+            with contextlib.suppress(PlaywrightError):  # the page or context is already gone
+                await route.abort("failed")

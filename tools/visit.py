@@ -1,0 +1,272 @@
+"""The ``visit`` and ``click`` tools: read a web page as paginated text and follow its numbered links.
+
+``visit(url, goal, page?)`` fetches a page (plain HTTP, or headless Chromium when the page needs
+JavaScript), turns it into readable text with numbered links (:mod:`.html_text`) and shows one page
+of it, preceded by the agent's goal. ``click(link)`` follows a link of the last visited page, by its
+number or its exact anchor text, through the same fetchers and URL policy.
+
+Each agent gets its own :class:`BrowsingSession` (the last page it read); the fetchers, their
+connection pools, the browser and the cache are shared. :func:`make_browsing_tools` builds the pair
+for one agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .base import BaseTool, ToolError, ToolResult, optional_int, require_str
+from .browser import BrowserFetcher
+from .fetch import FetchResult, HttpFetcher
+from .html_text import Document, Link, html_to_document, render_page
+from .url_policy import normalize_url
+
+__all__ = ["BrowsingSession", "VisitTool", "ClickTool", "make_browsing_tools", "BROWSER_MODES"]
+
+BROWSER_MODES = ("auto", "never", "always")
+# In "auto" mode a page whose readable text is shorter than this, and that has scripts, is rendered.
+MIN_TEXT_CHARS = 40
+MAX_PAGE_NUMBER = 10_000
+_HTML_TYPES = ("text/html", "application/xhtml+xml", "")
+
+
+@dataclass
+class BrowsingSession:
+    """What one agent is reading: the last visited document, its page and the goal it gave.
+
+    Attributes:
+        document: the last page read, or None before the first visit.
+        requested_url: the normalised URL the agent asked for (a redirect may change ``document.url``).
+        page: the page number shown last.
+        pages: how many pages the document has.
+        goal: the goal of the last visit (``click`` reuses it).
+        fetch: the fetch result behind ``document``.
+    """
+
+    document: Document | None = None
+    requested_url: str = ""
+    page: int = 0
+    pages: int = 0
+    goal: str = ""
+    fetch: FetchResult | None = None
+
+    def reset(self) -> None:
+        """Forget the current page (a new episode)."""
+        self.document, self.requested_url, self.page, self.pages, self.goal, self.fetch = (
+            None,
+            "",
+            0,
+            0,
+            "",
+            None,
+        )
+
+    def same_page(self, url: str) -> bool:
+        """True when ``url`` names the page in the session (as asked for or after redirects)."""
+        if self.document is None:
+            return False
+        try:
+            wanted = normalize_url(url)
+            return wanted in (self.requested_url, normalize_url(self.document.url))
+        except ToolError:
+            return False
+
+
+def _to_document(result: FetchResult) -> Document:
+    """HTML through the readable-text extractor; other text (plain, JSON, XML) as it is."""
+    if result.content_type in _HTML_TYPES:
+        return html_to_document(result.text, result.url)
+    name = result.url.rstrip("/").rsplit("/", 1)[-1] or result.url
+    return Document(url=result.url, title=name, text=result.text.strip(), links=[])
+
+
+def _needs_browser(result: FetchResult, doc: Document) -> bool:
+    """Little readable text but scripts: the content is probably built by JavaScript."""
+    return len(doc.text.strip()) < MIN_TEXT_CHARS and "<script" in result.text.lower()
+
+
+class VisitTool(BaseTool):
+    """``visit(url, goal, page=1)``: read one page of a web page's text.
+
+    Args:
+        http: the plain HTTP fetcher (also carries the URL policy).
+        browser: the Chromium fetcher, needed for ``browser_mode`` ``"always"`` and used by ``"auto"``.
+        browser_mode: ``"never"`` (HTTP only), ``"always"`` (browser only), or ``"auto"`` (HTTP, and
+            the browser for pages whose text is nearly empty while they carry scripts).
+        page_chars: characters per page of text shown to the agent.
+        session: this agent's session; a fresh one when omitted.
+    """
+
+    name = "visit"
+    description = (
+        "Open a web page and read it as text. Long pages are split into pages; pass page=N to read "
+        "page N. Links in the text are numbered like 'anchor [3]'; follow one with click(link=3)."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "url": {"type": "string", "description": "The http(s) URL to open."},
+            "goal": {"type": "string", "description": "What you are looking for on this page."},
+            "page": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Which page of the text to read (default 1).",
+            },
+        },
+        "required": ["url", "goal"],
+    }
+
+    def __init__(
+        self,
+        http: HttpFetcher,
+        browser: BrowserFetcher | None = None,
+        *,
+        browser_mode: str = "auto",
+        page_chars: int = 4000,
+        session: BrowsingSession | None = None,
+    ) -> None:
+        if browser_mode not in BROWSER_MODES:
+            raise ValueError(f"browser_mode must be one of {BROWSER_MODES}, got {browser_mode!r}")
+        if browser_mode == "always" and browser is None:
+            raise ValueError("browser_mode='always' needs a BrowserFetcher")
+        if page_chars < 200:
+            raise ValueError("page_chars must be at least 200")
+        self.http = http
+        self.browser = browser
+        self.browser_mode = browser_mode
+        self.page_chars = page_chars
+        self.session = session if session is not None else BrowsingSession()
+
+    def run(self, arguments: Mapping[str, Any]) -> ToolResult:
+        url = require_str(arguments, "url", max_len=self.http.policy.max_url_length)
+        goal = require_str(arguments, "goal", max_len=1000)
+        page = optional_int(arguments, "page", 1, low=1, high=MAX_PAGE_NUMBER)
+        return self.open(url, goal, page)
+
+    def open(self, url: str, goal: str, page: int = 1) -> ToolResult:
+        """Show ``page`` of ``url``; reuses the session's document when it is the same page."""
+        session = self.session
+        meta_extra: dict[str, Any] = {}
+        if session.same_page(url) and session.fetch is not None and session.document is not None:
+            result, doc = session.fetch, session.document  # reading on: no second download
+        else:
+            result, doc, meta_extra = self._load(url)
+        text, pages = render_page(doc, page, self.page_chars)
+        session.document, session.fetch = doc, result
+        session.requested_url = normalize_url(url)
+        session.page, session.pages, session.goal = page, pages, goal
+        meta = {
+            "url": result.url,
+            "status": result.status,
+            "via": result.via,
+            "from_cache": result.from_cache,
+            "page": page,
+            "pages": pages,
+            **meta_extra,
+        }
+        return ToolResult(text=f"Goal: {goal}\n{text}", meta=meta)
+
+    def _load(self, url: str) -> tuple[FetchResult, Document, dict[str, Any]]:
+        if self.browser_mode == "always":
+            assert self.browser is not None
+            result = self.browser.fetch(url)
+            return result, _to_document(result), {}
+        result = self.http.fetch(url)
+        doc = _to_document(result)
+        if self.browser_mode == "auto" and self.browser is not None and _needs_browser(result, doc):
+            try:
+                rendered = self.browser.fetch(result.url)
+            except ToolError as exc:
+                # The plain page is still worth showing; say why it was not rendered.
+                return result, doc, {"browser_error": f"{exc.kind}: {exc.message}"}
+            return rendered, _to_document(rendered), {}
+        return result, doc, {}
+
+
+class ClickTool(BaseTool):
+    """``click(link)``: follow a link of the last visited page, by number or exact anchor text.
+
+    Shares the :class:`VisitTool`'s session, fetchers and URL policy.
+    """
+
+    name = "click"
+    description = (
+        "Follow a link on the page you visited last: give its number (as in 'anchor [3]') or its "
+        "exact anchor text. Shows the first page of the linked page."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "link": {
+                "type": ["integer", "string"],
+                "description": "The link's number on the current page, or its exact anchor text.",
+            }
+        },
+        "required": ["link"],
+    }
+
+    def __init__(self, visit: VisitTool) -> None:
+        self.visit = visit
+
+    def run(self, arguments: Mapping[str, Any]) -> ToolResult:
+        session = self.visit.session
+        if session.document is None:
+            raise ToolError("arguments", "no page visited yet: call visit(url, goal) first")
+        link = self._find(session.document, arguments)
+        result = self.visit.open(link.url, session.goal or f"follow link '{link.text}'")
+        result.meta["clicked"] = link.number
+        return result
+
+    @staticmethod
+    def _find(doc: Document, arguments: Mapping[str, Any]) -> Link:
+        if "link" not in arguments or arguments["link"] is None:
+            raise ToolError("arguments", "missing required argument 'link'")
+        value = arguments["link"]
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ToolError(
+                "arguments", f"'link' must be a link number or anchor text, got {type(value).__name__}"
+            )
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ToolError("arguments", f"'link' must be a whole number, got {value}")
+            value = int(value)
+        if isinstance(value, str):
+            text = value.strip()
+            if not text:
+                raise ToolError("arguments", "'link' must not be empty")
+            digits = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+            if not digits.isdigit():
+                return ClickTool._by_text(doc, text)
+            value = int(digits)
+        for link in doc.links:
+            if link.number == value:
+                return link
+        if not doc.links:
+            raise ToolError("arguments", f"the current page ({doc.url}) has no links")
+        raise ToolError(
+            "arguments", f"no link [{value}] on the current page (links are numbered 1 to {len(doc.links)})"
+        )
+
+    @staticmethod
+    def _by_text(doc: Document, text: str) -> Link:
+        wanted = " ".join(text.split())
+        for exact in (True, False):
+            for link in doc.links:
+                have = " ".join(link.text.split())
+                if have == wanted if exact else have.casefold() == wanted.casefold():
+                    return link
+        raise ToolError("arguments", f"no link with the anchor text {text!r} on the current page ({doc.url})")
+
+
+def make_browsing_tools(
+    http: HttpFetcher,
+    browser: BrowserFetcher | None = None,
+    browser_mode: str = "auto",
+    page_chars: int = 4000,
+) -> dict[str, BaseTool]:
+    """``{"visit": ..., "click": ...}`` for one agent: a fresh session over the shared fetchers."""
+    visit = VisitTool(
+        http, browser, browser_mode=browser_mode, page_chars=page_chars, session=BrowsingSession()
+    )
+    return {"visit": visit, "click": ClickTool(visit)}
