@@ -176,6 +176,10 @@ class MGRPOEnv(AECEnv):
         """The current episode's task."""
         return self._task
 
+    def trajectory(self, agent: str) -> AgentTrajectory:
+        """``agent``'s trajectory in the current episode (turns, messages, flags)."""
+        return self._trajectories[agent]
+
     def last_turn(self, agent: str) -> Turn:
         """The latest turn of ``agent`` in this episode (to attach policy extras such as token ids)."""
         return self._trajectories[agent].turns[-1]

@@ -39,6 +39,9 @@ class PolicyRequest:
         messages: the agent's whole chat so far (system prompt first).
         task: the episode's task. Learned policies must not read it; scripted oracles do (a "cheat"
             channel, as BrowserGym's oracles have), which is why it is here.
+        history: the ``extra`` dicts this policy attached to the agent's earlier turns, oldest first
+            (an LLM policy keeps its exact prompt and sampled token ids there, so the next prompt is
+            built from those ids and never from a re-tokenisation of the text).
     """
 
     episode: int
@@ -47,6 +50,7 @@ class PolicyRequest:
     observation: str
     messages: list[dict[str, str]]
     task: Task
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -135,10 +139,7 @@ def collect(
                 break
             actions: dict[int, tuple[str, PolicyResponse]] = {}
             for role, items in waiting.items():
-                requests = [
-                    PolicyRequest(i, agent, role, envs[i].observe(agent)["text"], envs[i].infos[agent]["messages"], envs[i].task)
-                    for i, agent in items
-                ]
+                requests = [_request(envs[i], i, agent, role) for i, agent in items]
                 t0 = time.perf_counter()
                 responses = policies[role](requests)
                 stats.policy_s += time.perf_counter() - t0
@@ -164,6 +165,13 @@ def collect(
     stats.tool_s += sum(r.tool_s for r in out)
     stats.wall_s += time.perf_counter() - started
     return out
+
+
+def _request(env: MGRPOEnv, episode: int, agent: str, role: str) -> PolicyRequest:
+    turns = env.trajectory(agent).turns
+    return PolicyRequest(
+        episode, agent, role, env.observe(agent)["text"], env.infos[agent]["messages"], env.task, [t.extra for t in turns]
+    )
 
 
 def _step(env: MGRPOEnv, agent: str, response: PolicyResponse) -> None:

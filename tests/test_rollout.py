@@ -77,3 +77,19 @@ def test_bad_policy_output_count_is_a_clear_error(small_scenario, small_world):
     tasks = list(small_scenario.tasks("stage1/test"))[:2]
     with pytest.raises(ValueError, match="returned 0 responses for 2 requests"):
         collect(small_scenario, tasks, 1, {"main": lambda r: [], "sub": RandomPolicy("sub")}, world=small_world)
+
+
+def test_history_carries_the_policy_extras_of_earlier_turns(small_scenario, small_world):
+    tasks = list(small_scenario.tasks("stage1/test"))[:1]
+    seen = []
+
+    def main(requests):
+        out = []
+        for r in requests:
+            seen.append([h.get("turn") for h in r.history])
+            text = "<answer>x</answer>" if len(r.history) == 2 else "no tags"
+            out.append(PolicyResponse(text, {"turn": len(r.history)}))
+        return out
+
+    collect(small_scenario, tasks, 1, {"main": main, "sub": RandomPolicy("sub")}, world=small_world)
+    assert seen == [[], [0], [0, 1]]
