@@ -1,0 +1,95 @@
+"""Token sequences for training, built token-in/token-out from what the policy sampled.
+
+An LLM policy attaches to each turn it writes an ``extra`` dict with
+
+* ``prompt_ids``: the exact token ids it conditioned on for this turn,
+* ``completion_ids``: the token ids it sampled,
+* ``logprobs``: the log-probability of each sampled id under the sampling distribution.
+
+The next turn's prompt is the previous prompt + its completion + the tokenised tool response, so the
+prompts of one agent nest. :func:`trajectory_sequence` turns an agent's turns into one training
+sequence - the last prompt plus the last completion - with a loss mask that is 1 exactly on the
+sampled positions. Nothing is re-tokenised: the trainer's ids are the sampled ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["TokenSequence", "trajectory_sequence"]
+
+
+@dataclass
+class TokenSequence:
+    """One training sample of one role.
+
+    Attributes:
+        input_ids: the whole sequence, length T.
+        loss_mask: length T, 1 on tokens the policy sampled (the only ones the loss sees), else 0.
+        advantage: the sample's advantage (the same for every token, as in GRPO).
+        weight: 1.0 normally; 0.0 for a masked alignment slot (kept for fixed shapes, contributes
+            nothing); a duplicated slot is simply present twice.
+        sampled_logprobs: length T, the sampling log-probabilities on sampled positions (0 elsewhere),
+            or None. The learner recomputes old log-probabilities itself; these are for diagnostics.
+        role: "main", "sub" or "single".
+        meta: free-form (episode id, agent name, reward) for logs.
+    """
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    advantage: float
+    weight: float = 1.0
+    sampled_logprobs: list[float] | None = None
+    role: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.loss_mask) != len(self.input_ids):
+            raise ValueError(f"loss_mask has {len(self.loss_mask)} entries for {len(self.input_ids)} tokens")
+        if self.sampled_logprobs is not None and len(self.sampled_logprobs) != len(self.input_ids):
+            raise ValueError("sampled_logprobs must have one entry per token")
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(self.loss_mask)
+
+
+def trajectory_sequence(turns: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[int], list[float]]:
+    """One agent's turn extras -> (input_ids, loss_mask, sampled_logprobs), all of the same length.
+
+    Turns without ``completion_ids`` (e.g. from a scripted policy) are not allowed: a sequence is
+    either fully token-tracked or not trainable.
+
+    Raises:
+        ValueError: no turns, a turn without ids, or prompts that do not nest (a later prompt does
+            not start with the earlier prompt + completion: something re-tokenised).
+    """
+    if not turns:
+        raise ValueError("an agent with no turns has no training sequence")
+    ids: list[int] = []
+    mask: list[int] = []
+    logps: list[float] = []
+    for i, turn in enumerate(turns):
+        prompt = turn.get("prompt_ids")
+        completion = turn.get("completion_ids")
+        if prompt is None or completion is None:
+            raise ValueError(f"turn {i} has no prompt_ids/completion_ids: not produced by a token-tracking policy")
+        if list(prompt[: len(ids)]) != ids:
+            raise ValueError(f"turn {i}'s prompt does not extend the previous turns' tokens (re-tokenised?)")
+        new_context = list(prompt[len(ids):])
+        ids.extend(new_context)
+        mask.extend([0] * len(new_context))
+        logps.extend([0.0] * len(new_context))
+        sampled = turn.get("logprobs") or [0.0] * len(completion)
+        if len(sampled) != len(completion):
+            raise ValueError(f"turn {i} has {len(sampled)} logprobs for {len(completion)} sampled tokens")
+        ids.extend(completion)
+        mask.extend([1] * len(completion))
+        logps.extend(float(x) for x in sampled)
+    return ids, mask, logps
