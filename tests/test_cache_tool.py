@@ -187,3 +187,33 @@ def test_browser_results_are_cached_under_their_own_namespace(
             assert second.via == "browser" and JS_TEXT in second.text
         assert cache.get("browser", route_server.url("/js")) is not None
         assert cache.get("fetch", route_server.url("/js")) is None
+
+
+def test_origin_alias_makes_entries_portable_across_ports(tmp_path):
+    from mgrpo_tools.cache import ResponseCache
+
+    path = tmp_path / "c.sqlite"
+    with ResponseCache(path) as first:
+        first.add_alias("http://127.0.0.1:41234", "loopback://site")
+        first.put("fetch", "http://127.0.0.1:41234/wiki/A", {"url": "http://127.0.0.1:41234/wiki/A", "other": "http://127.0.0.1:412345/x"})
+    with ResponseCache(path, mode="replay") as second:
+        second.add_alias("http://127.0.0.1:5000", "loopback://site")
+        value = second.get("fetch", "http://127.0.0.1:5000/wiki/A")
+    # the origin follows the new port; a longer port number is a different origin and stays as it was
+    assert value == {"url": "http://127.0.0.1:5000/wiki/A", "other": "http://127.0.0.1:412345/x"}
+
+
+def test_world_replays_a_recorded_run_after_a_restart(tmp_path):
+    from mgrpo_scenarios.wiki_hops import WikiHops
+
+    cache = tmp_path / "responses.sqlite"
+    scenario = WikiHops(seed=0, num_entities=100, data_dir=tmp_path / "data", cache_path=cache, browser_mode="never")
+    task = next(scenario.tasks("stage2/test"))
+    with scenario.open() as world:
+        first = scenario.oracle(task, world.make_tools())
+    replay = WikiHops(seed=0, num_entities=100, data_dir=tmp_path / "data", cache_path=cache, browser_mode="never")
+    with replay.open() as world:
+        world.cache.mode = "replay"  # every response must come from the cache
+        world.site.stop()  # and the site is not even there
+        second = replay.oracle(task, world.make_tools())
+    assert second.error is None and second.answer == first.answer

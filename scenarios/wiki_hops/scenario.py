@@ -266,6 +266,9 @@ class WikiWorld:
             self.cache = ResponseCache(cache_path) if cache_path is not None else None
             self.site = LoopbackSite(root / "pages").start()
             self.url = self.site.url
+            if self.cache is not None:
+                # entries recorded against this run's port replay against the next run's
+                self.cache.add_alias(self.site.url, "loopback://wiki-hops")
             self.policy = UrlPolicy()
             self.policy.allow_origin(self.site.url)
             self.http = HttpFetcher(self.policy, cache=self.cache)
