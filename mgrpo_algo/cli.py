@@ -2,6 +2,7 @@
 
 Commands available now:
     mgrpo eval  --scenario wiki-hops --split stage2/test --agent oracle [--out runs/demo]
+                --agent {oracle,scenario-oracle,random}
     mgrpo serve --scenario wiki-hops            # serve the offline world on 127.0.0.1 until Ctrl-C
 
 Scenario options are passed as ``--set key=value`` (values parsed as YAML scalars), for example
@@ -43,27 +44,40 @@ def _build_scenario(name: str, pairs: Sequence[str]) -> Any:
         raise SystemExit(f"mgrpo: bad option for scenario {name!r}: {exc}") from None
 
 
+AGENTS = ("oracle", "scenario-oracle", "random")
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate import evaluate, oracle_agent, write_report
+    from mgrpo_env.episode import write_jsonl
+
+    from .evaluate import evaluate, evaluate_hierarchy, oracle_agent, write_report
 
     scenario = _build_scenario(args.scenario, args.set)
-    if args.agent != "oracle":
-        raise SystemExit("mgrpo: only --agent oracle is available until the learners land")
+    if args.agent not in AGENTS:
+        raise SystemExit(f"mgrpo: unknown --agent {args.agent!r}; available: {', '.join(AGENTS)}")
     if args.split not in scenario.splits():
         raise SystemExit(f"mgrpo: unknown split {args.split!r}; {args.scenario} has {', '.join(scenario.splits())}")
-    report = evaluate(
-        scenario,
-        args.split,
-        oracle_agent(scenario),
-        agent_name=args.agent,
-        limit=args.limit,
-        workers=args.workers,
-        progress=not args.quiet,
-    )
+    records = None
+    if args.agent == "scenario-oracle":
+        report = evaluate(scenario, args.split, oracle_agent(scenario), agent_name=args.agent, limit=args.limit,
+                          workers=args.workers, progress=not args.quiet)
+    else:
+        from mgrpo_env.policies import OraclePolicy, RandomPolicy
+
+        if args.agent == "oracle":
+            policies = {"main": OraclePolicy(scenario, "main"), "sub": OraclePolicy(scenario, "sub")}
+        else:
+            policies = {"main": RandomPolicy("main", seed=args.seed), "sub": RandomPolicy("sub", seed=args.seed + 1)}
+        report, records = evaluate_hierarchy(scenario, args.split, policies, agent_name=args.agent, k=args.k,
+                                             limit=args.limit, seed=args.seed, progress=not args.quiet)
     print(report.table())
     if args.out:
         out = write_report(report, args.out)
-        print(f"wrote {out / 'summary.json'} and {out / 'outcomes.jsonl'}")
+        print(f"wrote {out / 'summary.json'} and {out / 'outcomes.jsonl'}", end="")
+        if records is not None:
+            write_jsonl(out / "episodes.jsonl", records)
+            print(f" and {out / 'episodes.jsonl'}", end="")
+        print()
     return 0
 
 
@@ -89,7 +103,14 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--scenario", default="wiki-hops", help="scenario name (see mgrpo_scenarios.names())")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario option")
     ev.add_argument("--split", default="stage2/test")
-    ev.add_argument("--agent", default="oracle", help="'oracle' (the scenario's scripted solver)")
+    ev.add_argument(
+        "--agent",
+        default="oracle",
+        help="oracle: scripted main and sub-agents through the AEC env; scenario-oracle: the scenario's "
+        "solver calling the tools directly; random: random protocol actions",
+    )
+    ev.add_argument("--k", type=int, default=1, help="rollouts per question (hierarchy agents)")
+    ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
     ev.add_argument("--workers", type=int, default=4, help="tasks run concurrently")
     ev.add_argument("--out", default=None, help="folder for summary.json and outcomes.jsonl")

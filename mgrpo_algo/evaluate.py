@@ -1,7 +1,12 @@
-"""Evaluate an agent on a scenario split: accuracy (exact match, F1), per-kind breakdown, timings.
+"""Evaluate agents on a scenario split: accuracy (exact match, F1), per-kind breakdown, timings.
 
-Today's agent is the scenario's scripted oracle, which answers through the real tools; the
-learned agents of the training issues plug into the same report.
+Two ways to run an agent:
+
+* :func:`evaluate_hierarchy` - the multi-agent system through the AEC env (``collect`` with one
+  policy per role, e.g. the scripted :class:`~mgrpo_env.policies.OraclePolicy` or learned ones);
+  the episodes are kept for ``mgrpo view``.
+* :func:`evaluate` - a plain function ``agent(task, tools) -> (answer, steps)``, e.g. the
+  scenario's own oracle calling the tools directly.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 from mgrpo_scenarios import Scenario, Task, Verdict
 from mgrpo_scenarios.verifiers import token_f1
 
-__all__ = ["TaskOutcome", "EvalReport", "evaluate", "oracle_agent"]
+__all__ = ["TaskOutcome", "EvalReport", "evaluate", "evaluate_hierarchy", "oracle_agent", "write_report"]
 
 # An agent gets a task and a fresh set of tools and returns (answer, trace of tool steps).
 Agent = Callable[[Task, dict[str, Any]], tuple[str, list[dict[str, Any]]]]
@@ -59,7 +64,7 @@ class EvalReport:
     tool_calls: dict[str, int]
     tool_errors: dict[str, int]
     tool_latency_ms_median: dict[str, float]
-    browser_visits: int
+    browser_visits: int | None
     outcomes: list[TaskOutcome] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -83,7 +88,8 @@ class EvalReport:
             f"{name} {n} calls ({self.tool_latency_ms_median.get(name, 0):.1f} ms median, {self.tool_errors.get(name, 0)} errors)"
             for name, n in sorted(self.tool_calls.items())
         )
-        lines.append(f"tools: {calls}; browser-rendered visits: {self.browser_visits}")
+        shown = "not recorded" if self.browser_visits is None else self.browser_visits
+        lines.append(f"tools: {calls}; browser-rendered visits: {shown}")
         return "\n".join(lines)
 
 
@@ -94,7 +100,8 @@ def oracle_agent(scenario: Scenario) -> Agent:
 
     def run(task: Task, tools: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         result = scenario.oracle(task, tools)
-        return result.answer, [dict(step) for step in result.steps]
+        steps = [{"tool": name, "ok": ok, "latency_s": latency} for name, _args, ok, latency in result.steps]
+        return result.answer, steps
 
     return run
 
@@ -162,6 +169,69 @@ def evaluate(
     return _report(scenario.name, split, agent_name, outcomes, build_seconds, open_seconds, eval_seconds)
 
 
+def evaluate_hierarchy(
+    scenario: Scenario,
+    split: str,
+    policies: dict[str, Any],
+    *,
+    agent_name: str = "agent",
+    k: int = 1,
+    limit: int | None = None,
+    batch_size: int = 32,
+    seed: int = 0,
+    env_kwargs: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> tuple[EvalReport, list[Any]]:
+    """Run the hierarchy (``policies`` = {"main": ..., "sub": ...}) on ``split`` through the AEC env.
+
+    Returns the report and the episode records (for JSONL and ``mgrpo view``).
+    """
+    from mgrpo_env.rollout import collect
+
+    t0 = time.perf_counter()
+    if hasattr(scenario, "build"):
+        scenario.build()
+    build_seconds = time.perf_counter() - t0
+    tasks = list(scenario.tasks(split))[:limit]
+    if not tasks:
+        raise ValueError(f"split {split!r} of {scenario.name!r} has no tasks")
+    records: list[Any] = []
+    t1 = time.perf_counter()
+    with scenario.open() as world:
+        open_seconds = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        bar = _progress(len(tasks) * k, progress, f"{scenario.name} {split}")
+        for start in range(0, len(tasks), batch_size):
+            batch = tasks[start : start + batch_size]
+            records += collect(scenario, batch, k, policies, world=world, seed=seed + start * k, env_kwargs=env_kwargs)
+            if bar is not None:
+                bar.update(len(batch) * k)
+                bar.set_postfix(acc=f"{sum(r.correct for r in records) / len(records):.3f}")
+        if bar is not None:
+            bar.close()
+        eval_seconds = time.perf_counter() - t2
+    outcomes = [
+        TaskOutcome(
+            task_id=r.task["id"],
+            kind=r.task.get("kind", ""),
+            question=r.task["question"],
+            gold=r.task["answer"],
+            prediction=r.final_answer or "",
+            correct=r.correct,
+            f1=token_f1(r.final_answer or "", r.task["answer"], r.task.get("aliases", ())),
+            seconds=r.wall_s,
+            steps=[
+                {"tool": c.tool, "ok": c.ok, "latency_s": c.latency_s, "via": c.meta.get("via")}
+                for traj in [r.main, *r.subs]
+                for c in traj.tool_calls
+            ],
+        )
+        for r in records
+    ]
+    report = _report(scenario.name, split, agent_name, outcomes, build_seconds, open_seconds, eval_seconds)
+    return report, records
+
+
 def _progress(total: int, enabled: bool, desc: str) -> Any:
     if not enabled:
         return None
@@ -188,6 +258,7 @@ def _report(
     errors: Counter[str] = Counter()
     latencies: dict[str, list[float]] = defaultdict(list)
     browser = 0
+    recorded_via = any("via" in step for o in outcomes for step in o.steps)
     for o in outcomes:
         for step in o.steps:
             name = str(step.get("tool", "?"))
@@ -214,7 +285,7 @@ def _report(
         tool_calls=dict(calls),
         tool_errors=dict(errors),
         tool_latency_ms_median={k: statistics.median(v) for k, v in latencies.items()},
-        browser_visits=browser,
+        browser_visits=browser if recorded_via else None,
         outcomes=outcomes,
     )
 

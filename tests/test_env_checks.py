@@ -1,0 +1,28 @@
+"""The env's conformance checks on the built-in scenario and a grid of limit settings."""
+
+from __future__ import annotations
+
+import pytest
+
+import mgrpo_scenarios
+from mgrpo_env.checks import check_all
+
+OPTION_GRID = [
+    {},
+    {"max_main_turns": 2, "max_sub_turns": 1, "max_delegations": 1},
+    {"max_delegations": 0},
+    {"max_action_chars": 64, "max_observation_chars": 256},
+]
+
+
+@pytest.mark.parametrize("split", ["stage1/test", "stage2/test"])
+@pytest.mark.parametrize("options", OPTION_GRID, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "defaults")
+def test_conformance(small_scenario, small_world, split, options):
+    counts = check_all(small_scenario, world=small_world, split=split, **options)
+    if options.get("max_delegations", 4) > 0 and options.get("max_action_chars", 4000) >= 200:
+        assert counts["agents_seen"] >= 2  # random play reached sub-agents (64-char actions cannot delegate)
+
+
+def test_every_registered_scenario_is_checked():
+    # a new built-in scenario must be added to the conformance tests (here: by its fixture)
+    assert mgrpo_scenarios.names() == ["wiki-hops"]
