@@ -88,7 +88,9 @@ def _seq_mean_token_sum(values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
 
 def _prepare(values: Tensor, mask: Tensor, sample_weight: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     if values.ndim != 2 or tuple(mask.shape) != tuple(values.shape):
-        raise ValueError(f"values and mask must both be [B, T], got {tuple(values.shape)} and {tuple(mask.shape)}")
+        raise ValueError(
+            f"values and mask must both be [B, T], got {tuple(values.shape)} and {tuple(mask.shape)}"
+        )
     m = (mask != 0).to(values.dtype)
     # Masked positions may hold inf/NaN (padding): replace them so that 0 * inf never happens.
     values = torch.where(m > 0, values, torch.zeros_like(values))
@@ -103,7 +105,9 @@ def _prepare(values: Tensor, mask: Tensor, sample_weight: Tensor | None) -> tupl
     return values, m, w
 
 
-def loss_normalizer(mask: Tensor, mode: str = "seq-mean-token-mean", sample_weight: Tensor | None = None) -> Tensor:
+def loss_normalizer(
+    mask: Tensor, mode: str = "seq-mean-token-mean", sample_weight: Tensor | None = None
+) -> Tensor:
     """The denominator ``aggregate`` uses for this batch: a 0-dim tensor.
 
     Shapes: mask [B, T], sample_weight [B]. Sum it over micro-batches (or compute it on the full
@@ -196,11 +200,13 @@ def clipped_pg_loss(
     if not (0.0 <= eps_low < 1.0 and eps_high >= 0.0):
         raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
     get_aggregation(aggregation)  # fail early on a bad name
-    adv = advantages.detach().to(logp.dtype)
+    adv = torch.as_tensor(advantages, device=logp.device).detach().to(logp.dtype)
     if adv.ndim == 1 and adv.shape[0] == logp.shape[0]:
         adv = adv[:, None]
     elif tuple(adv.shape) != tuple(logp.shape):
-        raise ValueError(f"advantages must be [B] or [B, T] for logp {tuple(logp.shape)}, got {tuple(adv.shape)}")
+        raise ValueError(
+            f"advantages must be [B] or [B, T] for logp {tuple(logp.shape)}, got {tuple(adv.shape)}"
+        )
     adv = adv.expand_as(logp)
     mask = loss_mask != 0
 
@@ -237,7 +243,11 @@ def clipped_pg_loss(
         # Strict inequality: on the boundary both terms are equal and the gradient still flows.
         clipped_low = (pg_clipped > pg_unclipped) & (adv < 0)
         clipped_high = (pg_clipped > pg_unclipped) & (adv > 0)
-        live = mask if sample_weight is None else mask & (torch.as_tensor(sample_weight, device=mask.device) > 0)[:, None]
+        live = (
+            mask
+            if sample_weight is None
+            else mask & (torch.as_tensor(sample_weight, device=mask.device) > 0)[:, None]
+        )
         metrics = {
             "pg_loss": float(aggregate(pg.detach(), mask, aggregation, sample_weight)),
             "clipfrac": tok_mean((clipped_low | clipped_high).float()),
