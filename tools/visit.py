@@ -12,6 +12,7 @@ for one agent.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -73,9 +74,21 @@ class BrowsingSession:
             return False
 
 
+_MEMO_MAX_CHARS = 200_000
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_html(text: str, url: str) -> Document:
+    # Parsing is ~90% of a cached visit; many agents read the same pages. Documents are never
+    # mutated after parsing, so sharing one between sessions is safe.
+    return html_to_document(text, url)
+
+
 def _to_document(result: FetchResult) -> Document:
     """HTML through the readable-text extractor; other text (plain, JSON, XML) as it is."""
     if result.content_type in _HTML_TYPES:
+        if len(result.text) <= _MEMO_MAX_CHARS:
+            return _parse_html(result.text, result.url)
         return html_to_document(result.text, result.url)
     name = result.url.rstrip("/").rsplit("/", 1)[-1] or result.url
     return Document(url=result.url, title=name, text=result.text.strip(), links=[])
