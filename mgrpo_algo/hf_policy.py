@@ -1,0 +1,428 @@
+"""A policy backed by a Hugging Face causal LM: batched ``generate``, token-in/token-out.
+
+:class:`TransformersPolicy` implements :class:`mgrpo_env.rollout.Policy`: one call answers the
+requests of many episodes with one left-padded ``generate`` (or one per ``max_batch_size`` chunk),
+and attaches to each response the exact ids it conditioned on and sampled::
+
+    extra = {"prompt_ids": [...], "completion_ids": [...], "logprobs": [...], "policy": "hf:<name>",
+             "finish_reason": "stop" | "length" | "prompt_too_long"}
+
+Prompts (:class:`ChatPrompter`, shared with the HTTP policy):
+
+- first turn: the chat template applied to ``request.messages`` with the generation prompt;
+- later turns: the previous turn's ``prompt_ids + completion_ids`` followed by the tokenised
+  continuation - what the chat template writes after an assistant message's content when the new
+  user message(s) follow, generation prompt included (for ChatML:
+  ``<|im_end|>\\n<|im_start|>user\\n{observation}<|im_end|>\\n<|im_start|>assistant\\n``). The
+  continuation is derived from the template itself (rendered around a marker), so Qwen3- or
+  Llama-style templates work too. When the completion already ends with the token the
+  continuation starts with (the model sampled ``<|im_end|>``), it is not repeated. The ids never
+  come from re-tokenising earlier text, so prompts nest exactly and
+  :func:`mgrpo_algo.sequences.trajectory_sequence` accepts them.
+- a prompt longer than ``max_prompt_tokens`` is not cut (cutting would break the nesting the
+  trainer relies on, and hide the problem): the policy does not generate and answers the empty
+  text, which the env counts as a malformed turn (format failure) - the agent is stopped by its
+  turn limit without spending generation on it, and ``finish_reason`` says ``prompt_too_long``.
+
+Sampling: exactly temperature then top-p, nothing else. The checkpoint's own
+``generation_config.json`` (e.g. Qwen's top_k=20, repetition_penalty=1.05) is ignored on purpose:
+the learner assumes this distribution. Temperature and top-p are applied by the policy's own logits
+processor (HF's warpers are switched off), which also records the log-probabilities:
+``logprobs_mode="processed"`` (default) gives log p(token) under the distribution actually sampled
+from - ``log_softmax(logits / T)`` renormalised over the top-p nucleus; with ``top_p=1`` this is
+exactly what a learner computes as ``log_softmax(logits / T)``. ``"raw"`` gives
+``log_softmax(logits)`` (vLLM's default ``raw_logprobs``). Temperature 0 is greedy decoding, whose
+``logprobs`` are ``log_softmax(logits)``.
+
+Stopping: on the ids of ``</tool_call>``, ``</answer>``, ``</result>`` when each is one token (as with
+:mod:`mgrpo_algo.models` tokenizers), plus ``<|im_end|>`` and the eos ids; tags that are several
+tokens in a hub tokenizer become HF ``stop_strings``. The completion keeps the stop token (and its
+text); everything after it (padding) is dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mgrpo_env.rollout import PolicyRequest, PolicyResponse
+
+__all__ = ["STOP_TAGS", "load_tokenizer", "ChatPrompter", "StopSpec", "stop_spec", "cut_at_stop", "TransformersPolicy"]
+
+#: Closing tags that end an agent's turn (one action per turn).
+STOP_TAGS = ("</tool_call>", "</answer>", "</result>")
+_END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
+_MARKER = "\u2063MGRPO-ASSISTANT-CONTENT\u2063"
+
+
+def load_tokenizer(tokenizer: Any) -> Any:
+    """A tokenizer object as is; a hub name or a path through ``AutoTokenizer.from_pretrained``."""
+    if isinstance(tokenizer, str) or hasattr(tokenizer, "__fspath__"):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(tokenizer))
+    return tokenizer
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+class ChatPrompter:
+    """Builds token-in/token-out prompt ids for requests from a tokenizer's chat template.
+
+    Args:
+        tokenizer: a transformers tokenizer with a ``chat_template``.
+        max_prompt_tokens: prompts longer than this are flagged (see :meth:`prompt`).
+    """
+
+    def __init__(self, tokenizer: Any, max_prompt_tokens: int = 2048) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("the tokenizer has no chat_template: token-in/token-out prompts need one")
+        self.tokenizer = tokenizer
+        self.max_prompt_tokens = int(max_prompt_tokens)
+
+    def render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def first_prompt(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """The template over the whole chat with the generation prompt, tokenised."""
+        return self.encode(self.render(messages, add_generation_prompt=True))
+
+    def continuation(self, completion_ids: Sequence[int], new_messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """The ids the template adds after an assistant turn's content for ``new_messages``.
+
+        Rendered as ``[system, user, assistant(MARKER), *new_messages]`` with the generation prompt;
+        the text after the marker is what follows any assistant content. If the completion ends
+        with the continuation's first token (e.g. a sampled ``<|im_end|>``), that token is dropped.
+        """
+        chat = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                {"role": "assistant", "content": _MARKER}, *[dict(m) for m in new_messages]]
+        text = self.render(chat, add_generation_prompt=True)
+        if text.count(_MARKER) != 1:
+            raise ValueError("the chat template does not render assistant content verbatim; cannot derive turns")
+        ids = self.encode(text.split(_MARKER, 1)[1])
+        if completion_ids and ids and completion_ids[-1] == ids[0]:
+            ids = ids[1:]
+        return ids
+
+    def prompt(self, request: PolicyRequest) -> tuple[list[int], dict[str, Any]]:
+        """``(prompt_ids, info)`` for a request; ``info["retokenized"]`` when the history had no ids
+        (earlier turns came from another policy: the sequence cannot nest and is not trainable)."""
+        messages = list(request.messages)
+        last = request.history[-1] if request.history else None
+        if last is None:
+            return self.first_prompt(messages), {}
+        cut = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+        if last.get("prompt_ids") is None or last.get("completion_ids") is None or cut is None:
+            return self.first_prompt(messages), {"retokenized": True}
+        completion = list(last["completion_ids"])
+        return list(last["prompt_ids"]) + completion + self.continuation(completion, messages[cut + 1:]), {}
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+@dataclass(frozen=True)
+class StopSpec:
+    """Stop tokens (one id each) and stop strings (tags that are several tokens)."""
+
+    token_ids: tuple[int, ...]
+    strings: tuple[str, ...]
+
+
+def stop_spec(tokenizer: Any, extra_eos: Sequence[int] | int | None = None, tags: Sequence[str] = STOP_TAGS) -> StopSpec:
+    """The stop ids and strings for ``tokenizer``: each tag in ``tags`` that encodes to one token is a
+    stop id, the others stop strings; plus end-of-turn tokens, eos and ``extra_eos`` (e.g. the model's
+    ``generation_config.eos_token_id``)."""
+    ids: list[int] = []
+    strings: list[str] = []
+    for tag in tags:
+        enc = tokenizer(tag, add_special_tokens=False)["input_ids"]
+        if len(enc) == 1:
+            ids.append(int(enc[0]))
+        else:
+            strings.append(tag)
+    vocab = tokenizer.get_vocab()
+    for token in (*_END_OF_TURN, tokenizer.eos_token):
+        if token is not None and token in vocab:
+            ids.append(int(vocab[token]))
+    if isinstance(extra_eos, int):
+        extra_eos = [extra_eos]
+    ids.extend(int(i) for i in extra_eos or [])
+    return StopSpec(tuple(dict.fromkeys(ids)), tuple(strings))
+
+
+def cut_at_stop(ids: Sequence[int], spec: StopSpec, tokenizer: Any = None) -> tuple[list[int], str]:
+    """``ids`` up to and including the first stop (a stop id, or the token completing a stop string);
+    returns ``(kept_ids, "stop" | "length")``."""
+    ids = [int(i) for i in ids]
+    stops = set(spec.token_ids)
+    end = next((i + 1 for i, t in enumerate(ids) if t in stops), None)
+    if spec.strings and tokenizer is not None:
+        head = ids[: end or len(ids)]
+        if any(s in tokenizer.decode(head, skip_special_tokens=False) for s in spec.strings):
+            lo, hi = 1, len(head)  # smallest prefix whose text holds a stop string
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if any(s in tokenizer.decode(head[:mid], skip_special_tokens=False) for s in spec.strings):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            end = lo
+    return (ids[:end], "stop") if end is not None else (ids, "length")
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+class _Sampler:
+    """A logits processor that applies temperature and top-p itself and records log-probabilities.
+
+    HF's own warpers are off, so what HF samples from (softmax of what this returns) is exactly the
+    distribution described here. At each step the log-probabilities of the step are kept; the
+    token sampled from them is read at the next call (it is then ``input_ids[:, -1]``) and the last
+    one from the final sequences (:meth:`finish`).
+    """
+
+    def __init__(self, temperature: float, top_p: float, mode: str) -> None:
+        self.temperature = temperature
+        self.top_p = top_p
+        self.mode = mode
+        self.pending: torch.Tensor | None = None
+        self.picked: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.pending is not None:
+            self.picked.append(self.pending.gather(1, input_ids[:, -1:]).squeeze(1))
+        scores = scores.float()
+        raw = torch.log_softmax(scores, dim=-1) if self.mode == "raw" else None
+        if self.temperature > 0:
+            if self.temperature != 1.0:
+                scores = scores / self.temperature
+            if self.top_p < 1.0:
+                scores = _top_p(scores, self.top_p)
+        self.pending = raw if raw is not None else torch.log_softmax(scores, dim=-1)
+        return scores
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """(B, n) log-probabilities of the generated tokens ``new_tokens`` (B, n)."""
+        n = new_tokens.shape[1]
+        if len(self.picked) < n and self.pending is not None:
+            self.picked.append(self.pending.gather(1, new_tokens[:, len(self.picked): len(self.picked) + 1]).squeeze(1))
+        if not self.picked:
+            return torch.zeros(new_tokens.shape, dtype=torch.float32)
+        return torch.stack(self.picked[:n], dim=1).cpu()
+
+
+def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose probability reaches ``top_p`` (as HF/vLLM)."""
+    sorted_scores, order = torch.sort(scores, dim=-1, descending=False)
+    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    remove = cumulative <= (1 - top_p)
+    remove[..., -1] = False  # always keep the most likely token
+    mask = remove.scatter(1, order, remove)
+    return scores.masked_fill(mask, float("-inf"))
+
+
+@contextmanager
+def _seeded(seed: int, device: torch.device):
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+# --------------------------------------------------------------------------- the policy
+
+
+class TransformersPolicy:
+    """A :class:`mgrpo_env.rollout.Policy` that samples from a Hugging Face causal LM.
+
+    Args:
+        model_or_path: a model object (shared with a learner in-process: no weight sync; the policy
+            switches it to eval mode under ``torch.no_grad()`` while generating and restores its
+            mode after), or a hub name / local path for ``AutoModelForCausalLM.from_pretrained``.
+        tokenizer: tokenizer object or name/path; default: loaded from ``model_or_path`` (or from
+            the model object's ``name_or_path``).
+        role: "main", "sub" or "single" (recorded; the stop tags are the same for all roles).
+        max_new_tokens: tokens sampled per turn at most.
+        temperature: 0 means greedy; else the softmax temperature.
+        top_p: nucleus sampling threshold (1.0 = off).
+        max_prompt_tokens: longer prompts are not generated for (see the module docstring).
+        device: where a model loaded from a path goes ("cpu", "cuda", "cuda:1"); a model object
+            stays where it is.
+        dtype: torch dtype (or its name) for a model loaded from a path; default float32.
+        seed: call ``i`` of this policy samples with seed ``seed + i`` in a forked RNG, so the global
+            torch RNG (the learner's) is untouched and runs are reproducible.
+        max_batch_size: requests per ``generate`` (None = all of a call at once); chunks are made of
+            prompts of similar length.
+        logprobs_mode: "processed" (the sampling distribution) or "raw" (``log_softmax(logits)``).
+        name: recorded as ``extra["policy"]``; default ``"hf:<name or path>"``.
+    """
+
+    def __init__(
+        self,
+        model_or_path: Any,
+        tokenizer: Any = None,
+        *,
+        role: str,
+        max_new_tokens: int = 128,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_prompt_tokens: int = 2048,
+        device: str | torch.device = "cpu",
+        dtype: Any = None,
+        seed: int = 0,
+        max_batch_size: int | None = None,
+        logprobs_mode: str = "processed",
+        name: str | None = None,
+    ) -> None:
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if max_new_tokens < 1 or max_prompt_tokens < 1:
+            raise ValueError("max_new_tokens and max_prompt_tokens must be >= 1")
+        if logprobs_mode not in ("processed", "raw"):
+            raise ValueError(f"logprobs_mode must be 'processed' or 'raw', got {logprobs_mode!r}")
+        if max_batch_size is not None and max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1 or None, got {max_batch_size}")
+        if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
+            from transformers import AutoModelForCausalLM
+
+            source = str(model_or_path)
+            if isinstance(dtype, str):
+                dtype = getattr(torch, dtype)
+            self.model = AutoModelForCausalLM.from_pretrained(source, **_dtype_kwarg(dtype or torch.float32))
+            self.model.to(torch.device(device))
+            self.model.eval()
+        else:
+            self.model = model_or_path
+            source = getattr(self.model, "name_or_path", "") or getattr(self.model.config, "_name_or_path", "")
+        if tokenizer is None:
+            if not source:
+                raise ValueError("pass a tokenizer: the model object has no name_or_path to load one from")
+            tokenizer = source
+        self.tokenizer = load_tokenizer(tokenizer)
+        self.role = role
+        self.max_new_tokens = int(max_new_tokens)
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.seed = int(seed)
+        self.max_batch_size = max_batch_size
+        self.logprobs_mode = logprobs_mode
+        self.name = name or f"hf:{source or type(self.model).__name__}"
+        self.prompter = ChatPrompter(self.tokenizer, max_prompt_tokens)
+        self.max_positions = getattr(self.model.config, "max_position_embeddings", None)
+        self.stop = stop_spec(self.tokenizer, getattr(getattr(self.model, "generation_config", None), "eos_token_id", None))
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else self.stop.token_ids[-1])
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def prompt_limit(self) -> int:
+        limit = self.prompter.max_prompt_tokens
+        return min(limit, self.max_positions - 1) if self.max_positions else limit
+
+    def __call__(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
+        prepared = [self.prompter.prompt(r) for r in requests]
+        results: list[tuple[list[int], list[float], str] | None] = [None] * len(prepared)
+        todo = [i for i, (ids, _) in enumerate(prepared) if len(ids) <= self.prompt_limit]
+        for i, (ids, _) in enumerate(prepared):
+            if len(ids) > self.prompt_limit:
+                results[i] = ([], [], "prompt_too_long")
+        if todo:
+            with self._lock:
+                seed = self.seed + self.calls
+                self.calls += 1
+                order = sorted(todo, key=lambda i: len(prepared[i][0]))
+                size = self.max_batch_size or len(order)
+                for start in range(0, len(order), size):
+                    chunk = order[start: start + size]
+                    for i, out in zip(chunk, self._generate([prepared[i][0] for i in chunk], seed + start), strict=True):
+                        results[i] = out
+        responses = []
+        for (prompt, info), out in zip(prepared, results, strict=True):
+            assert out is not None
+            completion, logprobs, finish = out
+            text = self.tokenizer.decode(completion, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            extra = {"prompt_ids": prompt, "completion_ids": completion, "logprobs": logprobs,
+                     "policy": self.name, "finish_reason": finish, **info}
+            responses.append(PolicyResponse(text, extra))
+        return responses
+
+    def _generate(self, prompts: list[list[int]], seed: int) -> list[tuple[list[int], list[float], str]]:
+        """One left-padded ``generate`` over ``prompts``: (completion ids, logprobs, finish reason) each."""
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        device = self.device
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            attention[row, width - len(ids):] = 1
+        new_tokens = self.max_new_tokens
+        if self.max_positions:
+            new_tokens = max(1, min(new_tokens, self.max_positions - width))
+        greedy = self.temperature == 0
+        config = GenerationConfig(
+            do_sample=not greedy,
+            max_new_tokens=new_tokens,
+            eos_token_id=list(self.stop.token_ids),
+            pad_token_id=self.pad_id,
+            stop_strings=list(self.stop.strings) or None,
+            num_beams=1,
+            **({} if greedy else {"temperature": 1.0, "top_p": 1.0, "top_k": 0}),
+            use_cache=True,
+            return_dict_in_generate=True,
+        )
+        sampler = _Sampler(self.temperature, self.top_p, self.logprobs_mode)
+        model = self.model
+        was_training = model.training
+        saved_config = getattr(model, "generation_config", None)
+        try:
+            model.eval()
+            model.generation_config = GenerationConfig()  # neutral defaults: no checkpoint sampling tweaks
+            with torch.no_grad(), _seeded(seed, device):
+                out = model.generate(
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention.to(device),
+                    generation_config=config,
+                    logits_processor=LogitsProcessorList([sampler]),
+                    **({"tokenizer": self.tokenizer} if self.stop.strings else {}),
+                )
+        finally:
+            if saved_config is not None:
+                model.generation_config = saved_config
+            model.train(was_training)
+        generated = out.sequences[:, width:].cpu()
+        logprobs = sampler.finish(generated)
+        results = []
+        for row in range(len(prompts)):
+            ids, finish = cut_at_stop(generated[row].tolist(), self.stop, self.tokenizer)
+            results.append((ids, [float(x) for x in logprobs[row, : len(ids)]], finish))
+        return results
+
+
+def _dtype_kwarg(dtype: torch.dtype) -> dict[str, Any]:
+    """``dtype=`` for transformers >= 4.56 (5.x), ``torch_dtype=`` before."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
