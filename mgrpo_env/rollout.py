@@ -24,7 +24,7 @@ from mgrpo_scenarios import Scenario, Task
 from .aec import MGRPOEnv
 from .episode import EpisodeRecord
 
-__all__ = ["PolicyRequest", "PolicyResponse", "Policy", "CollectStats", "collect"]
+__all__ = ["PolicyRequest", "PolicyResponse", "Policy", "CollectStats", "collect", "collect_single"]
 
 
 @dataclass
@@ -178,3 +178,71 @@ def _step(env: MGRPOEnv, agent: str, response: PolicyResponse) -> None:
     env.step(response.text)
     if response.extra:
         env.last_turn(agent).extra.update(response.extra)
+
+
+def collect_single(
+    scenario: Scenario,
+    tasks: Sequence[Task],
+    k: int,
+    policy: Policy,
+    *,
+    world: Any,
+    seed: int = 0,
+    max_workers: int = 8,
+    env_kwargs: Mapping[str, Any] | None = None,
+    stats: CollectStats | None = None,
+) -> list[EpisodeRecord]:
+    """:func:`collect` for the single-agent baseline: K rollouts of each task in the Gymnasium env.
+
+    Requests have role "single" and agent "single_0"; records are ordered task-major.
+    """
+    from .single import SingleAgentEnv
+
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    stats = stats if stats is not None else CollectStats()
+    started = time.perf_counter()
+    envs = []
+    observations = []
+    for i in range(len(tasks) * k):
+        env = SingleAgentEnv(scenario, split="", world=world, tasks=tasks, **dict(env_kwargs or {}))
+        obs, _ = env.reset(seed=seed + i, options={"task": tasks[i // k]})
+        envs.append(env)
+        observations.append(obs["text"])
+    active = list(range(len(envs)))
+    with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
+        while active:
+            requests = [
+                PolicyRequest(i, "single_0", "single", observations[i], envs[i].record.main.messages, envs[i].task,
+                              [t.extra for t in envs[i].record.main.turns])
+                for i in active
+            ]
+            t0 = time.perf_counter()
+            responses = policy(requests)
+            stats.policy_s += time.perf_counter() - t0
+            stats.policy_calls += 1
+            stats.by_role_requests["single"] += len(requests)
+            if len(responses) != len(requests):
+                raise ValueError(f"the single policy returned {len(responses)} responses for {len(requests)} requests")
+            responses = [r if isinstance(r, PolicyResponse) else PolicyResponse(str(r)) for r in responses]
+
+            def step(job: tuple[int, PolicyResponse]) -> bool:
+                i, response = job
+                obs, _, terminated, truncated, _ = envs[i].step(response.text)
+                if response.extra:
+                    envs[i].record.main.turns[-1].extra.update(response.extra)
+                observations[i] = obs["text"]
+                return terminated or truncated
+
+            t0 = time.perf_counter()
+            done = list(pool.map(step, list(zip(active, responses, strict=True))))
+            stats.step_s += time.perf_counter() - t0
+            stats.env_steps += len(active)
+            active = [i for i, d in zip(active, done, strict=True) if not d]
+    records = [env.record for env in envs]
+    for env in envs:
+        env.close()
+    stats.episodes += len(records)
+    stats.tool_s += sum(r.tool_s for r in records)
+    stats.wall_s += time.perf_counter() - started
+    return records

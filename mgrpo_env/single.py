@@ -156,6 +156,11 @@ class SingleAgentEnv(gym.Env):
         record.wall_s = time.perf_counter() - self._started
         return traj.reward, terminated, not terminated, self._info(reward_components=components)
 
+    @property
+    def task(self) -> Task:
+        """The current episode's task."""
+        return self._task
+
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None

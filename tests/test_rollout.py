@@ -93,3 +93,18 @@ def test_history_carries_the_policy_extras_of_earlier_turns(small_scenario, smal
 
     collect(small_scenario, tasks, 1, {"main": main, "sub": RandomPolicy("sub")}, world=small_world)
     assert seen == [[], [0], [0, 1]]
+
+
+def test_collect_single_agent(small_scenario, small_world):
+    from mgrpo_env.rollout import collect_single
+
+    tasks = list(small_scenario.tasks("stage1/test"))[:3]
+
+    def policy(requests):
+        assert all(r.role == "single" and r.agent == "single_0" for r in requests)
+        return [PolicyResponse(f"<answer>{r.task.answer}</answer>", {"n": len(r.history)}) for r in requests]
+
+    records = collect_single(small_scenario, tasks, 2, policy, world=small_world)
+    assert [r.task["id"] for r in records] == [t.id for t in tasks for _ in range(2)]
+    assert all(r.correct and r.rewards == {"single_0": pytest.approx(1.0)} for r in records)
+    assert records[0].main.turns[0].extra == {"n": 0}
