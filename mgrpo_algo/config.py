@@ -1,0 +1,309 @@
+"""Typed configuration dataclasses. One docstring per field: default, trade-off, the paper's value.
+
+Each dataclass checks its fields (and fields against each other) in ``__post_init__`` and raises
+``ValueError`` naming the offending field, so a bad YAML file or ``--set`` fails before any model loads.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LearnerConfig",
+    "DTYPES",
+    "GenerationConfig",
+    "RoleConfig",
+    "StageConfig",
+    "TrainConfig",
+    "TRAIN_MODES",
+    "load_config",
+    "config_to_dict",
+]
+
+#: Parameter dtypes a learner accepts (names of ``torch`` dtypes).
+DTYPES = ("float32", "bfloat16", "float16")
+_DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "npu")
+
+
+@dataclass
+class LearnerConfig:
+    """One role's learner (``mgrpo_algo.learner.RoleLearner``): optimiser, loss and batching.
+
+    Every role (main, sub, single) has its own; M-GRPO never shares gradients between roles.
+    """
+
+    # --- optimiser (AdamW) ---------------------------------------------------------------------
+    lr: float = 1e-4
+    """AdamW learning rate, constant (no schedule). Default 1e-4 suits the tiny from-scratch models of
+    the CPU default; pretrained 1B-30B LLMs want ~1e-6 (the GRPO recipes of verl and TRL the paper
+    builds on). The paper's text does not state its value."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay. 0.0 (TRL's GRPO default; verl uses 0.01): RL updates are few and
+    small, decay mostly pulls the policy back towards zero rather than regularising."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW (beta1, beta2), torch's defaults. A lower beta2 (0.99) reacts faster to gradient-scale
+    changes between RL batches at the price of noisier steps."""
+    adam_eps: float = 1e-8
+    """AdamW epsilon (torch's default). Raise it (1e-6) for bfloat16/float16 parameters."""
+    max_grad_norm: float | None = 1.0
+    """Clip the global gradient L2 norm to this before each step (paper / verl: 1.0). None disables
+    clipping (the norm is still reported as ``grad_norm``)."""
+
+    # --- loss (``mgrpo_algo.losses.clipped_pg_loss``) -----------------------------------------------
+    eps_low: float = 0.2
+    """Lower clip range: the ratio is clipped below at 1 - eps_low (paper code: 0.2)."""
+    eps_high: float = 0.28
+    """Upper clip range, 1 + eps_high ("clip-higher", DAPO; paper code: 0.28). Larger keeps more
+    exploration on low-probability tokens with positive advantage."""
+    aggregation: str = "seq-mean-token-mean"
+    """How token losses become one number: "seq-mean-token-mean" (paper code: mean over a sample's
+    sampled tokens, then over samples with weight > 0), "token-mean" (long samples weigh more) or
+    "seq-mean-token-sum". See ``mgrpo_algo.losses.AGGREGATIONS``."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL to a frozen copy of the initial model (paper: 0). > 0 keeps that copy in
+    memory (and in checkpoints) and costs one extra forward per update."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (paper: 0). > 0 backpropagates through the full-vocabulary entropy,
+    which costs memory of the order of the logits."""
+
+    # --- batching -------------------------------------------------------------------------------
+    micro_batch_tokens: int = 2048
+    """Token budget of one forward/backward: padded length x samples. Bounds activation and logits
+    memory (logits alone are budget x vocab x 4 bytes, several times over for the backward); gradients
+    are accumulated, so the result does not depend on it (up to float rounding). A sample longer than
+    the budget runs alone. 2048: on CPU the tiny models update as fast as with 4096 at ~25% less peak
+    memory; raise it on a GPU until memory is nearly full."""
+    ppo_epochs: int = 1
+    """Passes over each batch. 1 with ``minibatches`` 1 is the paper's single on-policy step (the
+    ratio is exactly 1). More passes reuse samples (PPO style) and make the clip active."""
+    minibatches: int = 1
+    """Optimizer steps per epoch: the batch is shuffled and split into this many parts."""
+    seed: int = 0
+    """Seeds the minibatch shuffle (a generator of its own, keyed by seed, update step and epoch, so
+    resuming reproduces it). Process-global RNGs are the trainer's to seed."""
+
+    # --- placement and numerics -----------------------------------------------------------------
+    dtype: str = "float32"
+    """Parameter dtype, one of ``DTYPES``. float32 on CPU; bfloat16 halves memory on GPU but AdamW then
+    updates bfloat16 weights directly (no fp32 master copy), which loses small updates."""
+    device: str = "cpu"
+    """Torch device of the model and optimiser ("cpu", "cuda", "cuda:1", ...)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward: ~30% more compute for far less activation memory.
+    Worth it for long multi-turn sequences on GPU; rarely on CPU."""
+    compute_entropy: bool = True
+    """Compute the policy entropy of sampled positions for logging (a no-grad pass over the logits,
+    cheap next to the model). Must be True when ``entropy_coef`` > 0."""
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(float(b) for b in self.betas)  # YAML / JSON give lists
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas}")
+        if not self.adam_eps > 0:
+            raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
+        if not 0.0 <= self.eps_low < 1.0:
+            raise ValueError(f"eps_low must be in [0, 1), got {self.eps_low}")
+        if self.eps_high < 0:
+            raise ValueError(f"eps_high must be >= 0, got {self.eps_high}")
+        from .losses import AGGREGATIONS  # the one list of valid names
+
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {sorted(AGGREGATIONS)}, got {self.aggregation!r}")
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+        if self.entropy_coef < 0:
+            raise ValueError(f"entropy_coef must be >= 0, got {self.entropy_coef}")
+        if self.entropy_coef > 0 and not self.compute_entropy:
+            raise ValueError("compute_entropy must be True when entropy_coef > 0")
+        if int(self.micro_batch_tokens) != self.micro_batch_tokens or self.micro_batch_tokens < 1:
+            raise ValueError(f"micro_batch_tokens must be an integer >= 1, got {self.micro_batch_tokens}")
+        if int(self.ppo_epochs) != self.ppo_epochs or self.ppo_epochs < 1:
+            raise ValueError(f"ppo_epochs must be an integer >= 1, got {self.ppo_epochs}")
+        if int(self.minibatches) != self.minibatches or self.minibatches < 1:
+            raise ValueError(f"minibatches must be an integer >= 1, got {self.minibatches}")
+        if int(self.seed) != self.seed or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if not isinstance(self.device, str) or self.device.split(":")[0] not in _DEVICE_TYPES:
+            raise ValueError(
+                f"device must be a torch device string ({', '.join(_DEVICE_TYPES)}), got {self.device!r}"
+            )
+
+
+@dataclass
+class GenerationConfig:
+    """How a role's policy samples during rollouts."""
+
+    max_new_tokens: int = 96
+    """Tokens per turn at most. A turn is one action; tiny models need few. Longer turns cost
+    generation time linearly."""
+    temperature: float = 1.0
+    """Sampling temperature. Training assumes 1.0 (the learner's log-probs are log_softmax(logits));
+    evaluation may use 0 (greedy)."""
+    top_p: float = 1.0
+    """Nucleus sampling; 1.0 keeps the full distribution the learner differentiates."""
+    max_prompt_tokens: int = 3072
+    """Longer prompts are not generated for: the turn becomes a format failure (see hf_policy)."""
+
+    def __post_init__(self) -> None:
+        _check(self.max_new_tokens >= 1, "generation.max_new_tokens", "must be >= 1")
+        _check(self.temperature >= 0, "generation.temperature", "must be >= 0")
+        _check(0 < self.top_p <= 1, "generation.top_p", "must be in (0, 1]")
+        _check(self.max_prompt_tokens >= 16, "generation.max_prompt_tokens", "must be >= 16")
+
+
+@dataclass
+class RoleConfig:
+    """One role (main, sub or single): its model, how it samples, how it learns."""
+
+    model: str = ""
+    """A path or hub name for ``from_pretrained``. Empty: the tiny model built under
+    ``TrainConfig.models_dir`` for this role."""
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+
+
+@dataclass
+class StageConfig:
+    """One curriculum stage (paper: stage 1 simple questions to learn the format, stage 2 multi-hop)."""
+
+    split: str = "stage2/train"
+    iterations: int = 2
+
+    def __post_init__(self) -> None:
+        _check(self.iterations >= 0, "stages.iterations", "must be >= 0")
+
+
+TRAIN_MODES = ("mgrpo", "frozen-sub", "single-agent")
+
+
+@dataclass
+class TrainConfig:
+    """A whole training run. Load with :func:`load_config` (YAML + ``key.sub=value`` overrides)."""
+
+    mode: str = "mgrpo"
+    """``mgrpo``: main and sub learners both update (the paper's method). ``frozen-sub``: only the
+    main learner updates (baseline). ``single-agent``: GRPO on the single-agent env (baseline)."""
+    scenario: str = "wiki-hops"
+    scenario_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Passed to ``mgrpo_scenarios.get`` (e.g. ``num_entities``, ``seed``, ``data_dir``)."""
+    stages: list[StageConfig] = field(
+        default_factory=lambda: [StageConfig("stage1/train", 1), StageConfig("stage2/train", 1)]
+    )
+    questions_per_iteration: int = 4
+    """B, questions per iteration. Each gets K rollouts."""
+    group_size: int = 4
+    """K, rollouts per question (paper: 8). Advantages are relative within this group."""
+    align_d: int = 0
+    """Alignment width d (paper: 8). 0: chosen from the sub-agent counts seen so far as the smallest
+    d with P(d_k <= d) >= align_quantile."""
+    align_quantile: float = 0.99
+    align_strategy: str = "duplicate"
+    """``duplicate`` (paper), ``duplicate_balanced`` or ``mask`` (pad with weight-0 slots)."""
+    main_weights: tuple[float, float] = (0.1, 0.9)
+    """(a1, a2) of R_M. Paper: (0.1, 0.9)."""
+    sub_weights: tuple[float, float, float] = (0.1, 0.4, 0.5)
+    """(b1, b2, b3) of R_S. Paper: (0.1, 0.4, 0.5)."""
+    limits: dict[str, int] = field(default_factory=lambda: {"max_main_turns": 6, "max_sub_turns": 4, "max_delegations": 4})
+    """Env limits (``mgrpo_env.Limits`` fields); the single-agent env uses max_main_turns * max_sub_turns turns."""
+    models_dir: str = "runs/models"
+    """Where tiny role models are built when a role's ``model`` is empty."""
+    model_sizes: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Tiny model sizes per role (``hidden_size``, ``num_layers``, ...); see models.build_role_models."""
+    main: RoleConfig = field(default_factory=RoleConfig)
+    sub: RoleConfig = field(default_factory=RoleConfig)
+    single: RoleConfig = field(default_factory=RoleConfig)
+    out_dir: str = "runs/train"
+    seed: int = 0
+    torch_threads: int = 1
+    """CPU threads for torch. Tiny models are overhead-bound: 1 thread is fastest on a shared 2-core
+    machine (measured up to 50x faster than 2 under contention)."""
+    max_workers: int = 8
+    """Threads stepping envs (tool calls) during collection."""
+    checkpoint: bool = True
+    """Save each learner (safetensors + optimizer + RNG) at the end of every stage."""
+
+    def __post_init__(self) -> None:
+        _check(self.mode in TRAIN_MODES, "mode", f"must be one of {TRAIN_MODES}, got {self.mode!r}")
+        _check(self.questions_per_iteration >= 1, "questions_per_iteration", "must be >= 1")
+        _check(self.group_size >= 2, "group_size", "must be >= 2 (advantages are relative to the group)")
+        _check(self.align_d >= 0, "align_d", "must be >= 0 (0 = choose from data)")
+        _check(0 < self.align_quantile <= 1, "align_quantile", "must be in (0, 1]")
+        _check(len(self.main_weights) == 2, "main_weights", "needs 2 values (a1, a2)")
+        _check(len(self.sub_weights) == 3, "sub_weights", "needs 3 values (b1, b2, b3)")
+        _check(self.torch_threads >= 1, "torch_threads", "must be >= 1")
+        _check(bool(self.stages), "stages", "needs at least one stage")
+
+
+def _check(ok: bool, name: str, message: str) -> None:
+    if not ok:
+        raise ValueError(f"config field '{name}' {message}")
+
+
+def load_config(path: str | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """A TrainConfig from YAML (``path``) with ``dotted.key=value`` overrides (values parsed as YAML).
+
+    Unknown keys raise ValueError naming the field, so a typo never passes silently.
+    """
+    import yaml
+
+    data: dict[str, Any] = {}
+    if path:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: a config file must hold a mapping")
+        data = loaded
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {item!r} is not key=value")
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: '{part}' is not a section")
+        node[parts[-1]] = yaml.safe_load(value)
+    return _build(TrainConfig, data, "")
+
+
+def _build(cls: Any, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"config field '{where or cls.__name__}' must be a mapping")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"unknown config field '{where + unknown[0]}' (valid: {', '.join(sorted(names))})")
+    kwargs = {}
+    for name, value in data.items():
+        hint = hints[name]
+        if isinstance(hint, type) and is_dataclass(hint):
+            kwargs[name] = _build(hint, value, f"{where}{name}.")
+        elif typing.get_origin(hint) is list and is_dataclass(typing.get_args(hint)[0]):
+            item_cls = typing.get_args(hint)[0]
+            kwargs[name] = [_build(item_cls, v, f"{where}{name}[{i}].") for i, v in enumerate(value or [])]
+        elif typing.get_origin(hint) is tuple:
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"config section '{where or cls.__name__}': {exc}") from None
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A plain dict (for YAML/JSON dumps and run manifests)."""
+    return asdict(config)

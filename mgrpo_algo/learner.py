@@ -1,0 +1,490 @@
+"""One role's learner: a causal LM, its AdamW optimiser and the clipped policy-gradient update.
+
+M-GRPO trains each role (main agent, sub-agent) with its own learner; no gradient crosses roles.
+A learner takes the role's :class:`~mgrpo_algo.sequences.TokenSequence` batch and makes one update::
+
+    learner = RoleLearner("main", "path/to/model", LearnerConfig())
+    metrics = learner.update(sequences)          # {"main/loss": ..., "main/clipfrac": ..., ...}
+    learner.save("runs/x/main")                  # later: RoleLearner.load("runs/x/main")
+
+What ``update`` does, top to bottom:
+
+1. Drop samples with weight 0 (masked alignment slots) or no sampled token: they cost no compute and
+   are in no denominator. The "seq-mean" denominator is the sum of weights of the remaining samples,
+   i.e. the number of samples with weight > 0 (a duplicated slot is present twice and counts twice).
+2. Old log-probs: the current weights are the sampling policy (on-policy, as the paper's code). With
+   one epoch and one minibatch they are the detached log-probs of the update's own forward (the same
+   numbers as a separate no-grad pass, without its cost): the ratio is exactly 1. With more passes
+   they come from a no-grad pass before the first step.
+3. For each epoch, shuffle and split into ``minibatches``; each minibatch is one optimiser step.
+   Its samples are packed into micro-batches of at most ``micro_batch_tokens`` padded tokens, each
+   loss is divided by the minibatch's global normaliser, gradients accumulate, so the step equals
+   one full-minibatch step. Clip the gradient norm, step AdamW (a non-finite norm skips the step).
+
+Token positions: ``logp[:, t]`` is the log-probability of token ``t + 1`` given tokens ``<= t`` (the
+logits at position t predict token t+1); the loss mask is shifted the same way, so ``loss_mask[0]``
+(nothing predicts the first token) never trains. Right padding with an attention mask.
+
+Metrics are returned namespaced by role (``main/loss``), ready for the trainer's logger (CleanRL's
+convention). The model object is shared: a rollout policy in the same process may hold the same
+object, so it is only ever updated in place (also by :meth:`RoleLearner.resume`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .config import LearnerConfig
+from .losses import clipped_pg_loss, loss_normalizer
+from .sequences import TokenSequence
+
+__all__ = ["RoleLearner"]
+
+_MODEL_DIR = "model"
+_REF_DIR = "ref_model"
+_META_FILE = "learner.json"
+_STATE_FILE = "learner_state.pt"
+# Per-token metrics from clipped_pg_loss that are token-means (merged across micro-batches by tokens).
+_TOKEN_MEAN_KEYS = (
+    "clipfrac",
+    "clipfrac_low",
+    "clipfrac_high",
+    "approx_kl",
+    "ratio_mean",
+    "adv_mean",
+    "kl_ref",
+    "entropy",
+)
+
+
+@dataclass
+class _MicroBatch:
+    """Right-padded tensors for B samples of padded length L (targets are shifted: [B, L-1])."""
+
+    input_ids: Tensor  # [B, L]
+    attention_mask: Tensor  # [B, L]
+    targets: Tensor  # [B, L-1], token t+1 for position t
+    loss_mask: Tensor  # [B, L-1] float, loss_mask of the target token
+    advantages: Tensor  # [B]
+    weights: Tensor  # [B]
+    old_logp: Tensor | None  # [B, L-1]
+    ref_logp: Tensor | None  # [B, L-1]
+
+
+class RoleLearner:
+    """The learner of one role.
+
+    Args:
+        role: "main", "sub" or "single"; prefixes the metric keys.
+        model: a Hugging Face causal LM, or a path / hub name loaded with
+            ``AutoModelForCausalLM.from_pretrained`` in ``config.dtype``. An object is moved in place
+            to ``config.device`` / ``config.dtype`` and stays the same object.
+        config: the learner's configuration.
+        tokenizer: optional; its ``pad_token_id`` pads batches (else 0: padded positions are masked,
+            the id does not matter) and it is saved with checkpoints.
+        ref_model: the frozen reference for ``kl_coef > 0``; default a copy of ``model`` as given.
+
+    Attributes:
+        model: the trained model (shared, updated in place).
+        optimizer: its AdamW.
+        step: number of completed ``update`` calls that stepped the optimiser.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        model: str | os.PathLike | torch.nn.Module,
+        config: LearnerConfig | None = None,
+        *,
+        tokenizer: Any = None,
+        ref_model: torch.nn.Module | None = None,
+    ) -> None:
+        self.role = role
+        self.config = config = config if config is not None else LearnerConfig()
+        self.device = torch.device(config.device)
+        self.dtype = getattr(torch, config.dtype)
+        if isinstance(model, (str, os.PathLike)):
+            model = _load_model(model, self.dtype)
+        self.model = model.to(device=self.device, dtype=self.dtype)  # nn.Module.to is in place
+        self.tokenizer = tokenizer
+        if config.gradient_checkpointing:
+            kwargs = {"use_reentrant": False}
+            if hasattr(
+                self.model, "activation_checkpointing_enable"
+            ):  # transformers >= 5 (the old name warns)
+                self.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        self.ref_model = None
+        if config.kl_coef > 0:
+            if ref_model is None:
+                import copy
+
+                ref_model = copy.deepcopy(self.model)
+            self.ref_model = ref_model.to(device=self.device, dtype=self.dtype).eval().requires_grad_(False)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.params,
+            lr=config.lr,
+            betas=config.betas,
+            eps=config.adam_eps,
+            weight_decay=config.weight_decay,
+        )
+        self.step = 0
+
+    # ------------------------------------------------------------------ forward passes
+    def logprobs(self, sequences: Sequence[TokenSequence]) -> list[list[float]]:
+        """Per-token log-probabilities under the current weights (no grad, eval mode).
+
+        Returns one list of length T per sequence: entry t is ``log p(token t | tokens < t)`` for
+        every position (sampled or not), entry 0 is 0.0, the layout of ``sampled_logprobs``.
+        """
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            scored = self._score(list(sequences), self.model)
+        finally:
+            self.model.train(was_training)
+        return [[0.0] + row.tolist() for row in scored]
+
+    @torch.no_grad()
+    def _score(self, samples: list[TokenSequence], model: torch.nn.Module) -> list[Tensor]:
+        """No-grad per-sample log-probs [T-1] (float32, on device), micro-batched like the update."""
+        out: list[Tensor] = [torch.empty(0)] * len(samples)
+        for group in self._micro_batches(samples):
+            batch = self._collate([samples[i] for i in group])
+            logp, _ = self._forward(batch, model=model, entropy=False)
+            for row, i in enumerate(group):
+                out[i] = logp[row, : samples[i].num_tokens - 1].detach()
+        return out
+
+    def _forward(
+        self, batch: _MicroBatch, *, model: torch.nn.Module | None = None, entropy: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """``(logp, entropy)``, both [B, L-1] float32: log-prob of each next token and, if asked, the
+        entropy of the predicted distribution (with grad only when ``entropy_coef > 0``)."""
+        model = self.model if model is None else model
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+        logits = logits[:, :-1].float()  # position t predicts token t+1
+        lse = torch.logsumexp(logits, dim=-1)
+        logp = logits.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1) - lse
+        ent = None
+        if entropy:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and self.config.entropy_coef > 0):
+                ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        return logp, ent
+
+    # ------------------------------------------------------------------ batching
+    def _micro_batches(self, samples: Sequence[TokenSequence]) -> list[list[int]]:
+        """Indices grouped so that (longest length x count) <= micro_batch_tokens; longest first.
+
+        Sorting by length keeps padding low; a sample over the budget gets a micro-batch of its own.
+        """
+        budget = self.config.micro_batch_tokens
+        order = sorted(range(len(samples)), key=lambda i: -samples[i].num_tokens)
+        groups: list[list[int]] = []
+        for i in order:
+            if groups and samples[groups[-1][0]].num_tokens * (len(groups[-1]) + 1) <= budget:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        return groups
+
+    def _collate(
+        self,
+        samples: Sequence[TokenSequence],
+        old: Sequence[Tensor] | None = None,
+        ref: Sequence[Tensor] | None = None,
+    ) -> _MicroBatch:
+        length = max(s.num_tokens for s in samples)
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        pad = 0 if pad is None else int(pad)
+        ids = torch.full((len(samples), length), pad, dtype=torch.long)
+        attn = torch.zeros((len(samples), length), dtype=torch.long)
+        mask = torch.zeros((len(samples), length), dtype=torch.float32)
+        for row, s in enumerate(samples):
+            ids[row, : s.num_tokens] = torch.as_tensor(s.input_ids, dtype=torch.long)
+            attn[row, : s.num_tokens] = 1
+            mask[row, : s.num_tokens] = torch.as_tensor(s.loss_mask, dtype=torch.float32)
+
+        def padded(rows: Sequence[Tensor] | None) -> Tensor | None:
+            if rows is None:
+                return None
+            out = torch.zeros((len(samples), length - 1), dtype=torch.float32, device=self.device)
+            for r, x in enumerate(rows):
+                out[r, : x.shape[0]] = x
+            return out
+
+        dev = self.device
+        return _MicroBatch(
+            input_ids=ids.to(dev),
+            attention_mask=attn.to(dev),
+            targets=ids[:, 1:].to(dev),
+            loss_mask=(mask[:, 1:] != 0).float().to(dev),
+            advantages=torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32, device=dev),
+            weights=torch.tensor([float(s.weight) for s in samples], dtype=torch.float32, device=dev),
+            old_logp=padded(old),
+            ref_logp=padded(ref),
+        )
+
+    # ------------------------------------------------------------------ the update
+    def update(self, sequences: Sequence[TokenSequence]) -> dict[str, float]:
+        """One update on a batch of this role's sequences; returns metrics keyed ``"{role}/name"``.
+
+        Metrics: loss (full objective), pg_loss, clipfrac (+ _low / _high), approx_kl, ratio_mean,
+        ratio_max, adv_mean, entropy (if ``compute_entropy``), kl_ref (if ``kl_coef`` > 0),
+        grad_norm (before clipping), lr, tokens (sampled tokens trained on), seq_tokens (all tokens
+        of those samples), samples (weight > 0), masked_samples (dropped: weight 0 or nothing
+        sampled), micro_batches (forward/backward passes), optimizer_steps, nonfinite_steps,
+        skipped (1 when nothing was trainable: no step), seconds, tokens_per_s (seq_tokens per
+        second of this call, all passes included), step. Loss-side values are means over the
+        optimiser steps of the call.
+        """
+        start = time.perf_counter()
+        cfg = self.config
+        bad = [s.weight for s in sequences if not s.weight >= 0]  # also catches NaN
+        if bad:
+            raise ValueError(f"sample weights must be >= 0, got {bad[:3]}")
+        live = [s for s in sequences if s.weight > 0 and any(s.loss_mask[1:])]
+        counts = {
+            "samples": float(len(live)),
+            "masked_samples": float(len(sequences) - len(live)),
+            "tokens": float(sum(sum(s.loss_mask[1:]) for s in live)),
+            "seq_tokens": float(sum(s.num_tokens for s in live)),
+            "lr": float(self.optimizer.param_groups[0]["lr"]),
+        }
+        if not live:
+            return self._prefixed(
+                {
+                    **counts,
+                    "skipped": 1.0,
+                    "optimizer_steps": 0.0,
+                    "micro_batches": 0.0,
+                    "seconds": time.perf_counter() - start,
+                    "tokens_per_s": 0.0,
+                    "step": float(self.step),
+                }
+            )
+
+        was_training = self.model.training
+        self.model.train()  # HF gradient checkpointing needs it; RL models carry no dropout (Qwen2: 0)
+        try:
+            old = self._score(live, self.model) if cfg.ppo_epochs * cfg.minibatches > 1 else None
+            ref = self._score(live, self.ref_model) if self.ref_model is not None else None
+            steps: list[dict[str, float]] = []
+            for epoch in range(cfg.ppo_epochs):
+                order = np.random.default_rng([cfg.seed, self.step, epoch]).permutation(len(live))
+                for part in np.array_split(order, cfg.minibatches):
+                    if len(part) == 0:
+                        continue
+                    idx = [int(i) for i in part]
+                    steps.append(
+                        self._optimizer_step(
+                            [live[i] for i in idx],
+                            None if old is None else [old[i] for i in idx],
+                            None if ref is None else [ref[i] for i in idx],
+                        )
+                    )
+        finally:
+            self.model.train(was_training)
+        self.step += 1
+
+        metrics = {k: float(np.mean([m[k] for m in steps])) for k in steps[0]}
+        metrics["ratio_max"] = max(m["ratio_max"] for m in steps)
+        metrics["micro_batches"] = float(sum(m["micro_batches"] for m in steps))
+        metrics["nonfinite_steps"] = float(sum(m["nonfinite_steps"] for m in steps))
+        seconds = time.perf_counter() - start
+        metrics.update(
+            counts,
+            skipped=0.0,
+            optimizer_steps=float(len(steps)),
+            seconds=seconds,
+            tokens_per_s=counts["seq_tokens"] / seconds,
+            step=float(self.step),
+        )
+        return self._prefixed(metrics)
+
+    def _optimizer_step(
+        self, samples: list[TokenSequence], old: list[Tensor] | None, ref: list[Tensor] | None
+    ) -> dict[str, float]:
+        """Accumulate the minibatch's gradient over micro-batches, clip, step. Returns its metrics."""
+        cfg = self.config
+        batches = []
+        for group in self._micro_batches(samples):
+            batches.append(
+                self._collate(
+                    [samples[i] for i in group],
+                    None if old is None else [old[i] for i in group],
+                    None if ref is None else [ref[i] for i in group],
+                )
+            )
+        # The minibatch's denominator, known before any forward: micro-batch losses then sum to it.
+        normalizer = sum(loss_normalizer(b.loss_mask, cfg.aggregation, b.weights) for b in batches)
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        token_total = 0.0
+        loss_total = 0.0
+        ratio_max = 0.0
+        for b in batches:
+            logp, entropy = self._forward(b, entropy=cfg.compute_entropy)
+            loss, m = clipped_pg_loss(
+                logp,
+                logp.detach() if b.old_logp is None else b.old_logp,
+                b.advantages,
+                b.loss_mask,
+                eps_low=cfg.eps_low,
+                eps_high=cfg.eps_high,
+                aggregation=cfg.aggregation,
+                sample_weight=b.weights,
+                ref_logp=b.ref_logp,
+                kl_coef=cfg.kl_coef,
+                entropy=entropy,
+                entropy_coef=cfg.entropy_coef,
+                global_normalizer=normalizer,
+            )
+            loss.backward()
+            loss_total += float(loss.detach())
+            # Re-weight per-call metrics into minibatch ones: token-means by weighted token count,
+            # pg_loss by the ratio of this call's normaliser to the minibatch's.
+            tokens = float((b.loss_mask.sum(-1) * b.weights).sum())
+            token_total += tokens
+            own = float(loss_normalizer(b.loss_mask, cfg.aggregation, b.weights))
+            sums["pg_loss"] = sums.get("pg_loss", 0.0) + m["pg_loss"] * own / max(float(normalizer), 1e-12)
+            for k in _TOKEN_MEAN_KEYS:
+                if k in m:
+                    sums[k] = sums.get(k, 0.0) + m[k] * tokens
+            ratio_max = max(ratio_max, m["ratio_max"])
+
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        finite = bool(np.isfinite(grad_norm))
+        if finite:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+        metrics = {k: (v if k == "pg_loss" else v / max(token_total, 1e-12)) for k, v in sums.items()}
+        metrics.update(
+            loss=loss_total,
+            grad_norm=grad_norm,
+            ratio_max=ratio_max,
+            micro_batches=float(len(batches)),
+            nonfinite_steps=float(not finite),
+        )
+        return metrics
+
+    def _prefixed(self, metrics: dict[str, float]) -> dict[str, float]:
+        return {f"{self.role}/{k}": float(v) for k, v in metrics.items()}
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write a checkpoint directory atomically (a temporary sibling renamed into place).
+
+        Layout: ``model/`` (``save_pretrained``, safetensors; the tokenizer too when there is one),
+        ``ref_model/`` (only with ``kl_coef > 0``), ``learner.json`` (role, step, config) and
+        ``learner_state.pt`` (optimiser state, torch / CUDA / numpy / python RNG states).
+        An existing checkpoint at ``path`` is replaced.
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp / _MODEL_DIR)
+        if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
+            self.tokenizer.save_pretrained(tmp / _MODEL_DIR)
+        if self.ref_model is not None:
+            self.ref_model.save_pretrained(tmp / _REF_DIR)
+        meta = {"role": self.role, "step": self.step, "config": asdict(self.config)}
+        (tmp / _META_FILE).write_text(json.dumps(meta, indent=2))
+        torch.save({"optimizer": self.optimizer.state_dict(), "rng": _rng_state()}, tmp / _STATE_FILE)
+        if path.exists():  # two renames: a crash between them leaves the previous one at .old-<pid>
+            old = path.parent / f".{path.name}.old-{os.getpid()}"
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike, config: LearnerConfig | None = None, *, tokenizer: Any = None
+    ) -> RoleLearner:
+        """A new learner from a checkpoint: weights, optimiser, step, RNG states (process-global ones
+        are restored). ``config`` overrides the saved one (its lr / betas / weight decay win over the
+        optimiser state's); default the saved config."""
+        path = Path(path)
+        meta = json.loads((path / _META_FILE).read_text())
+        if config is None:  # keys this version does not know (an older or newer checkpoint) are dropped
+            known = {f.name for f in fields(LearnerConfig)}
+            config = LearnerConfig(**{k: v for k, v in meta["config"].items() if k in known})
+        dtype = getattr(torch, config.dtype)
+        if tokenizer is None and (path / _MODEL_DIR / "tokenizer_config.json").exists():
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(path / _MODEL_DIR)
+        ref = _load_model(path / _REF_DIR, dtype) if (path / _REF_DIR).exists() else None
+        learner = cls(meta["role"], path / _MODEL_DIR, config, tokenizer=tokenizer, ref_model=ref)
+        learner._restore(path, meta)
+        return learner
+
+    def resume(self, path: str | os.PathLike) -> None:
+        """Load a checkpoint into this learner, copying weights into the existing model object (a
+        rollout policy holding it sees them). Keeps this learner's config."""
+        path = Path(path)
+        meta = json.loads((path / _META_FILE).read_text())
+        with torch.no_grad():
+            self.model.load_state_dict(_load_model(path / _MODEL_DIR, self.dtype).state_dict())
+            if self.ref_model is not None and (path / _REF_DIR).exists():
+                self.ref_model.load_state_dict(_load_model(path / _REF_DIR, self.dtype).state_dict())
+        self._restore(path, meta)
+
+    def _restore(self, path: Path, meta: dict[str, Any]) -> None:
+        state = torch.load(path / _STATE_FILE, map_location="cpu", weights_only=True)  # AdamW moves its state
+        self.optimizer.load_state_dict(state["optimizer"])
+        cfg = self.config
+        for group in self.optimizer.param_groups:
+            group.update(lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+        _set_rng_state(state["rng"])
+        self.step = int(meta["step"])
+
+
+def _load_model(path: str | os.PathLike, dtype: torch.dtype) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+
+
+def _rng_state() -> dict[str, Any]:
+    """Process-global RNG states as tensors and plain values (loadable with ``weights_only=True``)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)],
+        "python": [version, list(internal), gauss_next],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"].cpu())
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])

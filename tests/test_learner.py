@@ -1,0 +1,327 @@
+"""RoleLearner and LearnerConfig: the update moves log-probs the right way, micro-batching and masked
+slots change nothing, clipping applies, checkpoints resume exactly. Tiny Qwen2 models built locally."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from mgrpo_algo.config import LearnerConfig
+from mgrpo_algo.learner import RoleLearner
+from mgrpo_algo.losses import clipped_pg_loss
+from mgrpo_algo.sequences import TokenSequence
+
+VOCAB = 128
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-qwen2")
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    return path
+
+
+def make(model_dir, role="main", **overrides) -> RoleLearner:
+    """A fresh learner on the saved tiny model: every call starts from the same weights."""
+    return RoleLearner(role, model_dir, LearnerConfig(**{"lr": 1e-3, **overrides}))
+
+
+def batch(seed: int = 0, n: int = 8, lo: int = 10, hi: int = 40) -> list[TokenSequence]:
+    """n random sequences: a prompt, sampled tokens, sometimes a masked tool response and more sampled
+    tokens (multi-turn), advantages alternating +1 / -1."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        length, prompt = rng.randint(lo, hi), rng.randint(2, 6)
+        mask = [0] * prompt + [1] * (length - prompt)
+        if length - prompt > 8 and i % 3 == 0:  # a tool response in the middle
+            mask[prompt + 3 : prompt + 6] = [0, 0, 0]
+        ids = [rng.randrange(VOCAB) for _ in range(length)]
+        out.append(TokenSequence(ids, mask, advantage=1.0 if i % 2 == 0 else -1.0, role="main"))
+    return out
+
+
+def params(learner: RoleLearner) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+
+
+def sampled_logp(learner: RoleLearner, seqs: list[TokenSequence]) -> torch.Tensor:
+    """[B, T] log-probs under the learner's current weights (padded with 0), and the matching mask."""
+    rows = learner.logprobs(seqs)
+    length = max(len(r) for r in rows)
+    return torch.tensor([r + [0.0] * (length - len(r)) for r in rows])
+
+
+def loss_mask(seqs: list[TokenSequence]) -> torch.Tensor:
+    length = max(s.num_tokens for s in seqs)
+    return torch.tensor([s.loss_mask + [0] * (length - s.num_tokens) for s in seqs], dtype=torch.float32)
+
+
+def test_update_moves_logprobs_along_advantages_and_lowers_the_loss(model_dir):
+    learner, seqs = make(model_dir), batch()
+    adv = torch.tensor([s.advantage for s in seqs])
+    mask = loss_mask(seqs)
+    before = sampled_logp(learner, seqs)
+    metrics = learner.update(seqs)
+    after = sampled_logp(learner, seqs)
+
+    assert metrics["main/skipped"] == 0 and metrics["main/optimizer_steps"] == 1
+    assert metrics["main/approx_kl"] == 0 and metrics["main/clipfrac"] == 0  # on-policy: ratio exactly 1
+    change = ((after - before) * mask).sum(-1)
+    assert (change[adv > 0] > 0).all() and (change[adv < 0] < 0).all()
+    # The surrogate the step optimised, recomputed against the pre-update policy, went down.
+    loss_before, _ = clipped_pg_loss(before, before, adv, mask)
+    loss_after, _ = clipped_pg_loss(after, before, adv, mask)
+    assert loss_after < loss_before - 1e-3
+
+
+def test_every_parameter_changes(model_dir):
+    learner = make(model_dir)
+    start = params(learner)
+    learner.update(batch())
+    # A key bias shifts every attention logit of a query equally: softmax ignores it (zero gradient).
+    unchanged = [
+        n
+        for n, p in learner.model.named_parameters()
+        if torch.equal(p, start[n]) and not n.endswith("k_proj.bias")
+    ]
+    assert unchanged == []
+    assert learner.step == 1
+
+
+def test_model_object_is_shared_and_updated_in_place(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    weight = model.get_input_embeddings().weight
+    learner = RoleLearner("sub", model, LearnerConfig(lr=1e-3))
+    before = weight.detach().clone()
+    metrics = learner.update(batch())
+    assert learner.model is model and model.get_input_embeddings().weight is weight
+    assert not torch.equal(weight, before)
+    assert all(k.startswith("sub/") for k in metrics)
+
+
+def test_logprobs_are_the_next_token_logprobs_and_padding_does_not_change_them(model_dir):
+    learner, seqs = make(model_dir), batch(n=4)
+    rows = learner.logprobs(seqs)
+    for s, row in zip(seqs, rows, strict=True):
+        assert len(row) == s.num_tokens and row[0] == 0.0
+        with torch.no_grad():
+            logits = learner.model(torch.tensor([s.input_ids])).logits[0]
+        ref = torch.log_softmax(logits.float(), -1)[
+            torch.arange(s.num_tokens - 1), torch.tensor(s.input_ids[1:])
+        ]
+        torch.testing.assert_close(torch.tensor(row[1:]), ref, atol=1e-5, rtol=0)
+
+
+def test_grad_norm_is_clipped(model_dir):
+    max_norm = 1e-3
+    learner = make(model_dir, max_grad_norm=max_norm)
+    metrics = learner.update(batch())
+    assert metrics["main/grad_norm"] > 100 * max_norm  # reported before clipping
+    # After one AdamW step exp_avg = (1 - beta1) * g: the gradient that was applied had norm max_norm.
+    applied = torch.stack([learner.optimizer.state[p]["exp_avg"].norm() for p in learner.params]).norm()
+    torch.testing.assert_close(applied / (1 - 0.9), torch.tensor(max_norm), rtol=1e-4, atol=0)
+
+    unclipped = make(model_dir, max_grad_norm=None)
+    m2 = unclipped.update(batch())
+    applied = torch.stack([unclipped.optimizer.state[p]["exp_avg"].norm() for p in unclipped.params]).norm()
+    torch.testing.assert_close(applied / (1 - 0.9), torch.tensor(m2["main/grad_norm"]), rtol=1e-4, atol=0)
+
+
+@pytest.mark.parametrize("aggregation", ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum"])
+def test_micro_batching_matches_one_big_batch(model_dir, aggregation):
+    seqs = batch(n=10)
+    whole = make(model_dir, aggregation=aggregation, micro_batch_tokens=10**6)
+    split = make(model_dir, aggregation=aggregation, micro_batch_tokens=64)
+    m_whole, m_split = whole.update(seqs), split.update(seqs)
+    assert m_whole["main/micro_batches"] == 1 and m_split["main/micro_batches"] > 5
+    for key in ("loss", "pg_loss", "entropy", "adv_mean"):
+        assert m_split[f"main/{key}"] == pytest.approx(m_whole[f"main/{key}"], abs=1e-6), key
+    assert m_split["main/grad_norm"] == pytest.approx(m_whole["main/grad_norm"], rel=1e-5)
+    # The accumulated gradients agree (exp_avg = (1 - beta1) * g after one step) ...
+    for pw, ps in zip(whole.params, split.params, strict=True):
+        gw, gs = whole.optimizer.state[pw]["exp_avg"], split.optimizer.state[ps]["exp_avg"]
+        torch.testing.assert_close(gs, gw, atol=1e-6 * float(gw.abs().max()) + 1e-12, rtol=1e-4)
+    # ... and so do the parameters, up to Adam's g / (|g| + eps) amplifying rounding where g ~ eps.
+    p_whole, p_split = params(whole), params(split)
+    for name in p_whole:
+        torch.testing.assert_close(p_split[name], p_whole[name], atol=1e-2 * whole.config.lr, rtol=0)
+
+
+def test_gradient_checkpointing_gives_the_same_update(model_dir):
+    plain, ckpt = make(model_dir), make(model_dir, gradient_checkpointing=True)
+    assert getattr(ckpt.model, "is_activation_checkpointing", True)
+    m_plain, m_ckpt = plain.update(batch()), ckpt.update(batch())
+    assert m_ckpt["main/grad_norm"] == pytest.approx(m_plain["main/grad_norm"], rel=1e-5)
+    for name, p in params(plain).items():
+        torch.testing.assert_close(ckpt.model.get_parameter(name), p, atol=1e-2 * plain.config.lr, rtol=0)
+
+
+def test_micro_batches_respect_the_token_budget(model_dir):
+    learner = make(model_dir, micro_batch_tokens=100)
+    lengths = [30, 120, 10, 50, 50, 20, 99]
+    seqs = [TokenSequence([1] * n, [1] * n, advantage=0.0) for n in lengths]
+    groups = learner._micro_batches(seqs)
+    assert sorted(i for g in groups for i in g) == list(range(len(seqs)))
+    for g in groups:
+        longest = max(lengths[i] for i in g)
+        assert longest * len(g) <= 100 or len(g) == 1  # the 120-token sample runs alone
+    assert [1] in groups
+
+
+def test_weight_zero_samples_change_nothing(model_dir):
+    seqs = batch()
+    junk = [
+        TokenSequence(s.input_ids[::-1], [1] * s.num_tokens, advantage=50.0, weight=0.0)
+        for s in batch(seed=9)
+    ]
+    plain, padded = make(model_dir), make(model_dir)
+    m_plain = plain.update(seqs)
+    m_padded = padded.update(junk[:3] + seqs + junk[3:])
+    for name, p in params(plain).items():
+        assert torch.equal(p, padded.model.get_parameter(name)), name
+    assert m_padded["main/samples"] == 8 and m_padded["main/masked_samples"] == 8
+    assert m_padded["main/loss"] == m_plain["main/loss"]
+
+
+@pytest.mark.parametrize("weights", [[], [0.0, 0.0]])
+def test_empty_or_all_masked_batch_skips_the_step(model_dir, weights):
+    learner = make(model_dir)
+    start = params(learner)
+    seqs = [
+        TokenSequence(s.input_ids, s.loss_mask, s.advantage, weight=w)
+        for s, w in zip(batch(), weights, strict=False)
+    ]
+    metrics = learner.update(seqs)
+    assert metrics["main/skipped"] == 1 and metrics["main/optimizer_steps"] == 0
+    assert metrics["main/masked_samples"] == len(weights)
+    assert learner.step == 0 and not learner.optimizer.state
+    assert all(torch.equal(p, start[n]) for n, p in learner.model.named_parameters())
+
+
+def test_masked_tokens_get_no_gradient(model_dir):
+    """Tokens with loss_mask 0 after the last sampled one (a tool response) cannot move anything:
+    replacing them leaves the update unchanged. Their predictions are not trained."""
+    seqs = batch(n=4)
+    tail = 5
+    with_tail = [TokenSequence(s.input_ids + [7] * tail, s.loss_mask + [0] * tail, s.advantage) for s in seqs]
+    other_tail = [
+        TokenSequence(s.input_ids + [99, 3, 64, 1, 0], s.loss_mask + [0] * tail, s.advantage) for s in seqs
+    ]
+    a, b = make(model_dir), make(model_dir)
+    a.update(with_tail)
+    b.update(other_tail)
+    for name, p in params(a).items():
+        torch.testing.assert_close(b.model.get_parameter(name), p, atol=1e-7, rtol=0)
+
+    # And directly: the loss's gradient w.r.t. logp is zero wherever the (shifted) mask is zero.
+    learner = make(model_dir)
+    mb = learner._collate(with_tail)
+    logp, _ = learner._forward(mb)
+    logp.retain_grad()
+    loss, _ = clipped_pg_loss(logp, logp.detach(), mb.advantages, mb.loss_mask)
+    loss.backward()
+    assert (logp.grad[mb.loss_mask == 0] == 0).all() and (logp.grad[mb.loss_mask == 1] != 0).any()
+
+
+def test_more_epochs_and_minibatches_go_off_policy(model_dir):
+    learner = make(model_dir, ppo_epochs=3, minibatches=2, lr=3e-3)
+    metrics = learner.update(batch())
+    assert metrics["main/optimizer_steps"] == 6
+    assert metrics["main/approx_kl"] > 0 and metrics["main/clipfrac"] > 0
+
+
+def test_resume_matches_an_uninterrupted_run(model_dir, tmp_path):
+    overrides = {"ppo_epochs": 2, "minibatches": 2, "micro_batch_tokens": 80, "seed": 3}
+    first, second = batch(seed=1), batch(seed=2)
+
+    straight = make(model_dir, **overrides)
+    straight.update(first)
+    straight.save(tmp_path / "ckpt")
+    rng_after_save = torch.rand(3)
+    straight.update(second)
+
+    resumed = RoleLearner.load(tmp_path / "ckpt")
+    assert resumed.step == 1 and resumed.config == straight.config and resumed.role == "main"
+    assert torch.equal(torch.rand(3), rng_after_save)  # global RNG states restored
+    resumed.update(second)
+    for name, p in params(straight).items():
+        assert torch.equal(resumed.model.get_parameter(name), p), name
+
+    # resume() copies into the existing model object (a rollout policy may hold it).
+    in_place = make(model_dir, **overrides)
+    model = in_place.model
+    in_place.resume(tmp_path / "ckpt")
+    in_place.update(second)
+    assert in_place.model is model
+    for name, p in params(straight).items():
+        assert torch.equal(model.get_parameter(name), p), name
+
+
+def test_save_replaces_a_checkpoint_atomically(model_dir, tmp_path):
+    learner = make(model_dir)
+    learner.save(tmp_path / "ckpt")
+    learner.update(batch())
+    learner.save(tmp_path / "ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary left behind
+    assert RoleLearner.load(tmp_path / "ckpt").step == 1
+
+
+def test_kl_to_reference_is_logged_and_checkpointed(model_dir, tmp_path):
+    learner = make(model_dir, kl_coef=0.1, ppo_epochs=2)
+    metrics = learner.update(batch())
+    assert metrics["main/kl_ref"] > 0
+    learner.save(tmp_path / "ckpt")
+    loaded = RoleLearner.load(tmp_path / "ckpt")
+    for (_, p), (_, q) in zip(
+        loaded.ref_model.named_parameters(), make(model_dir).model.named_parameters(), strict=True
+    ):
+        assert torch.equal(p, q)  # the reference is the initial model, not the trained one
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("lr", 0.0),
+        ("weight_decay", -0.1),
+        ("betas", (0.9, 1.0)),
+        ("adam_eps", 0.0),
+        ("max_grad_norm", 0.0),
+        ("eps_low", 1.0),
+        ("eps_high", -0.1),
+        ("aggregation", "mean"),
+        ("kl_coef", -1.0),
+        ("entropy_coef", -1.0),
+        ("micro_batch_tokens", 0),
+        ("ppo_epochs", 0),
+        ("minibatches", 1.5),
+        ("seed", -1),
+        ("dtype", "float64"),
+        ("device", "gpu"),
+    ],
+)
+def test_config_rejects_bad_values_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        LearnerConfig(**{field: value})
+
+
+def test_config_cross_field_checks():
+    with pytest.raises(ValueError, match="compute_entropy"):
+        LearnerConfig(entropy_coef=0.01, compute_entropy=False)
+    assert LearnerConfig(betas=[0.9, 0.99]).betas == (0.9, 0.99)  # YAML lists become tuples
