@@ -1,0 +1,79 @@
+"""The trainer: scoring by hand on fixed records, and 2-iteration runs of each mode on tiny models."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mgrpo_algo.config import load_config
+from mgrpo_algo.trainer import Trainer, score_iteration
+from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, Turn
+
+
+def _traj(agent: str, role: str, reward: float, ids: list[int]) -> AgentTrajectory:
+    turn = Turn(action="x", kind="answer", extra={"prompt_ids": [1, 2], "completion_ids": ids, "logprobs": [-1.0] * len(ids)})
+    return AgentTrajectory(agent=agent, role=role, turns=[turn], reward=reward, format_ok=True)
+
+
+def _record(main_reward: float, sub_rewards: list[float], correct: bool) -> EpisodeRecord:
+    subs = [_traj(f"sub_{i}", "sub", r, [10 + i]) for i, r in enumerate(sub_rewards)]
+    rewards = {"main_0": main_reward, **{s.agent: s.reward for s in subs}}
+    return EpisodeRecord("e", {"id": "t"}, main=_traj("main_0", "main", main_reward, [7]), subs=subs, correct=correct, rewards=rewards)
+
+
+def test_score_iteration_by_hand():
+    # one query, K = 2 rollouts: rollout 0 has one sub (reward 1.0), rollout 1 has none
+    records = [_record(1.0, [1.0], True), _record(0.0, [], False)]
+    main, sub, metrics = score_iteration(records, k=2, d=2, strategy="duplicate", rng=np.random.default_rng(0))
+    # A_M: rewards [1, 0], mean 0.5, population std 0.5 -> [+1, -1]
+    assert [s.advantage for s in main] == [pytest.approx(1.0), pytest.approx(-1.0)]
+    # alignment: rollout 0's single sub is duplicated into 2 slots, rollout 1 has 2 masked slots;
+    # pooled sub rewards [1, 1] have zero std -> advantage 0 for both copies
+    assert len(sub) == 2 and all(s.advantage == 0.0 for s in sub)
+    assert sub[0].input_ids == sub[1].input_ids == [1, 2, 10]
+    assert metrics["align/num_masked_slots"] == 2 and metrics["align/num_duplicated_slots"] == 1
+    assert metrics["main/accuracy"] == 0.5 and metrics["main/reward_mean"] == 0.5
+
+
+def test_score_iteration_sub_advantages_pool_over_the_query():
+    records = [_record(1.0, [1.0, 0.5], True), _record(0.1, [0.1, 0.1], False)]
+    _, sub, _ = score_iteration(records, k=2, d=2, strategy="duplicate", rng=np.random.default_rng(0))
+    rewards = np.array([1.0, 0.5, 0.1, 0.1])
+    expected = (rewards - rewards.mean()) / rewards.std()
+    assert [s.advantage for s in sub] == pytest.approx(expected.tolist(), abs=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["mgrpo", "frozen-sub", "single-agent"])
+def test_two_iterations_in_each_mode(mode, small_scenario, tmp_path):
+    cfg = load_config(
+        None,
+        [
+            f"mode={mode}",
+            f"out_dir={tmp_path / 'run'}",
+            f"models_dir={tmp_path / 'models'}",
+            f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}}}",
+            "questions_per_iteration=2",
+            "group_size=2",
+            "stages=[{split: stage1/train, iterations: 1}, {split: stage2/train, iterations: 1}]",
+            "model_sizes={main: {hidden_size: 64, num_layers: 2}, sub: {hidden_size: 64, num_layers: 2}, single: {hidden_size: 64, num_layers: 2}}",
+            "main.generation.max_new_tokens=24",
+            "sub.generation.max_new_tokens=24",
+            "single.generation.max_new_tokens=24",
+            "limits={max_main_turns: 3, max_sub_turns: 2, max_delegations: 2}",
+        ],
+    )
+    trainer = Trainer(cfg)
+    role = "single" if mode == "single-agent" else "main"
+    history = trainer.run()
+    assert len(history) == 2 and [h["split"] for h in history] == ["stage1/train", "stage2/train"]
+    assert all(h["rollouts"] == 4 for h in history)
+    assert set(trainer.learners) == {"single"} if mode == "single-agent" else ({"main"} if mode == "frozen-sub" else {"main", "sub"})
+    assert all(h[f"{role}/samples"] == 4 for h in history)
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[1])["iteration"] == 1
+    assert len((tmp_path / "run" / "episodes.jsonl").read_text().splitlines()) == 8
+    assert (tmp_path / "run" / "checkpoints" / "stage2" / role / "learner.json").exists()
+    # the learner's model object is the policy's: rollouts always see the current weights
+    assert trainer.policies[role].model is trainer.learners[role].model
