@@ -57,11 +57,15 @@ _ANY_TOOLS = ("delegate", "reason", "search", "visit", "click")
 
 
 class OraclePolicy:
-    """Scripted solver for ``role`` ("main" or "sub") of a scenario that provides the oracle hooks."""
+    """Scripted solver for ``role`` of a scenario that provides the oracle hooks.
+
+    Roles: "main" and "sub" (the hierarchy), or "single" (one agent doing every hop itself, for the
+    single-agent baseline's demonstrations).
+    """
 
     def __init__(self, scenario: Scenario, role: str) -> None:
-        if role not in ("main", "sub"):
-            raise ValueError(f"role must be 'main' or 'sub', got {role!r}")
+        if role not in ("main", "sub", "single"):
+            raise ValueError(f"role must be 'main', 'sub' or 'single', got {role!r}")
         for hook in ("oracle_read", "oracle_combine"):
             if not hasattr(scenario, hook):
                 raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r} has no {hook}(): no oracle policy")
@@ -69,8 +73,56 @@ class OraclePolicy:
         self.role = role
 
     def __call__(self, requests: Sequence[PolicyRequest]) -> list[str]:
-        act = self._main if self.role == "main" else self._sub
+        act = {"main": self._main, "sub": self._sub, "single": self._single}[self.role]
         return [act(r) for r in requests]
+
+    # -- single: every hop itself (search -> visit every page -> read), then combine -------------
+
+    def _single(self, request: PolicyRequest) -> str:
+        task: Task = request.task
+        chains = [list(c) for c in task.metadata.get("chains", [list(range(len(task.hops)))])]
+        order = [(c, pos) for c in range(len(chains)) for pos in range(len(chains[c]))]
+        values: dict[tuple[int, int], str] = {}
+        names: dict[tuple[int, int], str] = {}
+
+        def entity(h: int) -> str:
+            c, pos = order[h]
+            return task.hops[chains[c][pos]].entity if pos == 0 else values[(c, pos - 1)]
+
+        h, searches, url, pages, page = 0, 0, None, [], 0
+        for parsed, reply in _exchanges(request.messages, "single"):
+            body = _unwrap(reply)
+            if parsed.tool_name == "search" and h < len(order):
+                searches += 1
+                url = _find_hit(body, entity(h))
+            elif parsed.tool_name == "visit" and h < len(order):
+                pages.append(_page_text(body))
+                found = _PAGE.search(body)
+                page = int(found.group(1)) if found else 1
+                if not found or page >= int(found.group(2)):
+                    try:
+                        value = self.scenario.oracle_read(task.hops[chains[order[h][0]][order[h][1]]].relation, "\n".join(pages))
+                    except LookupError:
+                        return "<think>missing</think><answer>unknown</answer>"
+                    names[order[h]], values[order[h]] = entity(h), value
+                    h, searches, url, pages, page = h + 1, 0, None, [], 0
+        if h == len(order):
+            finals = [(names[(c, len(ch) - 1)], values[(c, len(ch) - 1)]) for c, ch in enumerate(chains)]
+            try:
+                answer = self.scenario.oracle_combine(task, finals)
+            except (LookupError, ValueError):
+                answer = "unknown"
+            return f"<think>combine</think><answer>{answer or 'unknown'}</answer>"
+        if url is None:
+            if searches == 0:
+                return _call("search", queries=[entity(h)])
+            if searches == 1:
+                return _call("search", queries=[f'"{entity(h)}"'])
+            return "<think>not found</think><answer>unknown</answer>"
+        relation = task.hops[chains[order[h][0]][order[h][1]]].relation
+        if page == 0:
+            return _call("visit", url=url, goal=f"{relation} of {entity(h)}")
+        return _call("visit", url=url, goal=f"{relation} of {entity(h)}", page=page + 1)
 
     # -- main: one delegation per hop, then combine -------------------------------------------
 
