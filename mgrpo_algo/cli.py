@@ -4,6 +4,7 @@ Commands available now:
     mgrpo eval  --scenario wiki-hops --split stage2/test --agent oracle [--out runs/demo]
                 --agent {oracle,scenario-oracle,random}
     mgrpo serve --scenario wiki-hops            # serve the offline world on 127.0.0.1 until Ctrl-C
+    mgrpo train --config configs/tiny.yaml [--set mode=frozen-sub --set main.learner.lr=1e-4]
 
 Scenario options are passed as ``--set key=value`` (values parsed as YAML scalars), for example
 ``--set seed=1 --set num_entities=500``.
@@ -81,6 +82,30 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .config import load_config
+
+    try:
+        config = load_config(args.config, args.set)
+    except (ValueError, OSError) as exc:
+        print(f"mgrpo: bad config: {exc}", file=sys.stderr)
+        return 2
+    from .trainer import Trainer
+
+    def log(metrics: dict[str, Any]) -> None:
+        role = "single" if config.mode == "single-agent" else "main"
+        print(
+            f"iter {metrics['iteration']:>3} {metrics['split']:<13} {role} reward {metrics[f'{role}/reward_mean']:.3f} "
+            f"acc {metrics[f'{role}/accuracy']:.3f} | {metrics['time/iteration']:.1f}s "
+            f"(gen {metrics['time/generation']:.1f}s, tools {metrics['time/tools']:.1f}s, update {metrics['time/update']:.1f}s)",
+            flush=True,
+        )
+
+    history = Trainer(config, log=log).run()
+    print(f"{len(history)} iterations; metrics in {config.out_dir}/metrics.jsonl, episodes in {config.out_dir}/episodes.jsonl")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     scenario = _build_scenario(args.scenario, args.set)
     if hasattr(scenario, "build"):
@@ -116,6 +141,12 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", default=None, help="folder for summary.json and outcomes.jsonl")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
     ev.set_defaults(func=_cmd_eval)
+
+    tr = sub.add_parser("train", help="train with M-GRPO or a baseline (mode in the config)")
+    tr.add_argument("--config", default=None, help="YAML file of mgrpo_algo.config.TrainConfig fields")
+    tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field, dotted for nested ones (main.learner.lr=1e-4)")
+    tr.set_defaults(func=_cmd_train)
 
     sv = sub.add_parser("serve", help="serve a scenario's world on 127.0.0.1 until interrupted")
     sv.add_argument("--scenario", default="wiki-hops")

@@ -20,6 +20,7 @@ __all__ = [
     "StageConfig",
     "TrainConfig",
     "TRAIN_MODES",
+    "WarmStartConfig",
     "load_config",
     "config_to_dict",
 ]
@@ -185,6 +186,34 @@ class StageConfig:
         _check(self.iterations >= 0, "stages.iterations", "must be >= 0")
 
 
+@dataclass
+class WarmStartConfig:
+    """Supervised warm start from oracle demonstrations."""
+
+    splits: list[str] = field(default_factory=lambda: ["stage1/train", "stage2/train"])
+    """Splits whose train tasks are demonstrated (the paper's stage 1 is simple questions)."""
+    max_tasks: int = 200
+    """Tasks demonstrated per split (the oracle solves each once)."""
+    epochs: int = 3
+    """Passes over the demonstrations. 0 disables the warm start."""
+    lr: float = 2e-3
+    """AdamW learning rate for the tiny from-scratch models."""
+    batch_tokens: int = 8192
+    """Padded tokens per optimiser step."""
+    noise: float = 0.2
+    """Share of demonstrated actions replaced by random well-formed protocol actions (0 = pure oracle)."""
+    max_seq_tokens: int = 3072
+    """Longer demonstrations are skipped (counted in the metrics)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.noise <= 1.0:
+            raise ValueError(f"config field 'warm_start.noise' must be in [0, 1], got {self.noise}")
+        if self.epochs < 0 or self.max_tasks < 1 or self.batch_tokens < 64:
+            raise ValueError("config fields 'warm_start.epochs' >= 0, 'max_tasks' >= 1, 'batch_tokens' >= 64")
+
+
+
 TRAIN_MODES = ("mgrpo", "frozen-sub", "single-agent")
 
 
@@ -231,6 +260,9 @@ class TrainConfig:
     machine (measured up to 50x faster than 2 under contention)."""
     max_workers: int = 8
     """Threads stepping envs (tool calls) during collection."""
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    """Supervised stage-1 warm start from oracle demonstrations (``epochs: 0`` disables it). Runs
+    before RL when the roles use the built tiny models; cached under ``models_dir``."""
     checkpoint: bool = True
     """Save each learner (safetensors + optimizer + RNG) at the end of every stage."""
 

@@ -155,7 +155,14 @@ class Trainer:
                 self.scenario, self.config.models_dir, {r: self.config.model_sizes.get(r, {}) for r in missing},
                 seed=self.config.seed, roles=missing,
             )
-            explicit.update({role: str(built[role]) for role in missing})
+            paths = {role: str(built[role]) for role in missing}
+            if self.config.warm_start.epochs > 0:
+                from .warmstart import warm_start
+
+                warm = warm_start(self.scenario, paths, Path(self.config.models_dir) / "warm", self.config.warm_start,
+                                  limits=self.config.limits)
+                paths = {role: str(path) for role, path in warm.items()}
+            explicit.update(paths)
         return explicit
 
     def run(self) -> list[dict[str, Any]]:

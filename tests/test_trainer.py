@@ -62,6 +62,7 @@ def test_two_iterations_in_each_mode(mode, small_scenario, tmp_path):
             "sub.generation.max_new_tokens=24",
             "single.generation.max_new_tokens=24",
             "limits={max_main_turns: 3, max_sub_turns: 2, max_delegations: 2}",
+            "warm_start.epochs=0",
         ],
     )
     trainer = Trainer(cfg)
