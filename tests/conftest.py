@@ -5,6 +5,16 @@ from __future__ import annotations
 import pytest
 
 
+def pytest_configure(config):
+    # Tiny models are overhead-bound: one torch thread is fastest and keeps timings stable on a
+    # shared 2-core machine (two threads under contention measured up to 50x slower).
+    try:
+        import torch
+    except ImportError:  # the env and tools tests do not need torch
+        return
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def small_scenario(tmp_path_factory):
     """A 300-entity wiki-hops world built in a temporary data dir (about a second)."""
