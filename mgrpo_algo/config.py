@@ -246,6 +246,10 @@ class TrainConfig:
     """(b1, b2, b3) of R_S. Paper: (0.1, 0.4, 0.5)."""
     limits: dict[str, int] = field(default_factory=lambda: {"max_main_turns": 6, "max_sub_turns": 4, "max_delegations": 4})
     """Env limits (``mgrpo_env.Limits`` fields); the single-agent env uses max_main_turns * max_sub_turns turns."""
+    expert_judge: dict[str, Any] = field(default_factory=dict)
+    """An LLM judge for r_expert on tasks without per-hop gold: ``{base_url, model}`` of an
+    OpenAI-compatible server (key in MGRPO_JUDGE_API_KEY). Empty: per-hop gold only; where a task
+    has none, b3 = 0 for its sub-agents and the metrics say so (``sub/expert_disabled``)."""
     models_dir: str = "runs/models"
     """Where tiny role models are built when a role's ``model`` is empty."""
     model_sizes: dict[str, dict[str, int]] = field(default_factory=dict)

@@ -30,7 +30,7 @@ import transformers
 
 import mgrpo_scenarios
 from mgrpo_env import align
-from mgrpo_env.core import RewardConfig
+from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.rollout import CollectStats, collect, collect_single
 
@@ -124,6 +124,13 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "config.json").write_text(json.dumps(config_to_dict(config), indent=2, default=str) + "\n")
         self._log_extra = log
+        judge = None
+        if config.expert_judge:
+            from mgrpo_scenarios.verifiers import LLMJudge
+
+            judge = LLMJudge(**config.expert_judge)
+        self.reward_config = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(judge))
+        self._warned_no_expert = False
         self.iteration = 0
         self.observed_counts: list[int] = []
         self.learners: dict[str, RoleLearner] = {}
@@ -195,12 +202,19 @@ class Trainer:
         else:
             records = collect(
                 self.scenario, batch, cfg.group_size, self.policies, world=world, seed=seed, max_workers=cfg.max_workers,
-                env_kwargs={**cfg.limits, "rewards": RewardConfig(cfg.main_weights, cfg.sub_weights)}, stats=stats,
+                env_kwargs={**cfg.limits, "rewards": self.reward_config}, stats=stats,
             )
         t_collected = time.perf_counter()
         self.observed_counts += [r.num_subs for r in records]
         d = cfg.align_d or align.choose_d(self.observed_counts, cfg.align_quantile)
         main_seqs, sub_seqs, metrics = score_iteration(records, cfg.group_size, d, cfg.align_strategy, self.rng, single=single)
+        sources = [c.get("expert_source") for r in records for a, c in r.components.items() if a.startswith("sub_")]
+        if sources:
+            metrics["sub/expert_disabled"] = sources.count("none") / len(sources)
+            if metrics["sub/expert_disabled"] and not self._warned_no_expert:
+                print("note: r_expert is off (b3 = 0) for sub-agents of tasks without per-hop gold answers; "
+                      "set expert_judge to score them with an LLM judge", flush=True)
+                self._warned_no_expert = True
         t_scored = time.perf_counter()
         role = "single" if single else "main"
         metrics.update(self.learners[role].update(main_seqs))

@@ -298,6 +298,20 @@ class MGRPOEnv(AECEnv):
             main.truncated = True
             self._finish(end_reason="main_turn_limit")
 
+    def _expert(self, sub: AgentTrajectory) -> tuple[float | None, tuple[float, float, float], str]:
+        """(r_expert, the weights to use, where r_expert came from). No report scores 0; no scorer
+        or a scorer with nothing to judge by drops the term (b3 = 0)."""
+        b1, b2, b3 = self.reward_config.sub_weights
+        scorer = self.reward_config.expert
+        if scorer is None:
+            return None, (b1, b2, 0.0), "none"
+        if sub.final is None:
+            return 0.0, (b1, b2, b3), "no_result"
+        value = scorer(self._task, sub.task or "", sub.final)
+        if value is None:
+            return None, (b1, b2, 0.0), "none"
+        return float(value), (b1, b2, b3), getattr(scorer, "source", "custom")
+
     def _finish(self, end_reason: str) -> None:
         """Score the episode, pay every agent, and mark all of them done."""
         record = self.record
@@ -310,10 +324,12 @@ class MGRPOEnv(AECEnv):
         components: dict[str, Any] = {MAIN: {"format_ok": main.format_ok, "correct": correct, "reward": main.reward}}
         for sub in record.subs:
             sub.format_ok = sub.final is not None and sub.format_errors == 0
-            scorer = self.reward_config.expert
-            sub.expert = scorer(self._task, sub.task or "", sub.final or "") if (scorer and sub.final) else (0.0 if scorer else None)
-            sub.reward = reward_fns.sub_reward(sub.format_ok, correct, sub.expert or 0.0, self.reward_config.sub_weights)
-            components[sub.agent] = {"format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert, "reward": sub.reward}
+            sub.expert, weights, source = self._expert(sub)
+            sub.reward = reward_fns.sub_reward(sub.format_ok, correct, sub.expert or 0.0, weights)
+            components[sub.agent] = {
+                "format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert,
+                "expert_source": source, "reward": sub.reward,
+            }
         record.final_answer = answer
         record.correct = correct
         record.score = float(verdict.score) if verdict else 0.0

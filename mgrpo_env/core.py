@@ -18,7 +18,16 @@ from mgrpo_scenarios.verifiers import normalize_answer, token_f1
 from .episode import ToolCall
 from .protocol import ParsedAction
 
-__all__ = ["Limits", "RewardConfig", "WorldHandle", "hop_expert_score", "call_tool", "resolve_scenario", "split_tasks"]
+__all__ = [
+    "Limits",
+    "RewardConfig",
+    "WorldHandle",
+    "hop_expert_score",
+    "expert_scorer",
+    "call_tool",
+    "resolve_scenario",
+    "split_tasks",
+]
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,30 @@ def hop_expert_score(task: Task, subtask: str, result: str) -> float | None:
     return best
 
 
+hop_expert_score.source = "hops"  # type: ignore[attr-defined]
+
+
+def expert_scorer(judge: Any | None = None) -> ExpertScorer:
+    """r_expert: from the scenario's per-hop gold answers when the task has hops, else from ``judge``
+    (an ``LLMJudge``: ``score_subtask(subtask, gold, report)`` with the task's final answer as the
+    reference), else None - the caller then drops the expert term (b3 = 0) and says so.
+
+    A judge that fails (network, bad reply after retries) gives None for that sub-agent, not a crash.
+    """
+
+    def score(task: Task, subtask: str, result: str) -> float | None:
+        from_hops = hop_expert_score(task, subtask, result)
+        if from_hops is not None or judge is None:
+            return from_hops
+        try:
+            return float(judge.score_subtask(subtask, task.answer, result))
+        except Exception:  # noqa: BLE001 - a judge outage must not end the episode
+            return None
+
+    score.source = "hops+judge" if judge is not None else "hops"  # type: ignore[attr-defined]
+    return score
+
+
 @dataclass(frozen=True)
 class RewardConfig:
     """Reward weights (DESIGN.md; the paper's values by default) and the expert scorer.
@@ -82,8 +115,9 @@ class RewardConfig:
         main_weights: (a1, a2) for R_M = a1*r_format + a2*r_correct. Paper: (0.1, 0.9).
         sub_weights: (b1, b2, b3) for R_S = b1*r_format + b2*r_correct^main + b3*r_expert.
             Paper: (0.1, 0.4, 0.5); "the 0.4/0.5 balance is crucial".
-        expert: scorer for r_expert; default uses the scenario's per-hop gold answers. When it
-            returns None (no hops, no judge) the expert term is 0 and ``infos`` say so.
+        expert: scorer for r_expert; default uses the scenario's per-hop gold answers (see
+            :func:`expert_scorer` to add an LLM judge). When it returns None (no hops, no judge)
+            b3 is set to 0 for that sub-agent and ``infos`` say so (``expert_source: "none"``).
     """
 
     main_weights: tuple[float, float] = (0.1, 0.9)

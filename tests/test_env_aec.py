@@ -8,6 +8,7 @@ import pytest
 from pettingzoo.test import api_test, seed_test
 
 import mgrpo_env
+import mgrpo_env.core
 
 
 def call(name: str, **arguments) -> str:
@@ -180,3 +181,45 @@ def test_random_play_reaches_sub_agents(make_env):
             _, _, term, trunc, _ = env.last()
             env.step(None if term or trunc else env.action_space(agent).sample())
     assert {"main_0", "sub_0", "sub_1"} <= seen
+
+
+def test_expert_term_is_dropped_when_nothing_can_judge(make_env, small_scenario):
+    from dataclasses import replace
+
+    from mgrpo_env import RewardConfig
+
+    task = replace(first_chain_task(small_scenario), hops=())  # a task without per-hop gold
+    env = make_env(rewards=RewardConfig(expert=mgrpo_env.core.expert_scorer(None)))
+    env.reset(seed=1, options={"task": task})
+    env.step(call("delegate", task="anything"))
+    env.step("<result>a report</result>")
+    env.step(f"<answer>{task.answer}</answer>")
+    comp = env.unwrapped.record.components["sub_0"]
+    assert comp["expert"] is None and comp["expert_source"] == "none"
+    assert comp["reward"] == pytest.approx(0.1 + 0.4)  # b3 dropped: b1*format + b2*main_correct
+
+
+def test_expert_from_an_llm_judge_when_there_are_no_hops(make_env, small_scenario):
+    from dataclasses import replace
+
+    from mgrpo_env import RewardConfig
+
+    class Judge:
+        def __init__(self):
+            self.calls = []
+
+        def score_subtask(self, task, gold, report):
+            self.calls.append((task, gold, report))
+            return 0.6
+
+    judge = Judge()
+    task = replace(first_chain_task(small_scenario), hops=())
+    env = make_env(rewards=RewardConfig(expert=mgrpo_env.core.expert_scorer(judge)))
+    env.reset(seed=1, options={"task": task})
+    env.step(call("delegate", task="find it"))
+    env.step("<result>a report</result>")
+    env.step("<answer>wrong</answer>")
+    comp = env.unwrapped.record.components["sub_0"]
+    assert judge.calls == [("find it", task.answer, "a report")]
+    assert comp["expert_source"] == "hops+judge" and comp["expert"] == 0.6
+    assert comp["reward"] == pytest.approx(0.1 + 0.0 + 0.5 * 0.6)
