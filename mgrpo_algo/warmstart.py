@@ -125,7 +125,7 @@ def sft_train(model: Any, sequences: list[tuple[list[int], list[int]]], cfg: War
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             tokens += int((labels != -100).sum())
     model.eval()
     seconds = time.perf_counter() - started
