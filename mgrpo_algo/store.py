@@ -1,0 +1,763 @@
+"""The stats store: the only channel between the decoupled role servers.
+
+M-GRPO trains the main agent and the sub-agents on separate servers; no gradient and no trajectory
+crosses between them (paper section 4, "decoupled pipeline"). What crosses is minimal statistics:
+
+- per (iteration, query, rollout) the main agent's correctness ``correct`` (0..1) and ``format_ok``
+  (:class:`MainStat`); the sub side needs ``correct`` for R_S = b1*format + b2*r_correct^main + b3*expert;
+- per role its latest health (step, loss, reward mean, ...), for monitoring and the stale mode;
+- per role the iterations it has already applied (:meth:`StatsStore.mark_done`), so a restarted server
+  never applies a statistic twice.
+
+Two backends share one contract (:class:`StatsStore`): :class:`SQLiteStore`, one file that several
+processes share (the embedded default), and :class:`RedisStore` for many machines. Writes are
+idempotent (re-publishing the same record stores it once; a different value for an existing key raises
+:class:`StoreError`), and every value is validated when read: a corrupted record raises
+:class:`StoreError` naming its key, never a ``KeyError`` or ``JSONDecodeError``.
+
+Byte counters (``bytes_written`` / ``bytes_read``) count *payload*, the same way in both backends: what
+names the iteration once per call (the Redis key ``mgrpo:main:12``; the SQL parameter ``12``) plus each
+record's field (``"query:rollout"``) and encoded value (``[1.0,true]``), UTF-8; for health the role,
+step, time stamp and metrics JSON; for done marks the role and iterations. Protocol or SQL framing
+and the count-only polls made while waiting are not counted (a poll is ~20 bytes; how many there are
+depends on how long a reader waits, not on the data).
+
+>>> with open_store("sqlite:runs/stats.db") as store:  # doctest: +SKIP
+...     store.put_main_stats(0, [MainStat(0, k, correct=1.0, format_ok=True) for k in range(8)])  # main
+...     stats = store.get_main_stats(0, expected=8)  # on the sub server: waits for the 8 records
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import numbers
+import sqlite3
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "MainStat",
+    "RedisStore",
+    "SQLiteStore",
+    "StatsStore",
+    "StoreError",
+    "StoreTimeout",
+    "open_store",
+    "shipped_trajectory_bytes",
+]
+
+T = TypeVar("T")
+
+TOKEN_ID_BYTES = 4
+"""Bytes per token id when a trajectory is shipped (packed int32)."""
+TRAJECTORY_HEADER_BYTES = 64
+"""Estimated JSON envelope per shipped trajectory, e.g.
+``{"iteration":12,"query":3,"rollout":7,"sub":2,"n_tokens":1500}`` is 62 bytes."""
+
+
+class StoreError(RuntimeError):
+    """A store operation failed: conflicting write, corrupted record, unreachable backend."""
+
+
+class StoreTimeout(StoreError, TimeoutError):
+    """Waiting for an iteration's statistics ran past its timeout."""
+
+
+@dataclass(frozen=True)
+class MainStat:
+    """The main agent's outcome for one rollout: what the sub side needs for its reward.
+
+    Attributes:
+        query: index of the query in the iteration's batch (>= 0).
+        rollout: index of the rollout of that query (0..K-1).
+        correct: r_correct of the main trajectory, in [0, 1] (0/1 for exact match, F1 or a judge's
+            score otherwise).
+        format_ok: whether the main trajectory's format was valid.
+    """
+
+    query: int
+    rollout: int
+    correct: float
+    format_ok: bool
+
+    def __post_init__(self) -> None:
+        for name in ("query", "rollout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ValueError(f"MainStat.{name} must be an int >= 0, got {value!r}")
+            object.__setattr__(self, name, int(value))
+        correct = self.correct
+        if not isinstance(correct, numbers.Real) or not math.isfinite(correct) or not 0 <= correct <= 1:
+            raise ValueError(f"MainStat.correct must be a number in [0, 1], got {correct!r}")
+        object.__setattr__(self, "correct", float(correct))
+        fmt = self.format_ok
+        if not (isinstance(fmt, bool) or getattr(getattr(fmt, "dtype", None), "kind", None) == "b"):
+            raise ValueError(f"MainStat.format_ok must be a bool, got {fmt!r}")
+        object.__setattr__(self, "format_ok", bool(fmt))
+
+
+def shipped_trajectory_bytes(token_ids: Sequence[Sequence[int]]) -> int:
+    """What shipping full trajectories would cost, for the comparison with the store's figure.
+
+    Convention: each trajectory costs ``4`` bytes per token id (packed int32) plus a
+    ``TRAJECTORY_HEADER_BYTES`` (64) JSON envelope naming it. A lower bound: a learner would also need
+    the per-token log-probs (4 more bytes a token), the loss mask and usually the text.
+    """
+    return sum(TOKEN_ID_BYTES * len(ids) + TRAJECTORY_HEADER_BYTES for ids in token_ids)
+
+
+# --------------------------------------------------------------------------- codec and validation
+
+
+def _encode_stat(stat: MainStat) -> tuple[str, str]:
+    """``(field, value)``: ``"query:rollout"`` and the canonical JSON ``[correct,format_ok]``."""
+    return f"{stat.query}:{stat.rollout}", json.dumps([stat.correct, stat.format_ok], separators=(",", ":"))
+
+
+def _as_index(raw: Any, where: str, what: str) -> int:
+    """An int >= 0 from a backend value (int, or canonical decimal text), else :class:`StoreError`."""
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+        return raw
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and str(int(raw)) == raw:
+        return int(raw)
+    raise StoreError(f"malformed record at {where}: {what} must be an int >= 0, got {raw!r}")
+
+
+def _decode_stat(query: Any, rollout: Any, value: Any, where: str) -> MainStat:
+    q, r = _as_index(query, where, "query"), _as_index(rollout, where, "rollout")
+    try:
+        decoded = json.loads(value)
+        if not (isinstance(decoded, list) and len(decoded) == 2 and isinstance(decoded[1], bool)):
+            raise ValueError("expected [correct, format_ok]")
+        if isinstance(decoded[0], bool):
+            raise ValueError("correct must be a number")
+        return MainStat(query=q, rollout=r, correct=decoded[0], format_ok=decoded[1])
+    except (TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        raise StoreError(f"malformed record at {where}: value {value!r} ({exc})") from exc
+
+
+def _encode_metrics(metrics: Mapping[str, float]) -> str:
+    if not isinstance(metrics, Mapping):
+        raise ValueError(f"health metrics must be a mapping of str to float, got {type(metrics).__name__}")
+    clean: dict[str, float] = {}
+    for key, value in metrics.items():
+        if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"health metrics must map str to float, got {key!r}: {value!r}")
+        clean[key] = float(value)
+    return json.dumps(clean, separators=(",", ":"), sort_keys=True)
+
+
+def _decode_health(role: str, step: Any, stamp: Any, metrics: Any, where: str) -> dict[str, Any]:
+    step_int = _as_index(step, where, "step")
+    try:
+        when = float(stamp)
+        decoded = json.loads(metrics)
+        if not isinstance(decoded, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in decoded.values()
+        ):
+            raise ValueError("metrics must be a JSON object of numbers")
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"malformed health record at {where}: {exc}") from exc
+    return {
+        "role": role,
+        "step": step_int,
+        "time": when,
+        "metrics": {k: float(v) for k, v in decoded.items()},
+    }
+
+
+def _nbytes(*parts: object) -> int:
+    """UTF-8 size of the parts as text: the payload convention of the byte counters."""
+    return sum(len(str(part).encode()) for part in parts)
+
+
+def _check_role(role: str) -> None:
+    if not isinstance(role, str) or not role:
+        raise ValueError(f"role must be a non-empty str, got {role!r}")
+
+
+def _check_int(value: int, name: str, minimum: int = 0) -> int:
+    """``value`` as a plain int (numpy ints accepted), or ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+class StatsStore(ABC):
+    """The shared-store contract. Subclasses implement the ``_``-prefixed primitives; the waiting,
+    validation and byte accounting live here once. Thread-safe; use as a context manager."""
+
+    def __init__(self) -> None:
+        self._counter_lock = threading.Lock()
+        self._bytes_written = 0
+        self._bytes_read = 0
+        self._closed = False
+
+    # -- public API
+
+    def put_main_stats(self, iteration: int, stats: Sequence[MainStat]) -> None:
+        """Publish the main agent's statistics of ``iteration``, atomically and idempotently.
+
+        Re-publishing a record with the same value is a no-op (a restarted server may re-send);
+        a different value for an existing ``(iteration, query, rollout)`` raises :class:`StoreError`
+        naming the key, and then nothing of this call is written.
+        """
+        iteration = _check_int(iteration, "iteration")
+        records: dict[str, str] = {}
+        for stat in stats:
+            if not isinstance(stat, MainStat):
+                raise TypeError(f"put_main_stats expects MainStat records, got {type(stat).__name__}")
+            field, value = _encode_stat(stat)
+            if records.setdefault(field, value) != value:
+                raise StoreError(f"conflicting values for {self._main_key(iteration, field)} in one call")
+        if not records:
+            return
+        self._check_open()
+        self._put_main(iteration, records)
+        self._count(
+            written=_nbytes(self._wire_key(iteration), *(x for item in records.items() for x in item))
+        )
+
+    def get_main_stats(
+        self, iteration: int, *, expected: int, timeout_s: float = 60.0, poll_s: float = 0.05
+    ) -> list[MainStat]:
+        """Wait until ``expected`` records of ``iteration`` are present; return them sorted by
+        ``(query, rollout)``. Raises :class:`StoreTimeout` after ``timeout_s``, and :class:`StoreError`
+        if the iteration holds more than ``expected`` records (the roles disagree on B*K)."""
+        iteration = _check_int(iteration, "iteration")
+        expected = _check_int(expected, "expected", 1)
+        self._check_open()
+        deadline = time.monotonic() + timeout_s
+        while (arrived := self._count_main(iteration)) < expected:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise StoreTimeout(
+                    f"iteration {iteration}: {arrived} of {expected} main-agent statistics arrived within "
+                    f"{timeout_s:g} s ({self._main_key(iteration)}); is the main role server running?"
+                )
+            time.sleep(min(poll_s, remaining))
+        rows = self._read_main(iteration)
+        stats = sorted(
+            (_decode_stat(q, r, v, self._main_key(iteration, f"{q}:{r}")) for q, r, v in rows),
+            key=lambda s: (s.query, s.rollout),
+        )
+        keys = {(s.query, s.rollout) for s in stats}
+        if len(keys) != len(stats):
+            raise StoreError(f"malformed records at {self._main_key(iteration)}: duplicate (query, rollout)")
+        if len(stats) != expected:
+            raise StoreError(
+                f"{self._main_key(iteration)} holds {len(stats)} records, expected {expected}: "
+                "do the role servers agree on queries x rollouts per iteration?"
+            )
+        self._count(read=_nbytes(self._wire_key(iteration), *(f"{q}:{r}{v}" for q, r, v in rows)))
+        return stats
+
+    def latest_complete_iteration(self, expected: int) -> int | None:
+        """The highest iteration holding at least ``expected`` records, or None."""
+        expected = _check_int(expected, "expected", 1)
+        self._check_open()
+        return self._latest_complete(expected)
+
+    def put_health(self, role: str, step: int, metrics: Mapping[str, float]) -> None:
+        """Record ``role``'s health at ``step`` (last write wins: a role restarted from an older
+        checkpoint reports its older step)."""
+        _check_role(role)
+        step = _check_int(step, "step")
+        data = _encode_metrics(metrics)
+        self._check_open()
+        stamp = repr(time.time())
+        self._put_health(role, step, stamp, data)
+        self._count(written=_nbytes(role, step, stamp, data))
+
+    def get_health(self, role: str) -> dict[str, Any] | None:
+        """``{"role", "step", "time", "metrics": {name: float}}`` last written by ``role``, or None."""
+        _check_role(role)
+        self._check_open()
+        raw = self._get_health(role)
+        if raw is None:
+            return None
+        step, stamp, data = raw
+        health = _decode_health(role, step, stamp, data, self._health_key(role))
+        self._count(read=_nbytes(role, step, stamp, data))
+        return health
+
+    def mark_done(self, role: str, iteration: int) -> None:
+        """Record that ``role`` has applied ``iteration`` (idempotent)."""
+        _check_role(role)
+        iteration = _check_int(iteration, "iteration")
+        self._check_open()
+        self._mark_done(role, iteration)
+        self._count(written=_nbytes(role, iteration))
+
+    def done_iterations(self, role: str) -> set[int]:
+        """The iterations ``role`` has marked done."""
+        _check_role(role)
+        self._check_open()
+        raw = self._done(role)
+        where = self._done_key(role)
+        done = {_as_index(it, where, "iteration") for it in raw}
+        self._count(read=_nbytes(role, *raw))
+        return done
+
+    @property
+    def bytes_written(self) -> int:
+        """Payload bytes sent to the backend by this store object (see the module docstring)."""
+        return self._bytes_written
+
+    @property
+    def bytes_read(self) -> int:
+        """Payload bytes received from the backend by this store object."""
+        return self._bytes_read
+
+    def close(self) -> None:
+        """Release the connection (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self) -> StatsStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- helpers and primitives
+
+    def _count(self, *, written: int = 0, read: int = 0) -> None:
+        with self._counter_lock:
+            self._bytes_written += written
+            self._bytes_read += read
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"{self!r} is closed")
+
+    @abstractmethod
+    def _main_key(self, iteration: int, field: str | None = None) -> str: ...
+
+    def _wire_key(self, iteration: int) -> str:
+        """What names the iteration on the wire (counted once per call in the byte counters)."""
+        return self._main_key(iteration)
+
+    @abstractmethod
+    def _health_key(self, role: str) -> str: ...
+
+    @abstractmethod
+    def _done_key(self, role: str) -> str: ...
+
+    @abstractmethod
+    def _put_main(self, iteration: int, records: dict[str, str]) -> None: ...
+
+    @abstractmethod
+    def _count_main(self, iteration: int) -> int: ...
+
+    @abstractmethod
+    def _read_main(self, iteration: int) -> list[tuple[Any, Any, Any]]:
+        """``(query, rollout, value)`` rows as stored (validated by the caller)."""
+
+    @abstractmethod
+    def _latest_complete(self, expected: int) -> int | None: ...
+
+    @abstractmethod
+    def _put_health(self, role: str, step: int, stamp: str, data: str) -> None: ...
+
+    @abstractmethod
+    def _get_health(self, role: str) -> tuple[Any, Any, Any] | None: ...
+
+    @abstractmethod
+    def _mark_done(self, role: str, iteration: int) -> None: ...
+
+    @abstractmethod
+    def _done(self, role: str) -> list[Any]: ...
+
+    @abstractmethod
+    def _close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- SQLite
+
+
+_SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS main_stats (iteration INTEGER NOT NULL, query INTEGER NOT NULL,
+    rollout INTEGER NOT NULL, value TEXT NOT NULL, PRIMARY KEY (iteration, query, rollout)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS health (role TEXT PRIMARY KEY, step INTEGER NOT NULL, time TEXT NOT NULL,
+    metrics TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS done (role TEXT NOT NULL, iteration INTEGER NOT NULL,
+    PRIMARY KEY (role, iteration)) WITHOUT ROWID;
+"""
+
+
+class SQLiteStore(StatsStore):
+    """One SQLite file shared by the role processes of one machine (WAL journal, busy timeout).
+
+    One connection guarded by a lock per store object, so one object may be shared by threads.
+
+    Args:
+        path: the database file (created with its parent folder when absent).
+        busy_timeout_s: how long a writer waits for another process's lock before :class:`StoreError`.
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        try:
+            if str(path) != ":memory:":
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(
+                str(path), timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, _SCHEMA_VERSION):
+                raise StoreError(f"{path}: stats-store schema version {version}, expected {_SCHEMA_VERSION}")
+            self._conn.executescript(
+                f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={_SCHEMA_VERSION};COMMIT;"
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open sqlite stats store {path}: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    def _run(self, what: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            try:
+                return fn(self._conn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self!r}: {what} failed: {exc}") from exc
+
+    def _main_key(self, iteration: int, field: str | None = None) -> str:
+        if field is None:
+            return f"main_stats[iteration={iteration}]"
+        query, _, rollout = field.partition(":")
+        return f"main_stats[iteration={iteration}, query={query}, rollout={rollout}]"
+
+    def _wire_key(self, iteration: int) -> str:
+        return str(iteration)  # the SQL parameter
+
+    def _health_key(self, role: str) -> str:
+        return f"health[role={role!r}]"
+
+    def _done_key(self, role: str) -> str:
+        return f"done[role={role!r}]"
+
+    def _put_main(self, iteration: int, records: dict[str, str]) -> None:
+        def txn(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                existing = {
+                    f"{q}:{r}": v
+                    for q, r, v in conn.execute(
+                        "SELECT query, rollout, value FROM main_stats WHERE iteration = ?", (iteration,)
+                    )
+                }
+                for field, value in records.items():
+                    if field in existing and existing[field] != value:
+                        raise StoreError(
+                            f"conflicting write to {self._main_key(iteration, field)}: stored "
+                            f"{existing[field]!r}, new {value!r}"
+                        )
+                conn.executemany(
+                    "INSERT INTO main_stats (iteration, query, rollout, value) VALUES (?, ?, ?, ?)",
+                    [
+                        (iteration, *map(int, field.split(":")), value)
+                        for field, value in records.items()
+                        if field not in existing
+                    ],
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+        self._run("put_main_stats", txn)
+
+    def _count_main(self, iteration: int) -> int:
+        sql = "SELECT COUNT(*) FROM main_stats WHERE iteration = ?"
+        return self._run("count", lambda c: c.execute(sql, (iteration,)).fetchone()[0])
+
+    def _read_main(self, iteration: int) -> list[tuple[Any, Any, Any]]:
+        sql = "SELECT query, rollout, value FROM main_stats WHERE iteration = ?"
+        return self._run("get_main_stats", lambda c: c.execute(sql, (iteration,)).fetchall())
+
+    def _latest_complete(self, expected: int) -> int | None:
+        sql = (
+            "SELECT iteration FROM main_stats GROUP BY iteration HAVING COUNT(*) >= ? ORDER BY iteration DESC"
+        )
+        rows = self._run("latest_complete_iteration", lambda c: c.execute(sql, (expected,)).fetchall())
+        valid = [it for (it,) in rows if isinstance(it, int) and it >= 0]
+        if len(valid) != len(rows):
+            bad = [it for (it,) in rows if it not in valid]
+            raise StoreError(f"malformed records in main_stats: iteration values {bad!r} are not ints >= 0")
+        return max(valid, default=None)
+
+    def _put_health(self, role: str, step: int, stamp: str, data: str) -> None:
+        sql = "INSERT OR REPLACE INTO health (role, step, time, metrics) VALUES (?, ?, ?, ?)"
+        self._run("put_health", lambda c: c.execute(sql, (role, step, stamp, data)))
+
+    def _get_health(self, role: str) -> tuple[Any, Any, Any] | None:
+        sql = "SELECT step, time, metrics FROM health WHERE role = ?"
+        return self._run("get_health", lambda c: c.execute(sql, (role,)).fetchone())
+
+    def _mark_done(self, role: str, iteration: int) -> None:
+        sql = "INSERT OR IGNORE INTO done (role, iteration) VALUES (?, ?)"
+        self._run("mark_done", lambda c: c.execute(sql, (role, iteration)))
+
+    def _done(self, role: str) -> list[Any]:
+        sql = "SELECT iteration FROM done WHERE role = ?"
+        return [it for (it,) in self._run("done_iterations", lambda c: c.execute(sql, (role,)).fetchall())]
+
+    def _close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+# --------------------------------------------------------------------------- Redis
+
+# Check every field first, then write: a conflict leaves nothing of the call written, and re-running
+# the script after a lost reply (a retry) is a no-op because every value is already there.
+_PUT_MAIN_LUA = """
+for i = 2, #ARGV, 2 do
+  local cur = redis.call('HGET', KEYS[1], ARGV[i])
+  if cur and cur ~= ARGV[i + 1] then return {ARGV[i], cur} end
+end
+for i = 2, #ARGV, 2 do redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('SADD', KEYS[2], ARGV[1])
+return 0
+"""
+
+
+class RedisStore(StatsStore):
+    """The scale-out store: a Redis server the role servers of several machines share.
+
+    Keys (``NS`` = ``namespace``): ``NS:main:<iteration>`` (hash ``"query:rollout"`` -> ``[correct,format_ok]``),
+    ``NS:iterations`` (set), ``NS:health:<role>`` (hash step/time/metrics), ``NS:done:<role>`` (set).
+    When the server goes away every operation retries with exponential backoff (50 ms .. 1 s) for up to
+    ``retry_s``, logging one warning per outage, then raises ``StoreError("redis unreachable ...")``.
+    Writes stay idempotent across a retry (one Lua script checks and writes atomically).
+
+    Args:
+        url: ``redis://HOST:PORT[/DB]`` (redis-py URL syntax, so ``rediss://`` and passwords work).
+        namespace: prefix of every key, so that several runs can share one server.
+        retry_s: how long an operation keeps retrying while the server is unreachable or loading.
+        socket_timeout_s: per-command socket timeout (a hung server counts as unreachable).
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        namespace: str = "mgrpo",
+        retry_s: float = 30.0,
+        socket_timeout_s: float = 5.0,
+    ) -> None:
+        super().__init__()
+        try:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError as exc:  # pragma: no cover - redis is in the [dist] extra
+            raise ImportError("RedisStore needs redis-py: pip install 'mgrpo[dist]' (or redis)") from exc
+        if not namespace:
+            raise ValueError("namespace must be a non-empty str")
+        self._redis = redis
+        self.namespace = namespace
+        self.retry_s = float(retry_s)
+        self._client = redis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=min(socket_timeout_s, 2.0),
+            retry=Retry(NoBackoff(), 0),  # our own loop below retries, with a deadline
+        )
+        kw = self._client.connection_pool.connection_kwargs
+        self._where = f"redis://{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"  # no password
+        self._put_script = self._client.register_script(_PUT_MAIN_LUA)
+        self._outage_lock = threading.Lock()
+        self._down_since: float | None = None
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self._where!r}, namespace={self.namespace!r})"
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        errors = (self._redis.ConnectionError, self._redis.TimeoutError)  # BusyLoadingError included
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.05
+        while True:
+            try:
+                result = fn()
+            except errors as exc:
+                with self._outage_lock:
+                    if self._down_since is None:
+                        self._down_since = time.monotonic()
+                        logger.warning(
+                            "redis at %s unreachable (%s); retrying for up to %g s",
+                            self._where,
+                            exc,
+                            self.retry_s,
+                        )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise StoreError(
+                        f"redis unreachable at {self._where}: {what} failed for {self.retry_s:g} s ({exc})"
+                    ) from exc
+                time.sleep(min(delay, remaining))
+                delay = min(2 * delay, 1.0)
+                continue
+            except self._redis.RedisError as exc:  # WRONGTYPE on a hand-made key, script errors, ...
+                raise StoreError(f"{self!r}: {what} failed: {exc}") from exc
+            if self._down_since is not None:
+                with self._outage_lock:
+                    if self._down_since is not None:
+                        logger.info(
+                            "redis at %s reachable again after %.1f s",
+                            self._where,
+                            time.monotonic() - self._down_since,
+                        )
+                        self._down_since = None
+            return result
+
+    def _text(self, raw: Any, where: str) -> str:
+        if isinstance(raw, bytes):
+            try:
+                return raw.decode()
+            except UnicodeDecodeError as exc:
+                raise StoreError(f"malformed record at {where}: not UTF-8 ({raw[:40]!r})") from exc
+        if isinstance(raw, (str, int)):
+            return str(raw)
+        raise StoreError(f"malformed record at {where}: unexpected {type(raw).__name__}")
+
+    def _main_key(self, iteration: int, field: str | None = None) -> str:
+        key = f"{self.namespace}:main:{iteration}"
+        return key if field is None else f"{key} field {field}"
+
+    def _health_key(self, role: str) -> str:
+        return f"{self.namespace}:health:{role}"
+
+    def _done_key(self, role: str) -> str:
+        return f"{self.namespace}:done:{role}"
+
+    def _put_main(self, iteration: int, records: dict[str, str]) -> None:
+        key = self._main_key(iteration)
+        args = [str(iteration)] + [x for item in records.items() for x in item]
+        out = self._call(
+            f"put_main_stats({key})",
+            lambda: self._put_script(keys=[key, f"{self.namespace}:iterations"], args=args),
+        )
+        if out != 0:
+            field, stored = (self._text(x, key) for x in out)
+            raise StoreError(
+                f"conflicting write to {self._main_key(iteration, field)}: stored {stored!r}, "
+                f"new {records[field]!r}"
+            )
+
+    def _count_main(self, iteration: int) -> int:
+        key = self._main_key(iteration)
+        return int(self._call(f"count({key})", lambda: self._client.hlen(key)))
+
+    def _read_main(self, iteration: int) -> list[tuple[Any, Any, Any]]:
+        key = self._main_key(iteration)
+        raw = self._call(f"get_main_stats({key})", lambda: self._client.hgetall(key))
+        rows = []
+        for field, value in raw.items():
+            field_s = self._text(field, key)
+            query, sep, rollout = field_s.partition(":")
+            if not sep:
+                raise StoreError(f"malformed record at {key}: field {field_s!r} is not 'query:rollout'")
+            rows.append((query, rollout, self._text(value, self._main_key(iteration, field_s))))
+        return rows
+
+    def _latest_complete(self, expected: int) -> int | None:
+        set_key = f"{self.namespace}:iterations"
+        members = self._call("latest_complete_iteration", lambda: self._client.smembers(set_key))
+        iterations = sorted(
+            (_as_index(self._text(m, set_key), set_key, "iteration") for m in members), reverse=True
+        )
+
+        def lengths() -> list[int]:
+            pipe = self._client.pipeline(transaction=False)
+            for it in iterations:
+                pipe.hlen(self._main_key(it))
+            return pipe.execute()
+
+        counts = self._call("latest_complete_iteration", lengths) if iterations else []
+        return next((it for it, n in zip(iterations, counts, strict=True) if int(n) >= expected), None)
+
+    def _put_health(self, role: str, step: int, stamp: str, data: str) -> None:
+        key = self._health_key(role)
+        mapping = {"step": step, "time": stamp, "metrics": data}
+        self._call(f"put_health({key})", lambda: self._client.hset(key, mapping=mapping))
+
+    def _get_health(self, role: str) -> tuple[Any, Any, Any] | None:
+        key = self._health_key(role)
+        raw = self._call(f"get_health({key})", lambda: self._client.hgetall(key))
+        if not raw:
+            return None
+        fields = {self._text(k, key): v for k, v in raw.items()}
+        missing = sorted({"step", "time", "metrics"} - fields.keys())
+        if missing:
+            raise StoreError(f"malformed health record at {key}: missing {missing}")
+        return tuple(self._text(fields[name], key) for name in ("step", "time", "metrics"))  # type: ignore[return-value]
+
+    def _mark_done(self, role: str, iteration: int) -> None:
+        key = self._done_key(role)
+        self._call(f"mark_done({key})", lambda: self._client.sadd(key, iteration))
+
+    def _done(self, role: str) -> list[Any]:
+        key = self._done_key(role)
+        return [
+            self._text(m, key)
+            for m in self._call(f"done_iterations({key})", lambda: self._client.smembers(key))
+        ]
+
+    def _close(self) -> None:
+        self._client.close()
+
+
+# --------------------------------------------------------------------------- factory
+
+_SPEC_FORMS = (
+    "'sqlite:PATH' (e.g. sqlite:runs/stats.db) or 'redis://HOST:PORT[/DB]' (e.g. redis://127.0.0.1:6379/0)"
+)
+
+
+def open_store(spec: str, **kwargs: Any) -> StatsStore:
+    """Open a store from a spec string: ``"sqlite:PATH"`` or ``"redis://HOST:PORT[/DB]"``.
+
+    Keyword arguments go to the backend (``namespace=``, ``retry_s=`` for Redis; ``busy_timeout_s=``
+    for SQLite). Anything else raises ``ValueError`` listing the accepted forms.
+    """
+    if not isinstance(spec, str):
+        raise ValueError(f"store spec must be a str: {_SPEC_FORMS}; got {spec!r}")
+    if spec.startswith("sqlite:"):
+        path = spec[len("sqlite:") :]
+        if not path:
+            raise ValueError(f"store spec {spec!r} has no path; use {_SPEC_FORMS}")
+        return SQLiteStore(path, **kwargs)
+    if spec.startswith(("redis://", "rediss://")):
+        try:
+            parts = urlsplit(spec)
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+            db = parts.path.lstrip("/")
+            if not parts.hostname or (db and not db.isdigit()) or parts.path.count("/") > 1:
+                raise ValueError("bad host or db")
+        except ValueError as exc:
+            raise ValueError(f"malformed redis store spec {spec!r} ({exc}); use {_SPEC_FORMS}") from None
+        return RedisStore(spec, **kwargs)
+    raise ValueError(f"unknown store spec {spec!r}; use {_SPEC_FORMS}")
