@@ -5,6 +5,7 @@ Commands available now:
                 --agent {oracle,scenario-oracle,random}
     mgrpo serve --scenario wiki-hops            # serve the offline world on 127.0.0.1 until Ctrl-C
     mgrpo train --config configs/tiny.yaml [--set mode=frozen-sub --set main.learner.lr=1e-4]
+    mgrpo train --config configs/tiny.yaml --placement processes --store redis://127.0.0.1:6379 [--staleness 1]
 
 Scenario options are passed as ``--set key=value`` (values parsed as YAML scalars), for example
 ``--set seed=1 --set num_entities=500``.
@@ -101,7 +102,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    history = Trainer(config, log=log).run()
+    if args.placement is None:
+        if args.store or args.staleness:
+            print("mgrpo: --store and --staleness need --placement (decoupled role servers)", file=sys.stderr)
+            return 2
+        history = Trainer(config, log=log).run()
+    else:
+        from .decoupled import DecoupledTrainer
+
+        try:
+            trainer = DecoupledTrainer(config, placement=args.placement, store=args.store, staleness=args.staleness, log=log)
+        except ValueError as exc:
+            print(f"mgrpo: {exc}", file=sys.stderr)
+            return 2
+        with trainer:
+            history = trainer.run()
     print(f"{len(history)} iterations; metrics in {config.out_dir}/metrics.jsonl, episodes in {config.out_dir}/episodes.jsonl")
     return 0
 
@@ -146,6 +161,14 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", default=None, help="YAML file of mgrpo_algo.config.TrainConfig fields")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field, dotted for nested ones (main.learner.lr=1e-4)")
+    tr.add_argument("--placement", choices=("local", "processes", "ray"), default=None,
+                    help="run each role on its own server (decoupled M-GRPO): in this process, one process per "
+                    "role, or Ray actors; default: the single-process trainer")
+    tr.add_argument("--store", default=None, help="shared statistics store: sqlite:PATH (default: OUT_DIR/stats.sqlite) "
+                    "or redis://HOST:PORT[/DB]")
+    tr.add_argument("--staleness", type=int, default=0,
+                    help="0: synchronized (the sub learner waits for the main statistics of the same iteration); "
+                    "n > 0: it may lag up to n iterations")
     tr.set_defaults(func=_cmd_train)
 
     sv = sub.add_parser("serve", help="serve a scenario's world on 127.0.0.1 until interrupted")

@@ -40,7 +40,7 @@ from .hf_policy import TransformersPolicy
 from .learner import RoleLearner
 from .sequences import TokenSequence, trajectory_sequence
 
-__all__ = ["Trainer", "score_iteration"]
+__all__ = ["Trainer", "score_iteration", "role_model_paths"]
 
 
 def score_iteration(
@@ -110,6 +110,27 @@ def _sequence(trajectory: Any, advantage: float, role: str, record: EpisodeRecor
                          meta={"episode": record.episode_id, "agent": trajectory.agent, "reward": trajectory.reward})
 
 
+def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> dict[str, str]:
+    """The model path of each role: the configured one, or the tiny model built (and warm-started
+    when ``warm_start.epochs > 0``) under ``models_dir``; built once and reused."""
+    explicit = {role: getattr(config, role).model for role in roles}
+    missing = [role for role, path in explicit.items() if not path]
+    if missing:
+        from .models import build_role_models
+
+        built = build_role_models(
+            scenario, config.models_dir, {r: config.model_sizes.get(r, {}) for r in missing}, seed=config.seed, roles=missing
+        )
+        paths = {role: str(built[role]) for role in missing}
+        if config.warm_start.epochs > 0:
+            from .warmstart import warm_start
+
+            warm = warm_start(scenario, paths, Path(config.models_dir) / "warm", config.warm_start, limits=config.limits)
+            paths = {role: str(path) for role, path in warm.items()}
+        explicit.update(paths)
+    return explicit
+
+
 class Trainer:
     """Runs a :class:`TrainConfig`: builds the roles, then every stage's iterations."""
 
@@ -153,24 +174,7 @@ class Trainer:
             )
 
     def _model_paths(self, roles: list[str]) -> dict[str, str]:
-        explicit = {role: getattr(self.config, role).model for role in roles}
-        missing = [role for role, path in explicit.items() if not path]
-        if missing:
-            from .models import build_role_models
-
-            built = build_role_models(
-                self.scenario, self.config.models_dir, {r: self.config.model_sizes.get(r, {}) for r in missing},
-                seed=self.config.seed, roles=missing,
-            )
-            paths = {role: str(built[role]) for role in missing}
-            if self.config.warm_start.epochs > 0:
-                from .warmstart import warm_start
-
-                warm = warm_start(self.scenario, paths, Path(self.config.models_dir) / "warm", self.config.warm_start,
-                                  limits=self.config.limits)
-                paths = {role: str(path) for role, path in warm.items()}
-            explicit.update(paths)
-        return explicit
+        return role_model_paths(self.config, self.scenario, roles)
 
     def run(self) -> list[dict[str, Any]]:
         history = []

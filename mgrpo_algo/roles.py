@@ -1,0 +1,289 @@
+"""Role servers: one role's policy, learner and token trajectories, on its own server.
+
+This is the paper's deployment (section 4.2): the main agent and the sub-agents are trained on
+separate servers. A :class:`RoleServer` generates its role's actions (``act``), keeps the token
+trajectories it sampled (they never leave it), and updates its learner from the rewards it is
+told. No gradient and no trajectory crosses between roles; what crosses is minimal statistics
+through the shared store (:mod:`mgrpo_algo.store`): the main server publishes, per rollout, its
+correctness and format flag; the sub server reads them to compute R_S.
+
+Fault tolerance, per iteration t:
+
+1. ``act`` fills an in-memory buffer; ``commit(t)`` writes it to the server's disk (atomic). A server
+   lost before commit loses only iteration t's rollouts: the controller re-collects them.
+2. ``update_main(t)`` publishes the statistics (idempotent: the same values again are a no-op),
+   updates, checkpoints (with ``last_applied = t``), marks t done. ``update_sub`` applies pending
+   iterations whose main statistics are complete. A server killed anywhere in 2 restarts from its
+   checkpoint, finds t's committed buffer on disk and redoes exactly the missing work; an iteration
+   at or below ``last_applied`` is never applied twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RoleServer"]
+
+
+class RoleServer:
+    """One role ("main" or "sub") of a decoupled M-GRPO run.
+
+    Args:
+        role: "main" or "sub".
+        model: path or name of the role's model (``from_pretrained``); the tokenizer comes from it.
+        checkpoint_dir: this server's own folder (checkpoint, committed buffers, state).
+        store: a store spec for :func:`mgrpo_algo.store.open_store` (``sqlite:PATH``, ``redis://...``).
+        learner, generation: fields of ``LearnerConfig`` and ``GenerationConfig``.
+        sub_weights: (b1, b2, b3) of R_S (sub role).
+        align_d, align_quantile, align_strategy: trajectory alignment (sub role).
+        train: False for a frozen role (generates, never updates).
+    """
+
+    def __init__(
+        self,
+        role: str,
+        model: str,
+        checkpoint_dir: str,
+        store: str,
+        *,
+        learner: dict[str, Any] | None = None,
+        generation: dict[str, Any] | None = None,
+        sub_weights: tuple[float, float, float] = (0.1, 0.4, 0.5),
+        align_d: int = 0,
+        align_quantile: float = 0.99,
+        align_strategy: str = "duplicate",
+        seed: int = 0,
+        torch_threads: int = 1,
+        train: bool = True,
+        store_timeout_s: float = 120.0,
+    ) -> None:
+        import torch
+        import transformers
+
+        from .config import GenerationConfig, LearnerConfig
+        from .hf_policy import TransformersPolicy
+        from .learner import RoleLearner
+        from .store import open_store
+
+        if role not in ("main", "sub"):
+            raise ValueError(f"role must be 'main' or 'sub', got {role!r}")
+        transformers.utils.logging.disable_progress_bar()
+        torch.set_num_threads(torch_threads)
+        self.role = role
+        self.train = train
+        self.dir = Path(checkpoint_dir) / role
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.sub_weights = tuple(sub_weights)
+        self.align = (align_d, align_quantile, align_strategy)
+        self.store = open_store(store)
+        self.store_timeout_s = store_timeout_s
+        self.rng = np.random.default_rng(seed + (0 if role == "main" else 1))
+        state_file = self.dir / "server.json"
+        self.state = json.loads(state_file.read_text()) if state_file.exists() else {"last_applied": -1, "counts": [], "metrics": {}}
+        learner_cfg = LearnerConfig(**(learner or {}))
+        checkpoint = self.dir / "checkpoint"
+        self.restored = (checkpoint / "learner.json").exists()
+        if self.restored:
+            self.learner = RoleLearner.load(checkpoint, config=learner_cfg)
+        else:
+            self.learner = RoleLearner(role, model, learner_cfg)
+        g = GenerationConfig(**(generation or {}))
+        self.policy = TransformersPolicy(self.learner.model, model, role=role, max_new_tokens=g.max_new_tokens,
+                                         temperature=g.temperature, top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens,
+                                         seed=seed + 1000 * (self.state["last_applied"] + 1))
+        self.buffers: dict[int, dict[str, list[dict[str, Any]]]] = {}
+
+    # -- rollouts -------------------------------------------------------------------------------
+
+    def act(self, iteration: int, requests: list[Any]) -> list[str]:
+        """Actions for ``requests`` (``PolicyRequest`` without token history: it is filled here)."""
+        buffer = self.buffers.setdefault(iteration, {})
+        for request in requests:
+            request.history = buffer.get(_key(request.episode, request.agent), [])
+        responses = self.policy(requests)
+        for request, response in zip(requests, responses, strict=True):
+            buffer.setdefault(_key(request.episode, request.agent), []).append(response.extra)
+        return [response.text for response in responses]
+
+    def commit(self, iteration: int) -> int:
+        """Write iteration's trajectories to disk (atomic); returns how many trajectories."""
+        buffer = self.buffers.get(iteration, {})
+        _write_json(self.dir / "buffers" / f"{iteration}.json", buffer)
+        return len(buffer)
+
+    def discard(self, iteration: int) -> None:
+        """Forget an iteration's rollouts (the controller re-collects it after a failure)."""
+        self.buffers.pop(iteration, None)
+        (self.dir / "buffers" / f"{iteration}.json").unlink(missing_ok=True)
+
+    def _buffer(self, iteration: int) -> dict[str, list[dict[str, Any]]]:
+        if iteration in self.buffers:
+            return self.buffers[iteration]
+        path = self.dir / "buffers" / f"{iteration}.json"
+        if not path.exists():
+            raise RuntimeError(f"{self.role} server has no committed rollouts for iteration {iteration}")
+        self.buffers[iteration] = json.loads(path.read_text())
+        return self.buffers[iteration]
+
+    # -- updates --------------------------------------------------------------------------------
+
+    def update_main(self, iteration: int, rollouts: list[dict[str, Any]], k: int) -> dict[str, float]:
+        """Publish the main statistics of ``iteration`` and update on them.
+
+        ``rollouts``: one dict per rollout, task-major: episode, query, rollout, reward, correct, format_ok.
+        """
+        from .advantages import main_advantages
+        from .store import MainStat
+
+        if iteration <= self.state["last_applied"]:
+            return {**self.state["metrics"].get(str(iteration), {}), f"{self.role}/replayed": 1.0}
+        stats = [MainStat(r["query"], r["rollout"], float(r["correct"]), bool(r["format_ok"])) for r in rollouts]
+        self.store.put_main_stats(iteration, stats)  # first: the sub side may be waiting for it
+        metrics: dict[str, float] = {}
+        if self.train:
+            b = len(rollouts) // k
+            rewards = np.array([[rollouts[q * k + j]["reward"] for j in range(k)] for q in range(b)])
+            adv = main_advantages(rewards)
+            buffer = self._buffer(iteration)
+            seqs = [_sequence(buffer[_key(r["episode"], "main_0")], float(adv[r["query"], r["rollout"]]), "main")
+                    for r in rollouts]
+            metrics = self.learner.update(seqs)
+            metrics["main/reward_mean"] = float(rewards.mean())
+        return self._applied(iteration, metrics)
+
+    def update_sub(self, iteration: int, rollouts: list[dict[str, Any]], k: int, *, staleness: int = 0) -> dict[str, float]:
+        """Queue ``iteration`` and apply every pending iteration whose main statistics are in the store.
+
+        ``rollouts``: one dict per rollout: episode, query, rollout, subs (list of {agent, format_ok,
+        expert}). ``staleness`` 0 (synchronized): wait for this iteration's main statistics and apply
+        it now. n > 0 (stale): apply what is complete, and wait only for iterations older than
+        ``iteration - n``, so the sub learner lags at most n iterations.
+        """
+        pending = self.state.setdefault("pending", {})
+        if iteration > self.state["last_applied"]:
+            pending[str(iteration)] = {"rollouts": rollouts, "k": k}
+            self._save_state()
+        return self._apply_pending(iteration, staleness)
+
+    def _apply_pending(self, iteration: int, staleness: int) -> dict[str, float]:
+        from .store import StoreTimeout
+
+        pending = self.state.setdefault("pending", {})
+        metrics: dict[str, float] = {}
+        for it in sorted(int(i) for i in pending):
+            entry = pending[str(it)]
+            expected = len(entry["rollouts"])
+            must = it <= iteration - staleness  # older than the allowed lag: wait for it
+            try:
+                main = self.store.get_main_stats(it, expected=expected, timeout_s=self.store_timeout_s if must else 0.0)
+            except StoreTimeout:
+                if must:
+                    raise
+                break  # stale mode: not in yet; later iterations cannot be either (main publishes in order)
+            metrics = self._apply_sub(it, entry["rollouts"], entry["k"], main)
+            metrics["sub/applied_iteration"] = float(it)
+            metrics["sub/lag"] = float(iteration - it)
+        return metrics
+
+    def flush(self, last_iteration: int) -> dict[str, float]:
+        """Apply every pending iteration (end of a stale run)."""
+        return self._apply_pending(last_iteration, 0)
+
+    def _apply_sub(self, iteration: int, rollouts: list[dict[str, Any]], k: int, main: list[Any]) -> dict[str, float]:
+        from mgrpo_env import align
+        from mgrpo_env.rewards import sub_reward
+
+        from .advantages import sub_advantages
+
+        pending = self.state.setdefault("pending", {})
+        if iteration <= self.state["last_applied"]:
+            pending.pop(str(iteration), None)
+            return {}
+        correct = {(m.query, m.rollout): m.correct for m in main}
+        counts = [len(r["subs"]) for r in rollouts]
+        self.state["counts"] = (self.state["counts"] + counts)[-10_000:]
+        d_fixed, quantile, strategy = self.align
+        d = d_fixed or align.choose_d(self.state["counts"], quantile)
+        b = len(rollouts) // k
+        rewards = np.zeros((b, k, d))
+        mask = np.zeros((b, k, d), dtype=bool)
+        slots = []
+        b1, b2, b3 = self.sub_weights
+        for q in range(b):
+            plan = align.plan(counts[q * k : (q + 1) * k], d, strategy=strategy, rng=self.rng)
+            for j, row in enumerate(plan):
+                r = rollouts[q * k + j]
+                for s, index in enumerate(row):
+                    if index is None:
+                        continue
+                    sub = r["subs"][index]
+                    expert = sub["expert"]
+                    weights = (b1, b2, b3) if expert is not None else (b1, b2, 0.0)
+                    rewards[q, j, s] = sub_reward(sub["format_ok"], correct[(r["query"], r["rollout"])], expert or 0.0, weights)
+                    mask[q, j, s] = True
+                    slots.append((q, j, s, r["episode"], sub["agent"]))
+        metrics: dict[str, float] = {"sub/reward_mean": float(rewards[mask].mean()) if mask.any() else 0.0, "align/d": float(d)}
+        if self.train and slots:
+            adv = sub_advantages(rewards, mask)
+            buffer = self._buffer(iteration)
+            seqs = [_sequence(buffer[_key(ep, agent)], float(adv[q, j, s]), "sub") for q, j, s, ep, agent in slots]
+            metrics.update(self.learner.update(seqs))
+        pending.pop(str(iteration), None)
+        return self._applied(iteration, metrics)
+
+    def _applied(self, iteration: int, metrics: dict[str, float]) -> dict[str, float]:
+        """Checkpoint, then record the iteration as applied (in that order: a crash in between redoes
+        the iteration from the previous checkpoint, never applies it twice)."""
+        if self.train:
+            self.learner.save(self.dir / "checkpoint")
+        self.state["last_applied"] = iteration
+        self.state["metrics"] = {str(iteration): metrics}
+        self._save_state()
+        self.store.put_health(self.role, iteration, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        self.store.mark_done(self.role, iteration)
+        self.discard(iteration)
+        metrics[f"{self.role}/store_bytes_written"] = float(self.store.bytes_written)
+        metrics[f"{self.role}/store_bytes_read"] = float(self.store.bytes_read)
+        return metrics
+
+    def _save_state(self) -> None:
+        _write_json(self.dir / "server.json", self.state)
+
+    # -- introspection --------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {"role": self.role, "pid": os.getpid(), "last_applied": self.state["last_applied"], "restored": self.restored,
+                "step": self.learner.step, "pending": sorted(int(i) for i in self.state.get("pending", {}))}
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _key(episode: int, agent: str) -> str:
+    return f"{episode}/{agent}"
+
+
+def _sequence(turns: list[dict[str, Any]], advantage: float, role: str) -> Any:
+    from .sequences import TokenSequence, trajectory_sequence
+
+    ids, mask, logps = trajectory_sequence(turns)
+    return TokenSequence(ids, mask, advantage, sampled_logprobs=logps, role=role)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def remove_server_state(checkpoint_dir: str | Path) -> None:
+    """Delete every role server's folder under ``checkpoint_dir`` (a fresh run)."""
+    shutil.rmtree(checkpoint_dir, ignore_errors=True)

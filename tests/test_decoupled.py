@@ -1,0 +1,150 @@
+"""Decoupled training: role servers in each placement, synchronized and stale modes, faults survived."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+from redis_server import persistent_redis_server_fixture  # noqa: F401
+
+from mgrpo_algo.config import load_config
+from mgrpo_algo.decoupled import DecoupledTrainer
+from mgrpo_algo.store import open_store
+
+B, K, ITERATIONS = 2, 2, 3
+
+
+def make_config(tmp_path, scenario, out: str, iterations: int = ITERATIONS, mode: str = "mgrpo"):
+    return load_config(None, [
+        f"mode={mode}", f"out_dir={tmp_path / out}", f"models_dir={tmp_path / 'models'}", "warm_start.epochs=0",
+        f"scenario_kwargs={{num_entities: 300, data_dir: {scenario.data_dir}}}",
+        f"questions_per_iteration={B}", f"group_size={K}", f"stages=[{{split: stage2/train, iterations: {iterations}}}]",
+        "model_sizes={main: {hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1}, "
+        "sub: {hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1}}",
+        "main.generation.max_new_tokens=16", "sub.generation.max_new_tokens=16",
+        "limits={max_main_turns: 3, max_sub_turns: 2, max_delegations: 2}",
+    ])
+
+
+def check_store(spec: str, iterations: int, mode: str = "mgrpo") -> None:
+    """Every iteration's statistics are there exactly once, and both roles applied every iteration."""
+    with open_store(spec) as store:
+        for it in range(iterations):
+            stats = store.get_main_stats(it, expected=B * K, timeout_s=1)
+            assert sorted((s.query, s.rollout) for s in stats) == [(q, r) for q in range(B) for r in range(K)]
+        assert store.done_iterations("main") == set(range(iterations))
+        if mode == "mgrpo":
+            assert store.done_iterations("sub") == set(range(iterations))
+        assert store.latest_complete_iteration(B * K) == iterations - 1
+
+
+@pytest.mark.parametrize("placement", ["local", "processes"])
+def test_synchronized_run_in_each_placement(placement, small_scenario, tmp_path):
+    with DecoupledTrainer(make_config(tmp_path, small_scenario, placement), placement=placement) as trainer:
+        history = trainer.run()
+        status = {role: trainer.handles[role].call("status") for role in ("main", "sub")}
+    assert [h["iteration"] for h in history] == list(range(ITERATIONS))
+    assert all(h["sub/lag"] == 0 for h in history if "sub/lag" in h)
+    assert status["main"]["last_applied"] == status["sub"]["last_applied"] == ITERATIONS - 1
+    if placement == "processes":
+        assert status["main"]["pid"] != os.getpid() != status["sub"]["pid"]
+    check_store(f"sqlite:{tmp_path / placement / 'stats.sqlite'}", ITERATIONS)
+    # only statistics cross: a few hundred bytes per iteration
+    written = history[-1]["main/store_bytes_written"] / ITERATIONS
+    assert 0 < written < 2000
+
+
+def test_stale_mode_lags_by_at_most_n(small_scenario, tmp_path):
+    with DecoupledTrainer(make_config(tmp_path, small_scenario, "stale"), placement="local", staleness=1) as trainer:
+        history = trainer.run()
+        status = trainer.handles["sub"].call("status")
+    applied = [h.get("sub/applied_iteration") for h in history]
+    assert applied[0] is None  # iteration 0's statistics are not in when the sub server is asked
+    assert applied[1:] == [0.0, 1.0] and all(h["sub/lag"] == 1 for h in history[1:])
+    assert status["last_applied"] == ITERATIONS - 1 and status["pending"] == []  # flushed at the end
+    check_store(f"sqlite:{tmp_path / 'stale' / 'stats.sqlite'}", ITERATIONS)
+
+
+def test_frozen_sub_only_the_main_learns(small_scenario, tmp_path):
+    cfg = make_config(tmp_path, small_scenario, "frozen", iterations=2, mode="frozen-sub")
+    with DecoupledTrainer(cfg, placement="local") as trainer:
+        trainer.run()
+        assert trainer.handles["sub"].call("status")["step"] == 0
+        assert trainer.handles["main"].call("status")["step"] >= 1
+
+
+def test_sigkilled_role_server_resumes_without_losing_or_doubling(small_scenario, tmp_path):
+    kills = []
+
+    def kill_after_first(metrics):
+        if metrics["iteration"] in (0, 1):
+            role = "sub" if metrics["iteration"] == 0 else "main"
+            pid = trainer.handles[role].pid
+            os.kill(pid, signal.SIGKILL)
+            kills.append((role, pid))
+
+    trainer = DecoupledTrainer(make_config(tmp_path, small_scenario, "faults"), placement="processes", log=kill_after_first)
+    with trainer:
+        history = trainer.run()
+        status = {role: trainer.handles[role].call("status") for role in ("main", "sub")}
+    assert [h["iteration"] for h in history] == list(range(ITERATIONS))
+    assert [r["role"] for r in trainer.restarts] == ["sub", "main"]
+    assert all(r["status"]["restored"] for r in trainer.restarts)  # resumed from its checkpoint
+    assert {r["status"]["pid"] for r in trainer.restarts}.isdisjoint({pid for _, pid in kills})
+    assert status["main"]["last_applied"] == status["sub"]["last_applied"] == ITERATIONS - 1
+    check_store(f"sqlite:{tmp_path / 'faults' / 'stats.sqlite'}", ITERATIONS)
+
+
+def test_a_restarted_run_continues_where_it_stopped(small_scenario, tmp_path):
+    with DecoupledTrainer(make_config(tmp_path, small_scenario, "resume", iterations=2), placement="local") as first:
+        first.run()
+    with DecoupledTrainer(make_config(tmp_path, small_scenario, "resume", iterations=3), placement="local") as second:
+        assert second.iteration == 2
+        history = second.run()
+    assert [h["iteration"] for h in history] == [2]
+    check_store(f"sqlite:{tmp_path / 'resume' / 'stats.sqlite'}", 3)
+
+
+def test_redis_store_restart_mid_run(small_scenario, tmp_path, persistent_redis_server):
+    restarter = []
+
+    def restart_redis(metrics):
+        if metrics["iteration"] == 0:  # down for 1.5 s while the next iteration runs: its store calls wait
+            persistent_redis_server.stop()
+            restarter.append(threading.Timer(1.5, persistent_redis_server.start))
+            restarter[0].start()
+
+    cfg = make_config(tmp_path, small_scenario, "redis")
+    with DecoupledTrainer(cfg, placement="local", store=persistent_redis_server.url, log=restart_redis) as trainer:
+        history = trainer.run()
+    restarter[0].join()
+    assert [h["iteration"] for h in history] == list(range(ITERATIONS))
+    assert history[1]["time/update"] > 1.0  # it waited for the server to come back
+    check_store(persistent_redis_server.url, ITERATIONS)
+
+
+def test_ray_placement(small_scenario, tmp_path):
+    ray = pytest.importorskip("ray")
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        cfg = make_config(tmp_path, small_scenario, "ray", iterations=1)
+        resources = {"main": {"num_cpus": 1}, "sub": {"num_cpus": 1}}
+        with DecoupledTrainer(cfg, placement="ray", resources=resources) as trainer:
+            history = trainer.run()
+            assert trainer.handles["main"].placement == "ray"
+        assert [h["iteration"] for h in history] == [0]
+        check_store(f"sqlite:{tmp_path / 'ray' / 'stats.sqlite'}", 1)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def test_bad_arguments(small_scenario, tmp_path):
+    with pytest.raises(ValueError, match="two-role modes"):
+        DecoupledTrainer(make_config(tmp_path, small_scenario, "x", mode="single-agent"))
+    with pytest.raises(ValueError, match="placement"):
+        DecoupledTrainer(make_config(tmp_path, small_scenario, "y"), placement="cluster")
