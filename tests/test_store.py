@@ -22,13 +22,13 @@ from redis_server import (  # noqa: F401 - fixtures
 
 from mgrpo_algo.store import (
     MainStat,
-    RedisStore,
     SQLiteStore,
     StoreError,
     StoreTimeout,
     open_store,
     shipped_trajectory_bytes,
 )
+from mgrpo_algo.store_redis import RedisStore
 
 B, K = 2, 3  # queries x rollouts per iteration in most tests
 
