@@ -18,6 +18,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -49,14 +50,41 @@ def _build_scenario(name: str, pairs: Sequence[str]) -> Any:
 AGENTS = ("oracle", "scenario-oracle", "random")
 
 
+def _role_model(folder: Path, role: str) -> str | None:
+    """A role's model inside an agent folder: ``ROLE/model`` (a learner checkpoint) or ``ROLE``."""
+    for candidate in (folder / role / "model", folder / role):
+        if (candidate / "config.json").is_file():
+            return str(candidate)
+    return None
+
+
+def _checkpoint_policies(spec: str, temperature: float, max_new_tokens: int) -> dict[str, Any]:
+    """Policies for ``--agent FOLDER`` (with main/ and sub/ models) or ``--agent main=PATH,sub=PATH``."""
+    from .hf_policy import TransformersPolicy
+
+    if "=" in spec:
+        paths = dict(part.split("=", 1) for part in spec.split(","))
+    else:
+        folder = Path(spec)
+        paths = {role: p for role in ("main", "sub") if (p := _role_model(folder, role))}
+    missing = {"main", "sub"} - set(paths)
+    if missing:
+        raise SystemExit(f"mgrpo: --agent {spec!r} has no model for {', '.join(sorted(missing))} "
+                         "(expected FOLDER/main[/model] and FOLDER/sub[/model], or main=PATH,sub=PATH)")
+    return {role: TransformersPolicy(path, role=role, temperature=temperature, max_new_tokens=max_new_tokens)
+            for role, path in paths.items()}
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from mgrpo_env.episode import write_jsonl
 
     from .evaluate import evaluate, evaluate_hierarchy, oracle_agent, write_report
 
-    scenario = _build_scenario(args.scenario, args.set)
-    if args.agent not in AGENTS:
-        raise SystemExit(f"mgrpo: unknown --agent {args.agent!r}; available: {', '.join(AGENTS)}")
+    pairs = list(args.set) + ([f"data={args.data}"] if args.data else [])
+    scenario = _build_scenario(args.scenario, pairs)
+    if args.agent not in AGENTS and not (Path(args.agent).is_dir() or "=" in args.agent):
+        raise SystemExit(f"mgrpo: unknown --agent {args.agent!r}; use one of {', '.join(AGENTS)}, a folder of role "
+                         "models, or main=PATH,sub=PATH")
     if args.split not in scenario.splits():
         raise SystemExit(f"mgrpo: unknown split {args.split!r}; {args.scenario} has {', '.join(scenario.splits())}")
     records = None
@@ -68,10 +96,22 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
         if args.agent == "oracle":
             policies = {"main": OraclePolicy(scenario, "main"), "sub": OraclePolicy(scenario, "sub")}
-        else:
+        elif args.agent == "random":
             policies = {"main": RandomPolicy("main", seed=args.seed), "sub": RandomPolicy("sub", seed=args.seed + 1)}
-        report, records = evaluate_hierarchy(scenario, args.split, policies, agent_name=args.agent, k=args.k,
-                                             limit=args.limit, seed=args.seed, progress=not args.quiet)
+        else:
+            policies = _checkpoint_policies(args.agent, args.temperature, args.max_new_tokens)
+        runs = []
+        records = []
+        for run in range(args.runs):  # the paper averages 3 runs
+            report, run_records = evaluate_hierarchy(scenario, args.split, policies, agent_name=args.agent, k=args.k,
+                                                     limit=args.limit, seed=args.seed + 1000 * run, progress=not args.quiet)
+            runs.append(report)
+            records += run_records
+        if args.runs > 1:
+            ems = [r.exact_match for r in runs]
+            mean = sum(ems) / len(ems)
+            spread = (sum((e - mean) ** 2 for e in ems) / len(ems)) ** 0.5
+            print(f"{args.runs} runs: exact match {mean:.3f} +- {spread:.3f} (population std); per run {ems}")
     print(report.table())
     if args.out:
         out = write_report(report, args.out)
@@ -150,6 +190,10 @@ def _parser() -> argparse.ArgumentParser:
         "solver calling the tools directly; random: random protocol actions",
     )
     ev.add_argument("--k", type=int, default=1, help="rollouts per question (hierarchy agents)")
+    ev.add_argument("--runs", type=int, default=1, help="independent runs to average (the paper uses 3)")
+    ev.add_argument("--data", default=None, help="the benchmark's released files (scenarios that read them)")
+    ev.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of model agents")
+    ev.add_argument("--max-new-tokens", type=int, default=128, help="tokens per turn of model agents")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
     ev.add_argument("--workers", type=int, default=4, help="tasks run concurrently")

@@ -1,0 +1,62 @@
+"""The mgrpo command line: eval with each kind of agent, train's config errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mgrpo_algo.cli import main
+from mgrpo_algo.models import build_role_models
+
+
+def world_args(scenario) -> list[str]:
+    return ["--set", "num_entities=300", "--set", f"data_dir={scenario.data_dir}"]
+
+
+def test_eval_oracle_writes_summary_outcomes_and_episodes(small_scenario, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["eval", *world_args(small_scenario), "--split", "stage2/test", "--limit", "6", "--quiet", "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_tasks"] == 6 and summary["exact_match"] == 1.0
+    assert len((out / "episodes.jsonl").read_text().splitlines()) == 6
+    assert "agent: oracle" in capsys.readouterr().out
+
+
+def test_eval_model_checkpoints_with_run_averaging(small_scenario, tmp_path, capsys):
+    sizes = {r: {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1} for r in ("main", "sub")}
+    folder = tmp_path / "agent"
+    build_role_models(small_scenario, folder, sizes, vocab_size=512, roles=["main", "sub"])
+    code = main(["eval", *world_args(small_scenario), "--agent", str(folder), "--split", "stage1/test", "--limit", "2",
+                 "--runs", "2", "--max-new-tokens", "8", "--quiet"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "2 runs: exact match" in printed and "lookup" in printed
+
+
+def test_eval_refuses_unknown_agents_and_splits(small_scenario, tmp_path):
+    with pytest.raises(SystemExit, match="unknown --agent"):
+        main(["eval", *world_args(small_scenario), "--agent", "gpt-99"])
+    with pytest.raises(SystemExit, match="unknown split"):
+        main(["eval", *world_args(small_scenario), "--split", "stage3/test"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="no model for main, sub"):
+        main(["eval", *world_args(small_scenario), "--agent", str(tmp_path / "empty"), "--limit", "1"])
+
+
+def test_unknown_scenario_lists_the_valid_ones():
+    with pytest.raises(SystemExit, match="available: .*wiki-hops"):
+        main(["eval", "--scenario", "nope"])
+
+
+def test_train_bad_config_exits_2_naming_the_field(tmp_path, capsys):
+    assert main(["train", "--set", "group_size=1"]) == 2
+    assert "group_size" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("mode: mgrpo\nmain: {learnr: {lr: 1}}\n")
+    assert main(["train", "--config", str(bad)]) == 2
+    assert "main.learnr" in capsys.readouterr().err
+    assert main(["train", "--set", "mode=single-agent", "--placement", "local", "--set", f"out_dir={tmp_path}/x",
+                 "--set", "warm_start.epochs=0", "--set", "scenario_kwargs={num_entities: 50}"]) == 2
+    assert "two-role modes" in capsys.readouterr().err
