@@ -85,6 +85,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.agent not in AGENTS and not (Path(args.agent).is_dir() or "=" in args.agent):
         raise SystemExit(f"mgrpo: unknown --agent {args.agent!r}; use one of {', '.join(AGENTS)}, a folder of role "
                          "models, or main=PATH,sub=PATH")
+    if args.split is None:
+        args.split = getattr(scenario, "default_split", None) or "stage2/test"
     if args.split not in scenario.splits():
         raise SystemExit(f"mgrpo: unknown split {args.split!r}; {args.scenario} has {', '.join(scenario.splits())}")
     records = None
@@ -182,7 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate an agent on a scenario split")
     ev.add_argument("--scenario", default="wiki-hops", help="scenario name (see mgrpo_scenarios.names())")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario option")
-    ev.add_argument("--split", default="stage2/test")
+    ev.add_argument("--split", default=None, help="default: the scenario's default split (wiki-hops: stage2/test)")
     ev.add_argument(
         "--agent",
         default="oracle",

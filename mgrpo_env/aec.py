@@ -54,7 +54,7 @@ from pettingzoo.utils import wrappers
 from mgrpo_scenarios import Scenario, Task
 
 from . import rewards as reward_fns
-from .core import Limits, RewardConfig, WorldHandle, call_tool, resolve_scenario, split_tasks
+from .core import Limits, RewardConfig, WorldHandle, call_tool, pick_task, resolve_scenario, split_tasks
 from .episode import AgentTrajectory, EpisodeRecord, Turn
 from .protocol import MAIN_TOOLS, SUB_TOOLS, format_error, format_tool_response, parse_action, system_prompt
 from .spaces import action_space, observation_space, sanitize
@@ -122,7 +122,7 @@ class MGRPOEnv(AECEnv):
             # sub-agents' spaces are not reached by seed_test's seeding (they are not alive at reset)
             for space in {id(s): s for s in self.action_spaces.values()}.values():
                 space.seed(int(self.np_random.integers(2**31)))
-        self._task = self._pick_task(options or {})
+        self._task = pick_task(self._tasks, self.np_random, options or {}, self.split)
         self.agents = [MAIN]
         self.rewards = {MAIN: 0.0}
         self._cumulative_rewards = {MAIN: 0.0}
@@ -185,16 +185,6 @@ class MGRPOEnv(AECEnv):
         return self._trajectories[agent].turns[-1]
 
     # -- the hierarchy --------------------------------------------------------------------------
-
-    def _pick_task(self, options: dict[str, Any]) -> Task:
-        if isinstance(options.get("task"), Task):
-            return options["task"]
-        if "task_id" in options:
-            for task in self._tasks:
-                if task.id == options["task_id"]:
-                    return task
-            raise ValueError(f"no task with id {options['task_id']!r} in split {self.split!r}")
-        return self._tasks[int(self.np_random.integers(len(self._tasks)))]
 
     def _start_agent(self, agent: str, role: str, first_message: str, task: str | None = None, context: str | None = None) -> AgentTrajectory:
         traj = AgentTrajectory(agent=agent, role=role, task=task, context=context)

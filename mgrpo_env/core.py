@@ -27,6 +27,7 @@ __all__ = [
     "call_tool",
     "resolve_scenario",
     "split_tasks",
+    "pick_task",
 ]
 
 
@@ -138,6 +139,19 @@ def split_tasks(scenario: Scenario, split: str, tasks: Sequence[Task] | None) ->
     if not out:
         raise ValueError(f"no tasks in split {split!r} of scenario {getattr(scenario, 'name', scenario)!r}")
     return out
+
+
+def pick_task(tasks: Sequence[Task], np_random: Any, options: Mapping[str, Any], split: str) -> Task:
+    """The task of a new episode: ``options["task"]`` (a Task), ``options["task_id"]``, or one drawn
+    with the env's ``np_random`` (so the episode follows ``reset(seed=)``)."""
+    if isinstance(options.get("task"), Task):
+        return options["task"]
+    if "task_id" in options:
+        for task in tasks:
+            if task.id == options["task_id"]:
+                return task
+        raise ValueError(f"no task with id {options['task_id']!r} in split {split!r}")
+    return tasks[int(np_random.integers(len(tasks)))]
 
 
 class WorldHandle:

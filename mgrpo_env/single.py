@@ -42,7 +42,7 @@ import gymnasium as gym
 from mgrpo_scenarios import Scenario, Task
 
 from . import rewards as reward_fns
-from .core import WorldHandle, call_tool, resolve_scenario, split_tasks
+from .core import WorldHandle, call_tool, pick_task, resolve_scenario, split_tasks
 from .episode import AgentTrajectory, EpisodeRecord, Turn
 from .protocol import SINGLE_TOOLS, format_error, format_tool_response, parse_action, system_prompt
 from .spaces import action_space, observation_space, sanitize
@@ -93,16 +93,7 @@ class SingleAgentEnv(gym.Env):
             seed = self._default_seed
         super().reset(seed=seed)
         self._seeded = True
-        options = options or {}
-        if isinstance(options.get("task"), Task):
-            self._task = options["task"]
-        elif "task_id" in options:
-            matches = [t for t in self._tasks if t.id == options["task_id"]]
-            if not matches:
-                raise ValueError(f"no task with id {options['task_id']!r} in split {self.split!r}")
-            self._task = matches[0]
-        else:
-            self._task = self._tasks[int(self.np_random.integers(len(self._tasks)))]
+        self._task = pick_task(self._tasks, self.np_random, options or {}, self.split)
         self._traj = AgentTrajectory(agent="single_0", role="single")
         self._traj.messages += [{"role": "system", "content": self._prompt}, {"role": "user", "content": self._task.question}]
         self._tools = self._world.make_tools()

@@ -395,3 +395,22 @@ def test_judge_decides_what_exact_match_rejects(web):
     assert not walker.verify(task, "noon").correct
     with pytest.raises(ValueError, match="model"):
         WebWalkerQA(WEBWALKER_FILE, judge={"base_url": web})
+
+
+def test_cli_eval_with_model_agents_three_runs(web, tmp_path, small_scenario, capsys):
+    from mgrpo_algo.cli import main
+    from mgrpo_algo.models import build_role_models
+
+    sizes = {r: {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1} for r in ("main", "sub")}
+    build_role_models(small_scenario, tmp_path / "agent", sizes, vocab_size=512, roles=["main", "sub"])
+    out = tmp_path / "out"
+    code = main([
+        "eval", "--scenario", "gaia", "--data", str(GAIA_DIR), "--set", f"searxng_url={web}",
+        "--set", f"allow_origins=[{web}]", "--set", "browser_mode=never", "--set", f"cache_path={tmp_path / 'c.sqlite'}",
+        "--agent", str(tmp_path / "agent"), "--runs", "3", "--limit", "2", "--max-new-tokens", "8", "--quiet",
+        "--out", str(out),
+    ])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "3 runs: exact match" in printed and "gaia validation" in printed  # the scenario's default split
+    assert len((out / "episodes.jsonl").read_text().splitlines()) == 2 * 3
