@@ -79,6 +79,7 @@ import time
 import traceback
 import warnings
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -162,7 +163,7 @@ def spawn(
     return handle
 
 
-class RoleHandle:
+class RoleHandle(ABC):
     """The controller's handle on one role server; see the module docstring for the semantics."""
 
     placement = ""
@@ -240,21 +241,25 @@ class RoleHandle:
 
     # -- backend hooks ----------------------------------------------------------------------------
 
+    @abstractmethod
     def _start(self) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _call(self, method: str, args: tuple, kwargs: dict, timeout_s: float | None) -> Any:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _alive(self) -> bool:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _kill(self) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _close(self, timeout_s: float) -> tuple | None:
         """End the server; return the reply of the object's close() (None if it could not be asked)."""
-        raise NotImplementedError
 
 
 # -- what runs next to the object (child process, Ray actor, or in-process) --------------------------
