@@ -54,7 +54,16 @@ from pettingzoo.utils import wrappers
 from mgrpo_scenarios import Scenario, Task
 
 from . import rewards as reward_fns
-from .core import Limits, RewardConfig, WorldHandle, call_tool, pick_task, resolve_scenario, split_tasks
+from .core import (
+    Limits,
+    RewardConfig,
+    WorldHandle,
+    call_tool,
+    pick_task,
+    resolve_scenario,
+    safe_verify,
+    split_tasks,
+)
 from .episode import AgentTrajectory, EpisodeRecord, Turn
 from .protocol import MAIN_TOOLS, SUB_TOOLS, format_error, format_tool_response, parse_action, system_prompt
 from .spaces import action_space, observation_space, sanitize
@@ -307,11 +316,13 @@ class MGRPOEnv(AECEnv):
         record = self.record
         main = self._trajectories[MAIN]
         answer = main.final
-        verdict = self.scenario.verify(self._task, answer) if answer is not None else None
+        verdict, verify_error = safe_verify(self.scenario, self._task, answer)
         correct = bool(verdict.correct) if verdict else False
         main.format_ok = answer is not None and main.format_errors == 0
         main.reward = reward_fns.main_reward(main.format_ok, correct, self.reward_config.main_weights)
         components: dict[str, Any] = {MAIN: {"format_ok": main.format_ok, "correct": correct, "reward": main.reward}}
+        if verify_error:
+            components[MAIN]["verify_error"] = verify_error
         for sub in record.subs:
             sub.format_ok = sub.final is not None and sub.format_errors == 0
             sub.expert, weights, source = self._expert(sub)

@@ -28,6 +28,7 @@ __all__ = [
     "resolve_scenario",
     "split_tasks",
     "pick_task",
+    "safe_verify",
 ]
 
 
@@ -152,6 +153,20 @@ def pick_task(tasks: Sequence[Task], np_random: Any, options: Mapping[str, Any],
                 return task
         raise ValueError(f"no task with id {options['task_id']!r} in split {split!r}")
     return tasks[int(np_random.integers(len(tasks)))]
+
+
+def safe_verify(scenario: Scenario, task: Task, answer: str | None) -> tuple[Any, str | None]:
+    """``scenario.verify`` that never ends an episode: (verdict or None, error text or None).
+
+    No answer -> (None, None). A verifier that fails (an LLM judge that is down after its retries)
+    counts as not correct and the error is kept for the record.
+    """
+    if answer is None:
+        return None, None
+    try:
+        return scenario.verify(task, answer), None
+    except Exception as exc:  # noqa: BLE001 - scoring must not crash the run
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 class WorldHandle:

@@ -42,7 +42,7 @@ import gymnasium as gym
 from mgrpo_scenarios import Scenario, Task
 
 from . import rewards as reward_fns
-from .core import WorldHandle, call_tool, pick_task, resolve_scenario, split_tasks
+from .core import WorldHandle, call_tool, pick_task, resolve_scenario, safe_verify, split_tasks
 from .episode import AgentTrajectory, EpisodeRecord, Turn
 from .protocol import SINGLE_TOOLS, format_error, format_tool_response, parse_action, system_prompt
 from .spaces import action_space, observation_space, sanitize
@@ -132,11 +132,13 @@ class SingleAgentEnv(gym.Env):
 
     def _finish(self, terminated: bool) -> tuple[float, bool, bool, dict[str, Any]]:
         traj, record = self._traj, self.record
-        verdict = self.scenario.verify(self._task, traj.final) if traj.final is not None else None
+        verdict, verify_error = safe_verify(self.scenario, self._task, traj.final)
         correct = bool(verdict.correct) if verdict else False
         traj.format_ok = traj.final is not None and traj.format_errors == 0
         traj.reward = reward_fns.main_reward(traj.format_ok, correct, self.main_weights)
         components = {"format_ok": traj.format_ok, "correct": correct, "reward": traj.reward}
+        if verify_error:
+            components["verify_error"] = verify_error
         record.final_answer = traj.final
         record.correct = correct
         record.score = float(verdict.score) if verdict else 0.0

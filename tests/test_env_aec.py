@@ -223,3 +223,18 @@ def test_expert_from_an_llm_judge_when_there_are_no_hops(make_env, small_scenari
     assert judge.calls == [("find it", task.answer, "a report")]
     assert comp["expert_source"] == "hops+judge" and comp["expert"] == 0.6
     assert comp["reward"] == pytest.approx(0.1 + 0.0 + 0.5 * 0.6)
+
+
+def test_a_failing_verifier_does_not_end_the_run(make_env, small_scenario, monkeypatch):
+    env = make_env()
+    task = first_chain_task(small_scenario)
+
+    def judge_down(task, prediction):
+        raise ConnectionError("judge unreachable after 3 retries")
+
+    monkeypatch.setattr(env.unwrapped.scenario, "verify", judge_down)
+    env.reset(seed=1, options={"task": task})
+    env.step(f"<answer>{task.answer}</answer>")
+    comp = env.unwrapped.record.components["main_0"]
+    assert comp["correct"] is False and comp["reward"] == pytest.approx(0.1)
+    assert "judge unreachable" in comp["verify_error"]
