@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "LearnerConfig",
+    "AUTOCAST_DTYPES",
     "DTYPES",
     "GenerationConfig",
     "RoleConfig",
@@ -27,6 +28,8 @@ __all__ = [
 
 #: Parameter dtypes a learner accepts (names of ``torch`` dtypes).
 DTYPES = ("float32", "bfloat16", "float16")
+#: ``LearnerConfig.autocast_dtype`` values ("none": no autocast).
+AUTOCAST_DTYPES = ("none", "bfloat16", "float16")
 _DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "npu")
 
 
@@ -100,6 +103,28 @@ class LearnerConfig:
     """Compute the policy entropy of sampled positions for logging (a no-grad pass over the logits,
     cheap next to the model). Must be True when ``entropy_coef`` > 0."""
 
+    # --- mixed precision and LoRA (appended: older checkpoints load with these defaults) ---------
+    autocast_dtype: str = "none"
+    """``torch.autocast`` around every learner forward ("none", "bfloat16" or "float16"); parameters
+    and AdamW stay in ``dtype`` (keep float32: a master copy for free), matmuls run in the autocast
+    dtype, log-probs and the loss are computed in float32. "bfloat16" is the GPU choice (~2x the
+    float32 throughput on tensor cores, no loss scaling) and is allowed on every device, CPU included
+    (torch supports CPU bf16 autocast; it is slower than float32 on CPUs without AMX, useful for
+    tests). "float16" needs a CUDA ``device`` and adds a dynamic ``GradScaler`` (its range is too
+    narrow for unscaled gradients); its state is saved with checkpoints."""
+    lora_rank: int = 0
+    """LoRA rank r (peft) of this role's adapter; 0 trains the full model. > 0 freezes the base model
+    and trains only ``r * (d_in + d_out)`` parameters per targeted linear layer: optimiser state and
+    gradients shrink to the adapter's size, several roles can share one base model object (see
+    ``mgrpo_algo.lora``) and a served vLLM engine is synced by loading the adapter at run time
+    (``mgrpo_algo.weight_sync``). With ``kl_coef`` > 0 the reference is the base with adapters
+    disabled (no copy). Typical RL values: 16-64."""
+    lora_alpha: float = 32.0
+    """LoRA scaling numerator: the adapter's update is scaled by ``lora_alpha / lora_rank``."""
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    """Names of the linear modules that get an adapter (peft ``target_modules``): every attention and
+    MLP projection of Qwen2 / Qwen3 / Llama, all of which vLLM's LoRA kernels serve."""
+
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)  # YAML / JSON give lists
         if not self.lr > 0:
@@ -140,6 +165,23 @@ class LearnerConfig:
             raise ValueError(
                 f"device must be a torch device string ({', '.join(_DEVICE_TYPES)}), got {self.device!r}"
             )
+        if self.autocast_dtype not in AUTOCAST_DTYPES:
+            raise ValueError(f"autocast_dtype must be one of {AUTOCAST_DTYPES}, got {self.autocast_dtype!r}")
+        if self.autocast_dtype == "float16" and self.device.split(":")[0] != "cuda":
+            raise ValueError(
+                f"autocast_dtype 'float16' needs a CUDA device (gradient scaling), got device {self.device!r}; "
+                "use 'bfloat16'"
+            )
+        if isinstance(self.lora_rank, bool) or int(self.lora_rank) != self.lora_rank or self.lora_rank < 0:
+            raise ValueError(f"lora_rank must be an integer >= 0 (0 = no LoRA), got {self.lora_rank}")
+        self.lora_rank = int(self.lora_rank)
+        if not self.lora_alpha > 0:
+            raise ValueError(f"lora_alpha must be > 0, got {self.lora_alpha}")
+        if isinstance(self.lora_targets, str):
+            self.lora_targets = (self.lora_targets,)
+        self.lora_targets = tuple(str(t) for t in self.lora_targets)
+        if self.lora_rank > 0 and not self.lora_targets:
+            raise ValueError("lora_targets must name at least one module when lora_rank > 0")
 
 
 @dataclass
@@ -173,6 +215,13 @@ class RoleConfig:
     ``TrainConfig.models_dir`` for this role."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    served: dict[str, Any] = field(default_factory=dict)
+    """Roll out from a served engine instead of in-process ``generate``: ``{base_url, model}`` of an
+    OpenAI-compatible server (vLLM) loaded with this role's model. After every update the weights are
+    pushed to it (``mgrpo_algo.weight_sync``): the role's LoRA adapter when ``learner.lora_rank > 0``
+    (vLLM with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True --enable-lora``), else the full weights written
+    to ``weights_dir`` (the folder the server was started from) and reloaded
+    (``VLLM_SERVER_DEV_MODE=1 --enable-sleep-mode``). Empty: in-process generation."""
 
 
 @dataclass

@@ -25,6 +25,15 @@ Token positions: ``logp[:, t]`` is the log-probability of token ``t + 1`` given 
 logits at position t predict token t+1); the loss mask is shifted the same way, so ``loss_mask[0]``
 (nothing predicts the first token) never trains. Right padding with an attention mask.
 
+Mixed precision and LoRA (``LearnerConfig.autocast_dtype`` / ``lora_rank``): every forward runs
+under ``torch.autocast`` in the configured dtype (parameters and AdamW keep ``dtype``; log-probs and
+the loss are float32; float16 adds a ``GradScaler``). With ``lora_rank > 0`` the model is wrapped in
+a peft adapter named after the role (:mod:`mgrpo_algo.lora`): the base is frozen, the optimiser holds
+only the adapter, the adapter is activated around each forward (so roles can share one base model
+object), and with ``kl_coef > 0`` the reference is the same model with adapters disabled (no copy).
+A LoRA checkpoint holds the unmerged base in ``model/`` and the adapter in ``adapter/`` (peft
+format, what vLLM's ``/v1/load_lora_adapter`` loads); see :meth:`RoleLearner.save`.
+
 Metrics are returned namespaced by role (``main/loss``), ready for the trainer's logger (CleanRL's
 convention). The model object is shared: a rollout policy in the same process may hold the same
 object, so it is only ever updated in place (also by :meth:`RoleLearner.resume`).
@@ -54,6 +63,7 @@ __all__ = ["RoleLearner"]
 
 _MODEL_DIR = "model"
 _REF_DIR = "ref_model"
+_ADAPTER_DIR = "adapter"
 _META_FILE = "learner.json"
 _STATE_FILE = "learner_state.pt"
 # Per-token metrics from clipped_pg_loss that are token-means (merged across micro-batches by tokens).
@@ -119,6 +129,18 @@ class RoleLearner:
             model = _load_model(model, self.dtype)
         self.model = model.to(device=self.device, dtype=self.dtype)  # nn.Module.to is in place
         self.tokenizer = tokenizer
+        self.autocast_dtype = None if config.autocast_dtype == "none" else getattr(torch, config.autocast_dtype)
+        self.scaler = torch.amp.GradScaler("cuda") if config.autocast_dtype == "float16" else None
+        self.adapter: str | None = None  # the role's LoRA adapter name, None without LoRA
+        if config.lora_rank > 0:
+            from .lora import add_role_adapter
+
+            # Wraps a plain model (peft injects LoRA layers into it in place, so another holder of
+            # the original object sees the active adapter) or adds this role's adapter to a shared one.
+            self.model = add_role_adapter(
+                self.model, role, rank=config.lora_rank, alpha=config.lora_alpha, targets=config.lora_targets
+            )
+            self.adapter = role
         if config.gradient_checkpointing:
             kwargs = {"use_reentrant": False}
             if hasattr(
@@ -128,13 +150,20 @@ class RoleLearner:
             else:
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         self.ref_model = None
-        if config.kl_coef > 0:
+        if config.kl_coef > 0 and ref_model is None and self.adapter is not None:
+            pass  # the reference is self.model with adapters disabled (see _score_reference)
+        elif config.kl_coef > 0:
             if ref_model is None:
                 import copy
 
                 ref_model = copy.deepcopy(self.model)
             self.ref_model = ref_model.to(device=self.device, dtype=self.dtype).eval().requires_grad_(False)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.adapter is not None:
+            from .lora import adapter_parameters
+
+            self.params = adapter_parameters(self.model, self.adapter)
+        else:
+            self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.params,
             lr=config.lr,
@@ -170,13 +199,28 @@ class RoleLearner:
                 out[i] = logp[row, : samples[i].num_tokens - 1].detach()
         return out
 
+    def _score_reference(self, samples: list[TokenSequence]) -> list[Tensor] | None:
+        """Reference log-probs for the KL term: the frozen copy, or with LoRA the base model itself
+        (adapters disabled). None when ``kl_coef`` is 0."""
+        if self.ref_model is not None:
+            return self._score(samples, self.ref_model)
+        if self.config.kl_coef > 0 and self.adapter is not None:
+            with self.model.disable_adapter():
+                return self._score(samples, self.model.get_base_model())
+        return None
+
     def _forward(
         self, batch: _MicroBatch, *, model: torch.nn.Module | None = None, entropy: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         """``(logp, entropy)``, both [B, L-1] float32: log-prob of each next token and, if asked, the
         entropy of the predicted distribution (with grad only when ``entropy_coef > 0``)."""
         model = self.model if model is None else model
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+        if model is self.model and self.adapter is not None:
+            from .lora import activate
+
+            activate(model, self.adapter)  # left active through the backward (shared base: see lora.py)
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
         logits = logits[:, :-1].float()  # position t predicts token t+1
         lse = torch.logsumexp(logits, dim=-1)
         logp = logits.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1) - lse
@@ -282,7 +326,7 @@ class RoleLearner:
         self.model.train()  # HF gradient checkpointing needs it; RL models carry no dropout (Qwen2: 0)
         try:
             old = self._score(live, self.model) if cfg.ppo_epochs * cfg.minibatches > 1 else None
-            ref = self._score(live, self.ref_model) if self.ref_model is not None else None
+            ref = self._score_reference(live)
             steps: list[dict[str, float]] = []
             for epoch in range(cfg.ppo_epochs):
                 order = np.random.default_rng([cfg.seed, self.step, epoch]).permutation(len(live))
@@ -354,7 +398,7 @@ class RoleLearner:
                 entropy_coef=cfg.entropy_coef,
                 global_normalizer=normalizer,
             )
-            loss.backward()
+            (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             loss_total += float(loss.detach())
             # Re-weight per-call metrics into minibatch ones: token-means by weighted token count,
             # pg_loss by the ratio of this call's normaliser to the minibatch's.
@@ -368,9 +412,14 @@ class RoleLearner:
             ratio_max = max(ratio_max, m["ratio_max"])
 
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
         finite = bool(np.isfinite(grad_norm))
-        if finite:
+        if self.scaler is not None:  # skips the step itself on inf/NaN gradients and lowers the scale
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        elif finite:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
@@ -392,22 +441,33 @@ class RoleLearner:
         """Write a checkpoint directory atomically (a temporary sibling renamed into place).
 
         Layout: ``model/`` (``save_pretrained``, safetensors; the tokenizer too when there is one),
-        ``ref_model/`` (only with ``kl_coef > 0``), ``learner.json`` (role, step, config) and
-        ``learner_state.pt`` (optimiser state, torch / CUDA / numpy / python RNG states).
+        ``ref_model/`` (only with ``kl_coef > 0`` and no LoRA), ``learner.json`` (role, step, config)
+        and ``learner_state.pt`` (optimiser state, float16 grad-scaler state, torch / CUDA / numpy /
+        python RNG states). With LoRA, ``model/`` holds the frozen base *unmerged* under its plain
+        Hugging Face names and ``adapter/`` the role's adapter (peft format; vLLM loads it as is).
         An existing checkpoint at ``path`` is replaced.
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp / _MODEL_DIR)
+        if self.adapter is not None:
+            from .lora import base_state_dict, save_adapter
+
+            self.model.get_base_model().save_pretrained(tmp / _MODEL_DIR, state_dict=base_state_dict(self.model))
+            save_adapter(self.model, self.adapter, tmp / _ADAPTER_DIR)
+        else:
+            self.model.save_pretrained(tmp / _MODEL_DIR)
         if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
             self.tokenizer.save_pretrained(tmp / _MODEL_DIR)
         if self.ref_model is not None:
             self.ref_model.save_pretrained(tmp / _REF_DIR)
         meta = {"role": self.role, "step": self.step, "config": asdict(self.config)}
         (tmp / _META_FILE).write_text(json.dumps(meta, indent=2))
-        torch.save({"optimizer": self.optimizer.state_dict(), "rng": _rng_state()}, tmp / _STATE_FILE)
+        state = {"optimizer": self.optimizer.state_dict(), "rng": _rng_state()}
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        torch.save(state, tmp / _STATE_FILE)
         if path.exists():  # two renames: a crash between them leaves the previous one at .old-<pid>
             old = path.parent / f".{path.name}.old-{os.getpid()}"
             os.replace(path, old)
@@ -436,6 +496,7 @@ class RoleLearner:
             tokenizer = AutoTokenizer.from_pretrained(path / _MODEL_DIR)
         ref = _load_model(path / _REF_DIR, dtype) if (path / _REF_DIR).exists() else None
         learner = cls(meta["role"], path / _MODEL_DIR, config, tokenizer=tokenizer, ref_model=ref)
+        learner._load_adapter(path)
         learner._restore(path, meta)
         return learner
 
@@ -444,11 +505,39 @@ class RoleLearner:
         rollout policy holding it sees them). Keeps this learner's config."""
         path = Path(path)
         meta = json.loads((path / _META_FILE).read_text())
+        if self.adapter is not None:  # the base is frozen: only the adapter changed since it was saved
+            self._load_adapter(path)
+            self._restore(path, meta)
+            return
+        if (path / _ADAPTER_DIR).exists():
+            raise ValueError(f"{path} is a LoRA checkpoint; resume it with lora_rank > 0")
         with torch.no_grad():
             self.model.load_state_dict(_load_model(path / _MODEL_DIR, self.dtype).state_dict())
             if self.ref_model is not None and (path / _REF_DIR).exists():
                 self.ref_model.load_state_dict(_load_model(path / _REF_DIR, self.dtype).state_dict())
         self._restore(path, meta)
+
+    def _load_adapter(self, path: Path) -> None:
+        """Copy a checkpoint's ``adapter/`` into this learner's adapter (in place)."""
+        has = (path / _ADAPTER_DIR).exists()
+        if self.adapter is None:
+            if has:
+                raise ValueError(f"{path} is a LoRA checkpoint; load it with lora_rank > 0")
+            return
+        if not has:
+            raise ValueError(f"{path} has no {_ADAPTER_DIR}/ (not a LoRA checkpoint) but lora_rank > 0")
+        from .lora import load_adapter_weights
+
+        load_adapter_weights(self.model, self.adapter, path / _ADAPTER_DIR)
+
+    def save_adapter(self, path: str | os.PathLike) -> Path:
+        """Write this role's LoRA adapter alone (peft format) to ``path``: the directory to hand to
+        ``mgrpo_algo.weight_sync.WeightSync.sync_lora`` after an update."""
+        if self.adapter is None:
+            raise ValueError("save_adapter needs lora_rank > 0")
+        from .lora import save_adapter
+
+        return save_adapter(self.model, self.adapter, path)
 
     def _restore(self, path: Path, meta: dict[str, Any]) -> None:
         state = torch.load(path / _STATE_FILE, map_location="cpu", weights_only=True)  # AdamW moves its state
@@ -456,6 +545,8 @@ class RoleLearner:
         cfg = self.config
         for group in self.optimizer.param_groups:
             group.update(lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
         _set_rng_state(state["rng"])
         self.step = int(meta["step"])
 

@@ -155,7 +155,9 @@ class Trainer:
         self.iteration = 0
         self.observed_counts: list[int] = []
         self.learners: dict[str, RoleLearner] = {}
-        self.policies: dict[str, TransformersPolicy] = {}
+        self.policies: dict[str, Any] = {}
+        self.syncs: dict[str, Any] = {}
+        self.served_weights: dict[str, str] = {}
         roles = ["single"] if config.mode == "single-agent" else ["main", "sub"]
         paths = self._model_paths(roles)
         for role in roles:
@@ -168,10 +170,47 @@ class Trainer:
             else:
                 model = paths[role]
             g = spec.generation
+            if spec.served:
+                self.policies[role] = self._served_policy(role, spec, paths[role])
+                continue
             self.policies[role] = TransformersPolicy(
                 model, paths[role], role=role, max_new_tokens=g.max_new_tokens, temperature=g.temperature,
                 top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens, seed=config.seed + len(self.policies),
             )
+
+    def _served_policy(self, role: str, spec: RoleConfig, model_path: str) -> Any:
+        """An OpenAI-compatible policy on the role's served engine, and the weight sync that keeps it current."""
+        from .http_policy import OpenAICompatiblePolicy
+        from .weight_sync import WeightSync
+
+        served = dict(spec.served)
+        unknown = set(served) - {"base_url", "model", "weights_dir", "api_key"}
+        if unknown or "base_url" not in served:
+            raise ValueError(f"config field '{role}.served' needs base_url (and model, weights_dir); unknown: {sorted(unknown)}")
+        g = spec.generation
+        self.syncs[role] = WeightSync(served["base_url"], api_key=served.get("api_key"))
+        self.served_weights[role] = served.get("weights_dir", "")
+        return OpenAICompatiblePolicy(
+            served["base_url"], served.get("model", model_path), role=role, tokenizer=model_path,
+            max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
+            max_prompt_tokens=g.max_prompt_tokens, api_key=served.get("api_key"),
+        )
+
+    def _push_weights(self, role: str) -> dict[str, float]:
+        """After an update: the served engine samples from the new weights (LoRA adapter or full reload)."""
+        learner, sync = self.learners[role], self.syncs[role]
+        t0 = time.perf_counter()
+        if learner.config.lora_rank > 0:
+            name = f"{role}-step{learner.step}"
+            folder = learner.save_adapter(self.out / "adapters" / name)
+            self.policies[role].model = sync.sync_lora(folder, name)
+        else:
+            weights = self.served_weights[role]
+            if not weights:
+                raise ValueError(f"config field '{role}.served.weights_dir' is needed to push full weights")
+            learner.model.save_pretrained(weights)
+            sync.sync_full()
+        return {f"{role}/weight_sync_s": time.perf_counter() - t0}
 
     def _model_paths(self, roles: list[str]) -> dict[str, str]:
         return role_model_paths(self.config, self.scenario, roles)
@@ -224,6 +263,9 @@ class Trainer:
         metrics.update(self.learners[role].update(main_seqs))
         if "sub" in self.learners:
             metrics.update(self.learners["sub"].update(sub_seqs))
+        for served_role in self.syncs:
+            if served_role in self.learners:
+                metrics.update(self._push_weights(served_role))
         t_updated = time.perf_counter()
         write_jsonl(self.out / "episodes.jsonl", records, append=True)
         metrics.update(

@@ -78,3 +78,30 @@ def test_two_iterations_in_each_mode(mode, small_scenario, tmp_path):
     assert (tmp_path / "run" / "checkpoints" / "stage2" / role / "learner.json").exists()
     # the learner's model object is the policy's: rollouts always see the current weights
     assert trainer.policies[role].model is trainer.learners[role].model
+
+
+def test_served_main_role_gets_its_lora_adapter_after_every_update(small_scenario, tmp_path):
+    pytest.importorskip("peft")
+    from test_weight_sync import FakeServer
+
+    server = FakeServer(base_model="base")
+    try:
+        cfg = load_config(None, [
+            f"out_dir={tmp_path / 'run'}", f"models_dir={tmp_path / 'models'}", "warm_start.epochs=0",
+            f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}}}",
+            "questions_per_iteration=2", "group_size=2", "stages=[{split: stage1/train, iterations: 2}]",
+            "model_sizes={main: {hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1}, "
+            "sub: {hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1}}",
+            "sub.generation.max_new_tokens=8", "limits={max_main_turns: 2, max_sub_turns: 1, max_delegations: 1}",
+            f"main.served={{base_url: {server.url}, model: base}}", "main.learner.lora_rank=4",
+        ])
+        trainer = Trainer(cfg)
+        history = trainer.run()
+    finally:
+        server.close()
+    loads = [body for method, path, _, body in server.calls if path == "/v1/load_lora_adapter"]
+    assert [b["lora_name"] for b in loads] == ["main-step1", "main-step2"]
+    assert all((tmp_path / "run" / "adapters" / b["lora_name"] / "adapter_config.json").exists() for b in loads)
+    models = [body["model"] for method, path, _, body in server.calls if path == "/v1/completions"]
+    assert models[0] == "base" and "main-step1" in models  # the second iteration samples from the synced adapter
+    assert all("main/weight_sync_s" in h for h in history)
