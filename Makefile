@@ -8,12 +8,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mgrpo-installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: install test test-all demo lint clean
+.PHONY: install test test-all demo lint clean bench bench-quick
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIN)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,dist]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,dist,lora]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -26,6 +26,14 @@ test-all: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/mgrpo eval --scenario wiki-hops --split stage2/test --agent oracle --out runs/demo
+
+bench: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
+	$(PY) benchmarks/bench.py
+
+bench-quick: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
+	$(PY) benchmarks/bench.py --quick
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+# Quick presets (CI's smoke run) write beside, not over, the full-size figures the README quotes.
+RESULTS = Path(__file__).parent / "results" / ("quick" if "--quick" in sys.argv[1:] else "")
 
 
 def median_ms(fn: Callable[[], Any], repeats: int) -> float:

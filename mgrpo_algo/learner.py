@@ -210,24 +210,39 @@ class RoleLearner:
         return None
 
     def _forward(
-        self, batch: _MicroBatch, *, model: torch.nn.Module | None = None, entropy: bool = False
+        self, batch: _MicroBatch, *, model: torch.nn.Module | None = None, entropy: bool = False,
+        loss_positions_only: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """``(logp, entropy)``, both [B, L-1] float32: log-prob of each next token and, if asked, the
-        entropy of the predicted distribution (with grad only when ``entropy_coef > 0``)."""
+        entropy of the predicted distribution (with grad only when ``entropy_coef > 0``).
+
+        ``loss_positions_only``: compute the vocabulary projection only at the columns where some
+        sample has a loss-masked token (``logits_to_keep``); other positions are 0. The prompt (most of
+        an agent's sequence) then costs no [V]-wide logits, which dominate the update for small models.
+        """
         model = self.model if model is None else model
         if model is self.model and self.adapter is not None:
             from .lora import activate
 
             activate(model, self.adapter)  # left active through the backward (shared base: see lora.py)
+        length = batch.targets.shape[1]
+        columns = None
+        if loss_positions_only:
+            columns = torch.nonzero(batch.loss_mask.any(0)).squeeze(-1)  # position t predicts token t+1
+        kwargs = {"logits_to_keep": columns} if columns is not None else {}
         with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
-        logits = logits[:, :-1].float()  # position t predicts token t+1
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False, **kwargs).logits
+        logits = logits[:, :length].float() if columns is None else logits.float()
+        targets = batch.targets if columns is None else batch.targets[:, columns]
         lse = torch.logsumexp(logits, dim=-1)
-        logp = logits.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1) - lse
+        logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
         ent = None
         if entropy:
             with torch.set_grad_enabled(torch.is_grad_enabled() and self.config.entropy_coef > 0):
                 ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        if columns is not None:
+            logp = _scatter_columns(logp, columns, length)
+            ent = _scatter_columns(ent, columns, length) if ent is not None else None
         return logp, ent
 
     # ------------------------------------------------------------------ batching
@@ -382,7 +397,7 @@ class RoleLearner:
         loss_total = 0.0
         ratio_max = 0.0
         for b in batches:
-            logp, entropy = self._forward(b, entropy=cfg.compute_entropy)
+            logp, entropy = self._forward(b, entropy=cfg.compute_entropy, loss_positions_only=True)
             loss, m = clipped_pg_loss(
                 logp,
                 logp.detach() if b.old_logp is None else b.old_logp,
@@ -579,3 +594,9 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss_next))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+def _scatter_columns(values: Tensor, columns: Tensor, length: int) -> Tensor:
+    """[B, len(columns)] values placed at ``columns`` of a [B, length] zero tensor (differentiable)."""
+    out = values.new_zeros(values.shape[0], length)
+    return out.index_copy(1, columns, values)
