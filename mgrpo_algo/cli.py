@@ -4,6 +4,7 @@ Commands available now:
     mgrpo eval  --scenario wiki-hops --split stage2/test --agent oracle [--out runs/demo]
                 --agent {oracle,scenario-oracle,random}
     mgrpo serve --scenario wiki-hops            # serve the offline world on 127.0.0.1 until Ctrl-C
+    mgrpo view RUN_DIR                          # a static HTML page of the run's episodes
     mgrpo train --config configs/tiny.yaml [--set mode=frozen-sub --set main.learner.lr=1e-4]
     mgrpo train --config configs/tiny.yaml --placement processes --store redis://127.0.0.1:6379 [--staleness 1]
 
@@ -177,6 +178,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_view(args: argparse.Namespace) -> int:
+    from .view import write_view
+
+    try:
+        out, shown, total = write_view(args.run_dir, args.out, max_episodes=args.max_episodes)
+    except (OSError, ValueError) as exc:
+        print(f"mgrpo: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} ({shown} of {total} episodes)")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mgrpo", description="Train and evaluate multi-agent deep-research systems with M-GRPO.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -221,6 +234,12 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--scenario", default="wiki-hops")
     sv.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     sv.set_defaults(func=_cmd_serve)
+
+    vw = sub.add_parser("view", help="render a run's episodes.jsonl as one static HTML page")
+    vw.add_argument("run_dir", help="run folder holding episodes.jsonl (or the JSONL file itself)")
+    vw.add_argument("--out", default=None, help="HTML file to write (default: RUN_DIR/view.html)")
+    vw.add_argument("--max-episodes", type=int, default=2000, help="render at most this many episodes")
+    vw.set_defaults(func=_cmd_view)
     return parser
 
 

@@ -64,7 +64,7 @@ from .core import (
     safe_verify,
     split_tasks,
 )
-from .episode import AgentTrajectory, EpisodeRecord, Turn
+from .episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 from .protocol import MAIN_TOOLS, SUB_TOOLS, format_error, format_tool_response, parse_action, system_prompt
 from .spaces import action_space, observation_space, sanitize
 
@@ -239,9 +239,9 @@ class MGRPOEnv(AECEnv):
         elif parsed.tool_name == "delegate":
             n = len(self.record.subs)
             if n >= self.limits.max_delegations:
-                self._reply(MAIN, turn, format_tool_response(
-                    f"Error (delegate): limit: all {self.limits.max_delegations} delegations of this episode are used; answer now."
-                ))
+                error = f"limit: all {self.limits.max_delegations} delegations of this episode are used; answer now."
+                turn.tool_call = ToolCall("delegate", dict(parsed.arguments), ok=False, error=error)
+                self._reply(MAIN, turn, format_tool_response(f"Error (delegate): {error}"))
             else:
                 self._delegate(turn, n, str(parsed.arguments.get("task", "")), parsed.arguments.get("context"))
                 return
@@ -258,6 +258,7 @@ class MGRPOEnv(AECEnv):
         context_text = str(context) if context is not None else None
         first = f"Subtask: {task}" + (f"\nContext: {context_text}" if context_text else "")
         sub = self._start_agent(name, "sub", first, task=task, context=context_text)
+        turn.tool_call = ToolCall("delegate", {"task": task, "context": context_text}, ok=True, meta={"agent": name})
         self.record.subs.append(sub)
         self._tools[name] = self._world.make_tools()
         self.agents.append(name)

@@ -238,3 +238,15 @@ def test_a_failing_verifier_does_not_end_the_run(make_env, small_scenario, monke
     comp = env.unwrapped.record.components["main_0"]
     assert comp["correct"] is False and comp["reward"] == pytest.approx(0.1)
     assert "judge unreachable" in comp["verify_error"]
+
+
+def test_delegations_are_recorded_with_the_sub_agent_they_started(make_env, small_scenario):
+    env = make_env(max_delegations=1)
+    task = first_chain_task(small_scenario)
+    env.reset(seed=1, options={"task": task})
+    env.step(call("delegate", task="first", context="c"))
+    env.step("<result>r</result>")
+    env.step(call("delegate", task="second"))  # over the limit
+    calls = env.unwrapped.record.main.tool_calls
+    assert [(c.tool, c.ok, c.meta.get("agent")) for c in calls] == [("delegate", True, "sub_0"), ("delegate", False, None)]
+    assert calls[0].arguments == {"task": "first", "context": "c"} and calls[1].error.startswith("limit:")

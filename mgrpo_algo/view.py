@@ -1,0 +1,292 @@
+"""``mgrpo view``: one static, self-contained HTML page of a run's episodes.
+
+Reads ``RUN_DIR/episodes.jsonl`` (written by ``mgrpo eval --out`` and ``mgrpo train``) and renders
+every episode as a collapsible tree: a header (question, gold and final answer, correctness,
+rewards and their components, end reason, timings), the main agent's turns in order, and under each
+delegation the sub-agent it started (task, context, turns with their tool calls, result, format
+flag, expert score, reward). The page has inline CSS and a little vanilla JS (filter, search,
+expand long texts) and loads nothing. All record text is untrusted model output: every string goes
+through :func:`html.escape`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
+
+__all__ = ["load_episodes", "render_html", "write_view"]
+
+DEFAULT_MAX_EPISODES = 2000
+LONG_CHARS = 600  # texts longer than this start folded behind an expand button
+MAX_CHARS = 20000  # texts are cut here so that large runs stay openable
+DELEGATE_LIMIT_ERROR = "Error (delegate): limit"
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def load_episodes(path: str | Path, max_episodes: int = DEFAULT_MAX_EPISODES) -> tuple[list[EpisodeRecord], int]:
+    """The first ``max_episodes`` records of a JSONL file and how many the file holds.
+
+    Raises FileNotFoundError when the file is missing and ValueError naming ``file:line`` for a
+    malformed line (only the kept lines are parsed; the rest are counted).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no episodes file at {path} (write one with `mgrpo eval --out DIR` or `mgrpo train`)")
+    records: list[EpisodeRecord] = []
+    total = 0
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            total += 1
+            if len(records) >= max_episodes:
+                continue
+            try:
+                data = json.loads(line)
+                if not isinstance(data, dict):
+                    raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+                records.append(EpisodeRecord.from_dict(data))
+            except Exception as exc:  # any shape error is the line's fault
+                raise ValueError(f"{path}:{lineno}: not an episode record ({type(exc).__name__}: {exc})") from exc
+    return records, total
+
+
+# --- small pieces -----------------------------------------------------------------------------
+
+def _text(value: str | None, cls: str = "txt") -> str:
+    """A text block; long ones fold behind an expand button, very long ones are cut."""
+    if value is None:
+        return '<span class="none">(none)</span>'
+    value = str(value)
+    cut = ""
+    if len(value) > MAX_CHARS:
+        cut = f"\n... [{len(value) - MAX_CHARS} more characters not shown]"
+        value = value[:MAX_CHARS]
+    body = f'<pre class="{cls}">{_e(value + cut)}</pre>'
+    if len(value) <= LONG_CHARS and value.count("\n") < 12:
+        return body
+    return (f'<div class="clip"><pre class="{cls} folded">{_e(value + cut)}</pre>'
+            f'<button type="button" class="more">expand ({len(value)} chars)</button></div>')
+
+
+def _badge(ok: bool | None, yes: str = "ok", no: str = "error") -> str:
+    if ok is None:
+        return '<span class="badge">n/a</span>'
+    return f'<span class="badge {"good" if ok else "bad"}">{_e(yes if ok else no)}</span>'
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _e(value)
+    return _e(f"{value:.{digits}f}")
+
+
+def _kv_rows(rows: list[tuple[str, str]]) -> str:
+    cells = "".join(f"<tr><th>{_e(k)}</th><td>{v}</td></tr>" for k, v in rows)
+    return f'<table class="kv">{cells}</table>'
+
+
+def _advantage(*sources: Any) -> str:
+    """An advantage, when some record field carries one (trainer runs may add it); else ''."""
+    for source in sources:
+        if isinstance(source, dict) and source.get("advantage") is not None:
+            return f' <span class="adv">advantage {_num(source["advantage"])}</span>'
+    return ""
+
+
+# --- tool calls, turns, agents ----------------------------------------------------------------
+
+def _tool_call(call: ToolCall) -> str:
+    status = _badge(call.ok) + (f' <span class="err">{_e(call.error)}</span>' if call.error else "")
+    args = json.dumps(call.arguments, ensure_ascii=False, default=str)
+    meta = " ".join(f'<span class="meta"><b>{_e(k)}</b>={_e(v)}</span>' for k, v in call.meta.items()
+                    if v not in (None, "", [], {}))
+    return (f'<div class="tool"><span class="toolname">{_e(call.tool)}</span> {status} '
+            f'<span class="lat">{_num(call.latency_s * 1000, 1)} ms</span>'
+            f'<div class="args">{_text(args, "args")}</div>'
+            + (f'<div class="metas">{meta}</div>' if meta else "") + "</div>")
+
+
+def _turn(turn: Turn, index: int, sub_html: str = "") -> str:
+    kind = _e(turn.kind) + (f" ({_e(turn.error_kind)})" if turn.error_kind else "")
+    parts = [f'<div class="turnhead"><span class="idx">#{index}</span> <span class="kind k-{_e(turn.kind)}">{kind}</span>'
+             f"{_advantage(turn.extra)}</div>",
+             f'<div class="lbl">action</div>{_text(turn.action, "txt action")}']
+    if turn.tool_call is not None:
+        parts.append(_tool_call(turn.tool_call))
+    parts.append(sub_html)
+    if turn.observation:
+        parts.append(f'<div class="lbl">observation</div>{_text(turn.observation, "txt obs")}')
+    return f'<li class="turn">{"".join(parts)}</li>'
+
+
+def _sub(sub: AgentTrajectory, components: dict[str, Any]) -> str:
+    comp = components.get(sub.agent) if isinstance(components.get(sub.agent), dict) else {}
+    turns = "".join(_turn(t, i) for i, t in enumerate(sub.turns, 1))
+    rows = [("task", _text(sub.task, "txt task")), ("context", _text(sub.context))]
+    summary = (f'<span class="agent">{_e(sub.agent)}</span> {_badge(sub.format_ok, "format ok", "format bad")} '
+               f"expert {_num(sub.expert)} reward {_num(sub.reward)}{_advantage(comp)}"
+               + (' <span class="badge bad">truncated</span>' if sub.truncated else "")
+               + f' <span class="dim">{len(sub.turns)} turns, {sub.format_errors} format errors</span>')
+    return (f'<details class="sub" open><summary>{summary}</summary>{_kv_rows(rows)}'
+            f'<ol class="turns">{turns}</ol><div class="lbl">result</div>{_text(sub.final, "txt result")}</details>')
+
+
+def _is_delegation(turn: Turn) -> bool:
+    if turn.tool_call is not None:  # records name the sub-agent a delegation started
+        return turn.tool_call.tool == "delegate" and turn.tool_call.ok
+    return (turn.kind == "tool_call" and '"delegate"' in turn.action  # records written before that
+            and DELEGATE_LIMIT_ERROR not in turn.observation[:80])
+
+
+def _main(record: EpisodeRecord) -> str:
+    """The main agent's turns; each delegation holds the sub-agent it started (subs are in order)."""
+    subs = list(record.subs)
+    items = []
+    for i, turn in enumerate(record.main.turns if record.main else [], 1):
+        sub_html = ""
+        if subs and _is_delegation(turn):
+            named = turn.tool_call.meta.get("agent") if turn.tool_call is not None else None
+            match = next((s for s in subs if s.agent == named), subs[0])
+            subs.remove(match)
+            sub_html = _sub(match, record.components)
+        items.append(_turn(turn, i, sub_html))
+    rest = "".join(_sub(s, record.components) for s in subs)  # delegations that could not be matched
+    if rest:
+        rest = f'<div class="lbl">other sub-agents</div>{rest}'
+    main = record.main
+    head = ""
+    if main is not None:
+        comp = record.components.get(main.agent) if isinstance(record.components.get(main.agent), dict) else {}
+        head = (f'<div class="mainhead"><span class="agent">{_e(main.agent)}</span> '
+                f"{_badge(main.format_ok, 'format ok', 'format bad')} reward {_num(main.reward)}{_advantage(comp)} "
+                f'<span class="dim">{len(main.turns)} turns, {main.format_errors} format errors</span></div>')
+    return f'<section class="main">{head}<ol class="turns">{"".join(items)}</ol>{rest}</section>'
+
+
+def _header(record: EpisodeRecord) -> str:
+    task = record.task or {}
+    rewards = ", ".join(f"{_e(a)}: {_num(r)}" for a, r in record.rewards.items()) or "(none)"
+    components = json.dumps(record.components, ensure_ascii=False, default=str, indent=1)
+    rows = [
+        ("task id", _e(task.get("id", ""))),
+        ("question", _text(task.get("question", ""), "txt question")),
+        ("gold answer", _e(task.get("answer", ""))),
+        ("final answer", _e(record.final_answer) if record.final_answer is not None else '<span class="none">(none)</span>'),
+        ("correct", _badge(record.correct, "correct", "incorrect") + f" score {_num(record.score)}"),
+        ("rewards", rewards),
+        ("reward components", _text(components, "txt comp")),
+        ("end reason", _e(record.end_reason) + (" (truncated)" if record.truncated else "")),
+        ("wall time", f"{_num(record.wall_s, 2)} s (tools {_num(record.tool_s, 2)} s)"),
+        ("episode", f"{_e(record.episode_id)} seed {_e(record.seed)}"),
+    ]
+    return _kv_rows(rows)
+
+
+def _episode(record: EpisodeRecord, index: int) -> str:
+    question = str((record.task or {}).get("question", ""))
+    final = "(no answer)" if record.final_answer is None else str(record.final_answer)
+    mark = '<span class="badge good">correct</span>' if record.correct else '<span class="badge bad">incorrect</span>'
+    summary = (f'<span class="idx">{index}</span> {mark} <span class="q">{_e(question[:200])}</span> '
+               f'<span class="dim">-&gt; {_e(final[:80])} | {len(record.subs)} subs</span>')
+    return (f'<details class="ep" data-correct="{int(bool(record.correct))}" data-q="{_e(question.lower())}">'
+            f"<summary>{summary}</summary>{_header(record)}{_main(record)}</details>")
+
+
+# --- the page ----------------------------------------------------------------------------------
+
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
+header{position:sticky;top:0;background:#fff;border-bottom:1px solid #ccc;padding:8px 16px;z-index:1}
+h1{font-size:16px;margin:0 0 6px}main{padding:8px 16px}
+.controls{display:flex;gap:12px;align-items:center;flex-wrap:wrap}
+.note{color:#a60;margin:4px 0}
+details.ep{background:#fff;border:1px solid #ddd;border-radius:4px;margin:4px 0;padding:4px 8px}
+details.ep[hidden]{display:none}
+details.sub{border-left:3px solid #69c;margin:6px 0 6px 8px;padding:2px 8px;background:#f4f8fc}
+summary{cursor:pointer}.idx{color:#888;font-family:monospace}.dim{color:#888}.none{color:#aaa}
+.badge{display:inline-block;padding:0 6px;border-radius:8px;font-size:12px;background:#eee}
+.good{background:#d4f2d4;color:#174}.bad{background:#f8d7d7;color:#a12}
+.adv{font-size:12px;background:#efe3ff;padding:0 5px;border-radius:6px}
+table.kv{border-collapse:collapse;margin:6px 0}table.kv th{text-align:left;vertical-align:top;padding:2px 10px 2px 0;color:#555;font-weight:600;white-space:nowrap}
+pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;padding:4px;background:#f3f3f3;border-radius:3px;font-size:12px}
+pre.folded{max-height:9em;overflow:hidden}
+button.more{font-size:11px}
+ol.turns{padding-left:22px}li.turn{margin:6px 0;border-top:1px dotted #ccc;padding-top:4px}
+.lbl{font-size:11px;color:#777;text-transform:uppercase;margin-top:3px}
+.kind{font-weight:600}.k-error{color:#a12}.k-answer,.k-result{color:#174}
+.tool{background:#fff8e6;border:1px solid #f0dca8;border-radius:3px;padding:3px 6px;margin:4px 0}
+.toolname{font-weight:700;font-family:monospace}.err{color:#a12}.lat{color:#666;font-size:12px}
+.meta{font-size:12px;margin-right:10px;color:#555}.agent{font-weight:700}
+"""
+
+JS = """
+(function(){
+  var eps = Array.prototype.slice.call(document.querySelectorAll('details.ep'));
+  var filter = document.getElementById('filter'), search = document.getElementById('search');
+  var shown = document.getElementById('shown');
+  function apply(){
+    var f = filter.value, q = search.value.trim().toLowerCase(), n = 0;
+    eps.forEach(function(e){
+      var ok = (f === 'all' || (f === 'correct') === (e.dataset.correct === '1')) && (!q || e.dataset.q.indexOf(q) >= 0);
+      e.hidden = !ok; if (ok) n++;
+    });
+    shown.textContent = n;
+  }
+  filter.addEventListener('change', apply); search.addEventListener('input', apply);
+  document.addEventListener('click', function(ev){
+    var b = ev.target;
+    if (!b.classList || !b.classList.contains('more')) return;
+    var pre = b.previousElementSibling, folded = pre.classList.toggle('folded');
+    b.textContent = folded ? 'expand' : 'collapse';
+  });
+  apply();
+})();
+"""
+
+
+def render_html(records: list[EpisodeRecord], *, title: str = "mgrpo run", total: int | None = None) -> str:
+    """The whole page for ``records``; ``total`` (when larger) is how many the run holds."""
+    total = len(records) if total is None else total
+    correct = sum(bool(r.correct) for r in records)
+    note = ""
+    if total > len(records):
+        note = (f'<p class="note">Showing the first {len(records)} of {total} episodes '
+                f"(raise the cap with --max-episodes).</p>")
+    episodes = "\n".join(_episode(r, i) for i, r in enumerate(records, 1))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
+<title>{_e(title)}</title><style>{CSS}</style></head>
+<body><header><h1>{_e(title)}</h1>
+<div class="controls">
+<label>show <select id="filter"><option value="all">all</option><option value="correct">correct</option>
+<option value="incorrect">incorrect</option></select></label>
+<label>search questions <input id="search" type="search" placeholder="text in the question"></label>
+<span class="counts"><b id="shown">{len(records)}</b> shown of <b id="total">{len(records)}</b> episodes:
+<span id="n-correct">{correct}</span> correct, <span id="n-incorrect">{len(records) - correct}</span> incorrect</span>
+</div>{note}</header>
+<main>
+{episodes}
+</main><script>{JS}</script></body></html>
+"""
+
+
+def write_view(run_dir: str | Path, out: str | Path | None = None, *,
+               max_episodes: int = DEFAULT_MAX_EPISODES) -> tuple[Path, int, int]:
+    """Render ``RUN_DIR/episodes.jsonl`` (or a JSONL file given directly) to ``out``
+    (default ``RUN_DIR/view.html``); returns (the page, episodes shown, episodes in the run)."""
+    run_dir = Path(run_dir)
+    source = run_dir if run_dir.is_file() else run_dir / "episodes.jsonl"
+    records, total = load_episodes(source, max_episodes)
+    target = Path(out) if out else source.parent / "view.html"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render_html(records, title=f"mgrpo run: {source.parent}", total=total), encoding="utf-8")
+    return target, len(records), total
