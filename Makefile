@@ -26,6 +26,7 @@ test-all: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/mgrpo eval --scenario wiki-hops --split stage2/test --agent oracle --out runs/demo
+	$(VENV)/bin/mgrpo view runs/demo
 
 bench: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
