@@ -41,6 +41,7 @@ import mimetypes
 import os
 import re
 import string
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -286,7 +287,7 @@ def make_judge(judge: LLMJudge | Mapping[str, Any] | None) -> LLMJudge | None:
 # ----------------------------------------------------------------------------- common base
 
 
-class _Benchmark:
+class _Benchmark(ABC):
     name = ""
     default_split = ""
 
@@ -316,8 +317,9 @@ class _Benchmark:
         rows = self._cache[split]
         return iter(rows if self.limit is None else rows[: self.limit])
 
-    def _load(self, split: str) -> Iterator[Task]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _load(self, split: str) -> Iterator[Task]:
+        """The split's tasks, read from the benchmark's own files."""
 
     def open(self) -> OpenWebWorld:
         """The open-web world; use as ``with scenario.open() as world: ...``."""
