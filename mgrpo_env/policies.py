@@ -7,7 +7,9 @@ number of concurrent episodes.
 The oracle decomposes the question with the task's gold hops (the ``task`` field of a request is
 the "cheat" channel that only scripted policies read), delegates one hop per sub-agent - for a
 chained hop it names the entity the previous sub-agent REPORTED, not the gold one - and combines
-the reports. Its sub-agent searches the entity, visits the exactly matching hit (every page of it)
+the reports. Its delegations are plain text (no machine-readable hints), so they are demonstrations
+a learned main agent can imitate. Its sub-agent recovers the entity and relation by matching the
+subtask against the task's hop questions, searches the entity, visits the exactly matching hit (every page of it)
 and reads the value with the scenario's reader. Scenarios opt in by providing
 ``oracle_read(relation, page_text) -> str`` (raises LookupError) and
 ``oracle_combine(task, finals) -> str``; tasks may give ``metadata["chains"]`` (lists of hop
@@ -138,8 +140,8 @@ class OraclePolicy:
             c, pos = order[len(reports)]
             hop = task.hops[chains[c][pos]]
             name = hop.entity if pos == 0 else _last_report(reports, order, c, pos)
-            context = json.dumps({"entity": name, "relation": hop.relation})
-            return _call("delegate", task=hop.question.replace(hop.entity, name), context=context)
+            # the subtask is plain text: a learned sub-agent must read it, so the oracle's does too
+            return _call("delegate", task=hop.question.replace(hop.entity, name))
         finals = []
         for c, chain in enumerate(chains):
             last = order.index((c, len(chain) - 1))
@@ -154,12 +156,11 @@ class OraclePolicy:
 
     def _sub(self, request: PolicyRequest) -> str:
         first = request.messages[1]["content"]
-        context = first.split("\nContext: ", 1)[1] if "\nContext: " in first else "{}"
-        try:
-            hint = json.loads(context)
-            entity, relation = hint["entity"], hint["relation"]
-        except (ValueError, KeyError, TypeError):
-            return "<think>no usable context</think><result>I cannot tell what to look up.</result>"
+        subtask = first.removeprefix("Subtask: ").split("\nContext: ", 1)[0].strip()
+        found = _hop_of(request.task, subtask)
+        if found is None:
+            return "<think>not a hop of this question</think><result>I cannot tell what to look up.</result>"
+        entity, relation = found
         history = _exchanges(request.messages, "sub")
         if not history:
             return _call("search", queries=[entity])
@@ -187,6 +188,18 @@ class OraclePolicy:
                 return f"<think>missing</think><result>Not found: {exc}</result>"
             return f"<think>read it</think><result>{value}</result>"
         return f"<think>lost</think><result>No answer for {entity}.</result>"
+
+
+def _hop_of(task: Task, subtask: str) -> tuple[str, str] | None:
+    """(entity, relation) of the hop whose question, with some entity in place of the gold one, is
+    exactly ``subtask`` (the entity of a chained hop is whatever the previous report said)."""
+    for hop in task.hops:
+        if not hop.entity or hop.entity not in hop.question:
+            continue
+        prefix, _, suffix = hop.question.partition(hop.entity)
+        if subtask.startswith(prefix) and subtask.endswith(suffix) and len(subtask) > len(prefix) + len(suffix):
+            return subtask[len(prefix) : len(subtask) - len(suffix)], hop.relation
+    return None
 
 
 def _last_report(reports: list[str], order: list[tuple[int, int]], chain: int, pos: int) -> str:
