@@ -63,6 +63,9 @@ def score_iteration(
         for q in range(b)
         for j in range(k)
     ]
+    for q in range(b):  # kept with the episode (episodes.jsonl, mgrpo view)
+        for j in range(k):
+            records[q * k + j].components.setdefault(agent, {})["advantage"] = float(a_main[q, j])
     stats = group_stats(main_r)
     role = "single" if single else "main"
     metrics = {
@@ -91,6 +94,10 @@ def score_iteration(
                     slots.append((q, j, s, index))
     a_sub = sub_advantages(sub_r, mask)
     sub_seqs = [_sequence(records[q * k + j].subs[i], float(a_sub[q, j, s]), "sub", records[q * k + j]) for q, j, s, i in slots]
+    for q, j, s, i in slots:  # a duplicated slot has the same advantage as its original; a dropped one has none
+        comp = records[q * k + j].components.setdefault(records[q * k + j].subs[i].agent, {})
+        comp["advantage"] = float(a_sub[q, j, s])
+        comp["aligned_slots"] = comp.get("aligned_slots", 0) + 1
     metrics.update(
         {
             "sub/reward_mean": float(sub_r[mask].mean()) if mask.any() else 0.0,

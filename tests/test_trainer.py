@@ -35,6 +35,9 @@ def test_score_iteration_by_hand():
     assert sub[0].input_ids == sub[1].input_ids == [1, 2, 10]
     assert metrics["align/num_masked_slots"] == 2 and metrics["align/num_duplicated_slots"] == 1
     assert metrics["main/accuracy"] == 0.5 and metrics["main/reward_mean"] == 0.5
+    # the advantages travel with the episodes (episodes.jsonl, mgrpo view)
+    assert [r.components["main_0"]["advantage"] for r in records] == [pytest.approx(1.0), pytest.approx(-1.0)]
+    assert records[0].components["sub_0"] == {"advantage": 0.0, "aligned_slots": 2}
 
 
 def test_score_iteration_sub_advantages_pool_over_the_query():
