@@ -200,7 +200,7 @@ class RoleServer:
         from mgrpo_env import align
         from mgrpo_env.rewards import sub_reward
 
-        from .advantages import sub_advantages
+        from .advantages import aligned_sub_advantages
 
         pending = self.state.setdefault("pending", {})
         if iteration <= self.state["last_applied"]:
@@ -211,29 +211,19 @@ class RoleServer:
         self.state["counts"] = (self.state["counts"] + counts)[-10_000:]
         d_fixed, quantile, strategy = self.align
         d = d_fixed or align.choose_d(self.state["counts"], quantile)
-        b = len(rollouts) // k
-        rewards = np.zeros((b, k, d))
-        mask = np.zeros((b, k, d), dtype=bool)
-        slots = []
         b1, b2, b3 = self.sub_weights
-        for q in range(b):
-            plan = align.plan(counts[q * k : (q + 1) * k], d, strategy=strategy, rng=self.rng)
-            for j, row in enumerate(plan):
-                r = rollouts[q * k + j]
-                for s, index in enumerate(row):
-                    if index is None:
-                        continue
-                    sub = r["subs"][index]
-                    expert = sub["expert"]
-                    weights = (b1, b2, b3) if expert is not None else (b1, b2, 0.0)
-                    rewards[q, j, s] = sub_reward(sub["format_ok"], correct[(r["query"], r["rollout"])], expert or 0.0, weights)
-                    mask[q, j, s] = True
-                    slots.append((q, j, s, r["episode"], sub["agent"]))
-        metrics: dict[str, float] = {"sub/reward_mean": float(rewards[mask].mean()) if mask.any() else 0.0, "align/d": float(d)}
+        sub_rewards = [
+            [sub_reward(sub["format_ok"], correct[(r["query"], r["rollout"])], sub["expert"] or 0.0,
+                        (b1, b2, b3) if sub["expert"] is not None else (b1, b2, 0.0))  # no expert: b3 = 0
+             for sub in r["subs"]]
+            for r in rollouts
+        ]
+        slots, values, stats = aligned_sub_advantages(sub_rewards, k, d, strategy=strategy, rng=self.rng)
+        metrics: dict[str, float] = {"sub/reward_mean": stats["reward_mean"], "align/d": float(d)}
         if self.train and slots:
-            adv = sub_advantages(rewards, mask)
             buffer = self._buffer(iteration)
-            seqs = [_sequence(buffer[_key(ep, agent)], float(adv[q, j, s]), "sub") for q, j, s, ep, agent in slots]
+            seqs = [_sequence(buffer[_key(rollouts[i]["episode"], rollouts[i]["subs"][sub]["agent"])], a, "sub")
+                    for (i, _, sub), a in zip(slots, values, strict=True)]
             metrics.update(self.learner.update(seqs))
         pending.pop(str(iteration), None)
         return self._applied(iteration, metrics)

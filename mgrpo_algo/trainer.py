@@ -34,7 +34,7 @@ from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.rollout import CollectStats, collect, collect_single
 
-from .advantages import group_stats, main_advantages, sub_advantages
+from .advantages import aligned_sub_advantages, group_stats, main_advantages
 from .config import RoleConfig, TrainConfig, config_to_dict
 from .hf_policy import TransformersPolicy
 from .learner import RoleLearner
@@ -77,35 +77,21 @@ def score_iteration(
     if single:
         return main_seqs, [], metrics
     counts = [r.num_subs for r in records]
-    sub_r = np.zeros((b, k, d))
-    mask = np.zeros((b, k, d), dtype=bool)
-    slots: list[tuple[int, int, int, int]] = []  # (q, j, slot, sub index)
-    totals = {"num_zero": 0, "num_duplicated_slots": 0, "num_dropped": 0, "num_masked_slots": 0}
-    for q in range(b):
-        plan, align_stats = align.plan_with_stats(counts[q * k : (q + 1) * k], d, strategy=strategy, rng=rng)
-        for key in totals:
-            totals[key] += getattr(align_stats, key)
-        for j, row in enumerate(plan):
-            subs = records[q * k + j].subs
-            for s, index in enumerate(row):
-                if index is not None:
-                    sub_r[q, j, s] = subs[index].reward
-                    mask[q, j, s] = True
-                    slots.append((q, j, s, index))
-    a_sub = sub_advantages(sub_r, mask)
-    sub_seqs = [_sequence(records[q * k + j].subs[i], float(a_sub[q, j, s]), "sub", records[q * k + j]) for q, j, s, i in slots]
-    for q, j, s, i in slots:  # a duplicated slot has the same advantage as its original; a dropped one has none
-        comp = records[q * k + j].components.setdefault(records[q * k + j].subs[i].agent, {})
-        comp["advantage"] = float(a_sub[q, j, s])
+    slots, values, align_stats = aligned_sub_advantages([[s.reward for s in r.subs] for r in records], k, d,
+                                                        strategy=strategy, rng=rng)
+    sub_seqs = [_sequence(records[i].subs[sub], a, "sub", records[i]) for (i, _, sub), a in zip(slots, values, strict=True)]
+    for (i, _, sub), a in zip(slots, values, strict=True):  # a duplicated slot repeats its original's advantage
+        comp = records[i].components.setdefault(records[i].subs[sub].agent, {})
+        comp["advantage"] = a
         comp["aligned_slots"] = comp.get("aligned_slots", 0) + 1
     metrics.update(
         {
-            "sub/reward_mean": float(sub_r[mask].mean()) if mask.any() else 0.0,
+            "sub/reward_mean": align_stats.pop("reward_mean"),
             "sub/expert_mean": float(np.mean([s.expert or 0.0 for r in records for s in r.subs])) if any(counts) else 0.0,
             "sub/format_ok": float(np.mean([s.format_ok for r in records for s in r.subs])) if any(counts) else 0.0,
             "align/d": float(d),
             "align/d_k_mean": float(np.mean(counts)),
-            **{f"align/{key}": float(value) for key, value in totals.items()},
+            **{f"align/{key}": value for key, value in align_stats.items()},
         }
     )
     return main_seqs, sub_seqs, metrics

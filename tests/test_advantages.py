@@ -175,3 +175,16 @@ def test_group_stats():
     assert stats == {"mean": 0.75, "std": 0.25, "zero_std_frac": 2 / 3, "num_groups": 3.0}
     assert group_stats(np.zeros((0, 4))) == {"mean": 0.0, "std": 0.0, "zero_std_frac": 0.0, "num_groups": 0.0}
     assert all(isinstance(v, float) for v in group_stats(torch.rand(2, 3, 4)).values())
+
+
+def test_aligned_sub_advantages_by_hand():
+    import numpy as np
+
+    from mgrpo_algo.advantages import aligned_sub_advantages
+
+    # one query, K = 2: rollout 0 has subs with R_S 1.0 and 0.5, rollout 1 has none; d = 2
+    slots, values, stats = aligned_sub_advantages([[1.0, 0.5], []], 2, 2, strategy="duplicate", rng=np.random.default_rng(0))
+    assert slots == [(0, 0, 0), (0, 1, 1)]  # rollout 1's two slots are masked
+    # pooled over the two unmasked slots: mean 0.75, population std 0.25 -> +1, -1
+    assert values == pytest.approx([1.0, -1.0])
+    assert stats["reward_mean"] == 0.75 and stats["num_masked_slots"] == 2 and stats["num_zero"] == 1
