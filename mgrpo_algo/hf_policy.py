@@ -218,7 +218,8 @@ class _Sampler:
         """(B, n) log-probabilities of the generated tokens ``new_tokens`` (B, n)."""
         n = new_tokens.shape[1]
         if len(self.picked) < n and self.pending is not None:
-            self.picked.append(self.pending.gather(1, new_tokens[:, len(self.picked): len(self.picked) + 1]).squeeze(1))
+            last = new_tokens[:, len(self.picked): len(self.picked) + 1].to(self.pending.device)  # tokens come back on the CPU
+            self.picked.append(self.pending.gather(1, last).squeeze(1))
         if not self.picked:
             return torch.zeros(new_tokens.shape, dtype=torch.float32)
         return torch.stack(self.picked[:n], dim=1).cpu()

@@ -59,3 +59,15 @@ def test_gpu_benchmark_quick_runs():
                          capture_output=True, text=True, timeout=480)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "learner full: MFU" in out.stdout and "M-GRPO iteration update" in out.stdout
+
+
+def test_sampler_reads_the_last_cpu_tokens_against_cuda_logprobs():
+    # generate() hands the sequences back on the CPU while the recorded log-probs live on the GPU
+    from mgrpo_algo.hf_policy import _Sampler
+
+    sampler = _Sampler(1.0, 1.0, "processed")
+    scores = torch.randn(2, 10, device="cuda")
+    sampler(torch.zeros(2, 1, dtype=torch.long, device="cuda"), scores)
+    logprobs = sampler.finish(torch.tensor([[3], [4]]))
+    expected = torch.log_softmax(scores.float(), dim=-1).cpu()
+    assert logprobs.shape == (2, 1) and torch.allclose(logprobs[:, 0], torch.stack([expected[0, 3], expected[1, 4]]))
