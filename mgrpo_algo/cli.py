@@ -7,6 +7,7 @@ Commands available now:
     mgrpo view RUN_DIR                          # a static HTML page of the run's episodes
     mgrpo train --config configs/tiny.yaml [--set mode=frozen-sub --set main.learner.lr=1e-4]
     mgrpo train --config configs/tiny.yaml --placement processes --store redis://127.0.0.1:6379 [--staleness 1]
+    mgrpo compare --config configs/tiny.yaml --seeds 3 --out runs/compare [--modes mgrpo,frozen-sub,single-agent]
 
 Scenario options are passed as ``--set key=value`` (values parsed as YAML scalars), for example
 ``--set seed=1 --set num_entities=500``.
@@ -134,9 +135,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"mgrpo: bad config: {exc}", file=sys.stderr)
         return 2
+    from torch.utils.tensorboard import SummaryWriter
+
+    from .compare import log_scalars
     from .trainer import Trainer
 
+    # tensorboard --logdir OUT_DIR/tb; flushed every few seconds, so a crashed run keeps its scalars
+    writer = SummaryWriter(log_dir=str(Path(config.out_dir) / "tb"), flush_secs=5)
+
     def log(metrics: dict[str, Any]) -> None:
+        log_scalars(writer, metrics, int(metrics["iteration"]))
         role = "single" if config.mode == "single-agent" else "main"
         print(
             f"iter {metrics['iteration']:>3} {metrics['split']:<13} {role} reward {metrics[f'{role}/reward_mean']:.3f} "
@@ -160,7 +168,32 @@ def _cmd_train(args: argparse.Namespace) -> int:
             return 2
         with trainer:
             history = trainer.run()
-    print(f"{len(history)} iterations; metrics in {config.out_dir}/metrics.jsonl, episodes in {config.out_dir}/episodes.jsonl")
+    writer.close()
+    print(f"{len(history)} iterations; metrics in {config.out_dir}/metrics.jsonl, episodes in {config.out_dir}/episodes.jsonl, "
+          f"TensorBoard in {config.out_dir}/tb")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    import shlex
+
+    from .compare import check_compare, format_table, run_compare
+    from .config import load_config
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    try:
+        config = load_config(args.config, args.set)
+        check_compare(config, args.seeds, modes)
+    except (ValueError, OSError) as exc:
+        print(f"mgrpo: bad config: {exc}", file=sys.stderr)
+        return 2
+    command = shlex.join(["mgrpo", "compare", *(["--config", args.config] if args.config else []),
+                          *[part for item in args.set for part in ("--set", item)],
+                          "--seeds", str(args.seeds), "--out", args.out, "--modes", ",".join(modes)])
+    summary = run_compare(config, seeds=args.seeds, out_dir=args.out, modes=modes, progress=not args.quiet, command=command)
+    print(format_table(summary))
+    print(summary["verdict"]["text"])
+    print(f"wrote {args.out}/summary.json, report.md, curves.png; TensorBoard: tensorboard --logdir {args.out}/tb")
     return 0
 
 
@@ -229,6 +262,17 @@ def _parser() -> argparse.ArgumentParser:
                     help="0: synchronized (the sub learner waits for the main statistics of the same iteration); "
                     "n > 0: it may lag up to n iterations")
     tr.set_defaults(func=_cmd_train)
+
+    cp = sub.add_parser("compare", help="M-GRPO vs frozen-sub vs single-agent at the same rollout budget, over seeds")
+    cp.add_argument("--config", default=None, help="YAML file of mgrpo_algo.config.TrainConfig fields (eval: held-out settings)")
+    cp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field, dotted for nested ones (eval.limit=50)")
+    cp.add_argument("--seeds", type=int, default=3, help="seeds per mode: config seed, seed + 1, ...")
+    cp.add_argument("--out", default="runs/compare", help="folder for summary.json, report.md, curves.png, tb/, runs")
+    cp.add_argument("--modes", default=",".join(("mgrpo", "frozen-sub", "single-agent")),
+                    help="comma-separated modes to compare")
+    cp.add_argument("--quiet", action="store_true", help="no progress bars")
+    cp.set_defaults(func=_cmd_compare)
 
     sv = sub.add_parser("serve", help="serve a scenario's world on 127.0.0.1 until interrupted")
     sv.add_argument("--scenario", default="wiki-hops")

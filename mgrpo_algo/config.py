@@ -16,6 +16,7 @@ __all__ = [
     "LearnerConfig",
     "AUTOCAST_DTYPES",
     "DTYPES",
+    "EvalConfig",
     "GenerationConfig",
     "RoleConfig",
     "StageConfig",
@@ -267,6 +268,42 @@ TRAIN_MODES = ("mgrpo", "frozen-sub", "single-agent")
 
 
 @dataclass
+class EvalConfig:
+    """Held-out evaluation of a training run (``mgrpo compare``: before and after training, and curves).
+
+    Training accuracy is measured on the questions being trained on; held-out questions tell whether
+    what was learned carries over.
+    """
+
+    split: str = "stage2/test"
+    """Held-out split evaluated (the paper's stage-2 multi-hop questions, test part)."""
+    limit: int = 100
+    """Questions evaluated (the split's first ones, a fixed set); 0 = all of them. More questions
+    narrow the error bar (binomial: ~5 points at 100 questions) at linear cost."""
+    samples: int = 1
+    """Rollouts per question; EM and F1 average over all of them. > 1 only helps with temperature > 0."""
+    temperature: float = 0.0
+    """Sampling temperature of the evaluated policies; 0 = greedy (deterministic, the usual report)."""
+    max_new_tokens: int = 0
+    """Tokens per turn at most; 0 = each role's ``generation.max_new_tokens``."""
+    every: int = 0
+    """Evaluate held-out accuracy every N training iterations on ``curve_limit`` questions (a learning
+    curve); 0 = only before and after training. Each point costs one evaluation."""
+    curve_limit: int = 32
+    """Questions per curve point (``every`` > 0): fewer than ``limit`` to keep curves cheap."""
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.split, str) and bool(self.split), "eval.split", f"must name a split, got {self.split!r}")
+        for name, low in (("limit", 0), ("samples", 1), ("max_new_tokens", 0), ("every", 0), ("curve_limit", 1)):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and not isinstance(value, bool) and value >= low, f"eval.{name}",
+                   f"must be an integer >= {low}, got {value!r}")
+        _check(isinstance(self.temperature, (int, float)) and self.temperature >= 0, "eval.temperature",
+               f"must be >= 0, got {self.temperature!r}")
+        self.temperature = float(self.temperature)
+
+
+@dataclass
 class TrainConfig:
     """A whole training run. Load with :func:`load_config` (YAML + ``key.sub=value`` overrides)."""
 
@@ -318,6 +355,8 @@ class TrainConfig:
     before RL when the roles use the built tiny models; cached under ``models_dir``."""
     checkpoint: bool = True
     """Save each learner (safetensors + optimizer + RNG) at the end of every stage."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Held-out evaluation (``mgrpo compare``): split, questions, greedy or sampled, curve points."""
 
     def __post_init__(self) -> None:
         _check(self.mode in TRAIN_MODES, "mode", f"must be one of {TRAIN_MODES}, got {self.mode!r}")

@@ -5,6 +5,8 @@ Two ways to run an agent:
 * :func:`evaluate_hierarchy` - the multi-agent system through the AEC env (``collect`` with one
   policy per role, e.g. the scripted :class:`~mgrpo_env.policies.OraclePolicy` or learned ones);
   the episodes are kept for ``mgrpo view``.
+* :func:`evaluate_single` - the single-agent baseline (one agent with all the tools) through the
+  Gymnasium env (``collect_single``), reported the same way.
 * :func:`evaluate` - a plain function ``agent(task, tools) -> (answer, steps)``, e.g. the
   scenario's own oracle calling the tools directly.
 """
@@ -24,7 +26,7 @@ from typing import Any
 from mgrpo_scenarios import Scenario, Task, Verdict
 from mgrpo_scenarios.verifiers import token_f1
 
-__all__ = ["TaskOutcome", "EvalReport", "evaluate", "evaluate_hierarchy", "oracle_agent", "write_report"]
+__all__ = ["TaskOutcome", "EvalReport", "evaluate", "evaluate_hierarchy", "evaluate_single", "oracle_agent", "write_report"]
 
 # An agent gets a task and a fresh set of tools and returns (answer, trace of tool steps).
 Agent = Callable[[Task, dict[str, Any]], tuple[str, list[dict[str, Any]]]]
@@ -230,6 +232,71 @@ def evaluate_hierarchy(
     ]
     report = _report(scenario.name, split, agent_name, outcomes, build_seconds, open_seconds, eval_seconds)
     return report, records
+
+
+def evaluate_single(
+    scenario: Scenario,
+    split: str,
+    policy: Any,
+    *,
+    agent_name: str = "single-agent",
+    k: int = 1,
+    limit: int | None = None,
+    batch_size: int = 32,
+    seed: int = 0,
+    env_kwargs: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> tuple[EvalReport, list[Any]]:
+    """Run one single-agent ``policy`` on ``split`` through the Gymnasium env (``collect_single``).
+
+    The same report and records as :func:`evaluate_hierarchy`, so the baseline compares like for like.
+    Pass ``env_kwargs={"max_turns": ...}`` as the trainer does (max_main_turns * max_sub_turns).
+    """
+    from mgrpo_env.rollout import collect_single
+
+    t0 = time.perf_counter()
+    if hasattr(scenario, "build"):
+        scenario.build()
+    build_seconds = time.perf_counter() - t0
+    tasks = list(scenario.tasks(split))[:limit]
+    if not tasks:
+        raise ValueError(f"split {split!r} of {scenario.name!r} has no tasks")
+    records: list[Any] = []
+    t1 = time.perf_counter()
+    with scenario.open() as world:
+        open_seconds = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        bar = _progress(len(tasks) * k, progress, f"{scenario.name} {split} (single)")
+        for start in range(0, len(tasks), batch_size):
+            batch = tasks[start : start + batch_size]
+            records += collect_single(scenario, batch, k, policy, world=world, seed=seed + start * k, env_kwargs=env_kwargs)
+            if bar is not None:
+                bar.update(len(batch) * k)
+                bar.set_postfix(acc=f"{sum(r.correct for r in records) / len(records):.3f}")
+        if bar is not None:
+            bar.close()
+        eval_seconds = time.perf_counter() - t2
+    outcomes = [_record_outcome(r) for r in records]
+    return _report(scenario.name, split, agent_name, outcomes, build_seconds, open_seconds, eval_seconds), records
+
+
+def _record_outcome(r: Any) -> TaskOutcome:
+    """An episode record as a task outcome (tool calls of every agent in it)."""
+    return TaskOutcome(
+        task_id=r.task["id"],
+        kind=r.task.get("kind", ""),
+        question=r.task["question"],
+        gold=r.task["answer"],
+        prediction=r.final_answer or "",
+        correct=r.correct,
+        f1=token_f1(r.final_answer or "", r.task["answer"], r.task.get("aliases", ())),
+        seconds=r.wall_s,
+        steps=[
+            {"tool": c.tool, "ok": c.ok, "latency_s": c.latency_s, "via": c.meta.get("via")}
+            for traj in [r.main, *r.subs]
+            for c in traj.tool_calls
+        ],
+    )
 
 
 def _progress(total: int, enabled: bool, desc: str) -> Any:

@@ -19,6 +19,7 @@ Arguments:
         in ``<data_dir>/wiki-hops/v{version}-s{seed}-n{num_entities}-js{js_fraction}``.
     browser_mode: ``"auto"`` (render pages that need JavaScript in Chromium), ``"never"``, ``"always"``.
     page_chars: characters per page of text shown by ``visit``.
+    search_k: results per search query (default 5); fewer and shorter pages make short prompts for tiny models.
     cache_path: optional SQLite response cache shared by the fetchers and the search tool.
     near_dup_fraction: share of entities that are near-duplicate siblings of another (default 0.1).
     split_sizes: tasks per split (default 400 train / 100 test per stage).
@@ -70,6 +71,7 @@ class WikiHops:
         data_dir: str | Path | None = None,
         browser_mode: str = "auto",
         page_chars: int = 4000,
+        search_k: int = 5,
         cache_path: str | Path | None = None,
         near_dup_fraction: float = DEFAULT_NEAR_DUP,
         split_sizes: dict[str, int] | None = None,
@@ -89,7 +91,10 @@ class WikiHops:
         self.near_dup_fraction = float(near_dup_fraction)
         self.split_sizes = {**DEFAULT_SIZES, **(split_sizes or {})}
         self.browser_mode = browser_mode
+        if search_k < 1 or page_chars < 200:
+            raise ValueError(f"search_k must be >= 1 and page_chars >= 200, got {search_k} and {page_chars}")
         self.page_chars = page_chars
+        self.search_k = int(search_k)
         self.cache_path = Path(cache_path) if cache_path is not None else None
         self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
         self.metadata: dict[str, Any] = {
@@ -207,7 +212,7 @@ class WikiHops:
     def open(self) -> WikiWorld:
         """Build if needed and start the world; use as ``with scenario.open() as world: ...``."""
         return WikiWorld(self.build(), browser_mode=self.browser_mode, page_chars=self.page_chars,
-                         cache_path=self.cache_path)
+                         search_k=self.search_k, cache_path=self.cache_path)
 
     def verify(self, task: Task, prediction: str) -> Verdict:
         from mgrpo_scenarios.verifiers import AnswerVerifier
@@ -246,7 +251,7 @@ class WikiWorld:
             with its own browsing session (the fetchers, browser and index are shared).
     """
 
-    def __init__(self, root: Path, *, browser_mode: str = "auto", page_chars: int = 4000,
+    def __init__(self, root: Path, *, browser_mode: str = "auto", page_chars: int = 4000, search_k: int = 5,
                  cache_path: Path | None = None) -> None:
         from mgrpo_tools.browser import BrowserFetcher
         from mgrpo_tools.cache import ResponseCache
@@ -276,7 +281,7 @@ class WikiWorld:
             # JavaScript page never launch a browser.
             self.browser = BrowserFetcher(self.policy, cache=self.cache) if browser_mode != "never" else None
             self.index = TantivyIndex(root / "index", url_prefix=self.site.url)
-            self.search = SearchTool(self.index, k=5, max_results=10, cache=self.cache)
+            self.search = SearchTool(self.index, k=search_k, max_results=max(10, search_k), cache=self.cache)
             self.tools = self.make_tools()
         except BaseException:
             self.close()

@@ -1,0 +1,408 @@
+"""``mgrpo compare``: M-GRPO against its two baselines at the same rollout budget, over seeds.
+
+For each seed and mode (``mgrpo``, ``frozen-sub``, ``single-agent``)::
+
+    start  = the warm-started (stage-1) models, the same for every seed and mode that uses them
+    before = held-out EM / F1 of the start               # mgrpo and frozen-sub share it: evaluated once
+    train  = the config's RL stages (iterations x B x K rollouts, identical across modes)
+    after  = held-out EM / F1 of the trained in-memory models
+
+Output folder::
+
+    summary.json              per mode: per seed and mean / std / min / max over seeds
+    report.md                 the table, the curves, the command that reproduces it, the verdict
+    curves.png                reward and accuracy per mode and role, held-out points
+    config.yaml               the config the comparison ran (``--config`` it to reproduce)
+    seed<S>/<mode>/           the trainer's run (metrics.jsonl, episodes.jsonl, checkpoints) and
+                              eval_before.jsonl / eval_after.jsonl (``mgrpo view`` reads them)
+    tb/seed<S>/<mode>/        TensorBoard scalars: every numeric metric, eval/em and eval/f1
+
+The start models are resolved once, with the config's own seed, and pinned (``<role>.model``) in
+every run: the tiny models' folders are keyed on the seed that built them, so letting the seed vary
+would rebuild them (or refuse the folder), and the comparison would no longer start from one point.
+Only the RL seed (sampling, question order, minibatch shuffles) varies between seeds.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .config import TRAIN_MODES, TrainConfig, config_to_dict
+
+__all__ = ["MODES", "check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate"]
+
+MODES = TRAIN_MODES
+#: The per-seed numbers aggregated over seeds (mean, population std, min, max).
+AGGREGATED = ("before_em", "before_f1", "after_em", "after_f1", "delta_em", "delta_f1", "rollouts",
+              "train_seconds", "eval_seconds")
+_ROLE_INDEX = {"main": 0, "sub": 1, "single": 2}
+
+
+def check_compare(config: TrainConfig, seeds: int, modes: Sequence[str]) -> Any:
+    """Raise ValueError naming the field for anything that would fail later; returns the scenario."""
+    import mgrpo_scenarios
+
+    if not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"--seeds must be an integer >= 1, got {seeds!r}")
+    if not modes:
+        raise ValueError("config field 'modes' (--modes) names no mode")
+    for mode in modes:
+        if mode not in MODES:
+            raise ValueError(f"config field 'modes' (--modes): unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    if len(set(modes)) != len(modes):
+        raise ValueError(f"config field 'modes' (--modes) repeats a mode: {list(modes)}")
+    try:
+        scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
+    except KeyError as exc:
+        raise ValueError(f"config field 'scenario': {exc.args[0]}") from None
+    except TypeError as exc:
+        raise ValueError(f"config field 'scenario_kwargs': {exc}") from None
+    if config.eval.split not in scenario.splits():
+        raise ValueError(f"config field 'eval.split': {config.eval.split!r} is not a split of {config.scenario} "
+                         f"({', '.join(scenario.splits())})")
+    return scenario
+
+
+def aggregate(values: Sequence[float]) -> dict[str, float]:
+    """Mean, population standard deviation, min and max (the spread over seeds)."""
+    values = [float(v) for v in values]
+    return {"mean": statistics.fmean(values), "std": statistics.pstdev(values), "min": min(values), "max": max(values)}
+
+
+def log_scalars(writer: Any, metrics: Mapping[str, Any], step: int) -> None:
+    """Every numeric metric (not the iteration counter) as a TensorBoard scalar at ``step``."""
+    for key, value in metrics.items():
+        if key != "iteration" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            writer.add_scalar(key, float(value), step)
+
+
+def _roles(mode: str) -> list[str]:
+    return ["single"] if mode == "single-agent" else ["main", "sub"]
+
+
+def _policies(config: TrainConfig, models: Mapping[str, Any], tokenizers: Mapping[str, str], seed: int) -> dict[str, Any]:
+    """Evaluation policies: eval temperature and token budget, the role's top-p and prompt limit."""
+    from .hf_policy import TransformersPolicy
+
+    out = {}
+    for role, model in models.items():
+        spec = getattr(config, role)
+        g = spec.generation
+        out[role] = TransformersPolicy(
+            model, tokenizers[role], role=role, max_new_tokens=config.eval.max_new_tokens or g.max_new_tokens,
+            temperature=config.eval.temperature, top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens,
+            device=spec.learner.device, dtype=spec.learner.dtype, seed=seed + _ROLE_INDEX[role],
+        )
+    return out
+
+
+def _evaluate(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *, limit: int, seed: int,
+              progress: bool, name: str) -> tuple[dict[str, float], list[Any]]:
+    """Held-out EM / F1 of a hierarchy ({"main", "sub"}) or a single agent ({"single"}), and the episodes."""
+    from mgrpo_env.core import RewardConfig, expert_scorer
+
+    from .evaluate import evaluate_hierarchy, evaluate_single
+
+    e = config.eval
+    common = {"agent_name": name, "k": e.samples, "limit": limit or None, "seed": seed, "progress": progress}
+    if "single" in policies:
+        turns = config.limits.get("max_main_turns", 6) * config.limits.get("max_sub_turns", 4)
+        env_kwargs = {"max_turns": turns, "main_weights": config.main_weights}
+        report, records = evaluate_single(scenario, e.split, policies["single"], env_kwargs=env_kwargs, **common)
+    else:
+        rewards = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(None))
+        report, records = evaluate_hierarchy(scenario, e.split, dict(policies), env_kwargs={**config.limits, "rewards": rewards},
+                                             **common)
+    return {"em": report.exact_match, "f1": report.f1, "tasks": report.num_tasks}, records
+
+
+def _warm_record(paths: Mapping[str, str]) -> dict[str, Any]:
+    """What the warm start of each start model recorded (its config, counts, SFT metrics), if any."""
+    out = {}
+    for role, path in paths.items():
+        file = Path(path) / "warm_start.json"
+        if file.is_file():
+            data = json.loads(file.read_text())
+            out[role] = {"path": str(path), "config": data.get("key", {}).get("config"), "counts": data.get("counts"),
+                         "metrics": data.get("metrics")}
+    return out
+
+
+def run_compare(
+    config: TrainConfig,
+    *,
+    seeds: int,
+    out_dir: str | Path,
+    modes: Sequence[str] = MODES,
+    progress: bool = True,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """Run every mode for ``seeds`` seeds (``config.seed + i``) and write the comparison under ``out_dir``.
+
+    Returns the summary (also ``out_dir/summary.json``). A mode's seed folders are replaced, so a
+    rerun into the same folder never mixes runs. ``command`` (the CLI's) is recorded in the report.
+    """
+    import transformers
+
+    from mgrpo_env.episode import write_jsonl
+
+    from .plots import plot_curves
+    from .trainer import role_model_paths
+
+    transformers.utils.logging.disable_progress_bar()  # per-shard bars of every model load drown the bars here
+    modes = list(modes)
+    scenario = check_compare(config, seeds, modes)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(_yaml(config))
+    t0 = time.perf_counter()
+    starts: dict[str, dict[str, str]] = {}
+    for mode in modes:
+        roles = _roles(mode)
+        key = "single" if roles == ["single"] else "hierarchy"
+        if key not in starts:
+            starts[key] = role_model_paths(config, scenario, roles)
+    start_seconds = time.perf_counter() - t0
+    per_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    curves: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    before_cache: dict[tuple[Any, ...], tuple[dict[str, float], list[Any], float]] = {}
+    for i in range(seeds):
+        seed = config.seed + i
+        for mode in modes:
+            paths = starts["single" if mode == "single-agent" else "hierarchy"]
+            run_dir, tb_dir = out / f"seed{seed}" / mode, out / "tb" / f"seed{seed}" / mode
+            for folder in (run_dir, tb_dir):
+                shutil.rmtree(folder, ignore_errors=True)
+            cache_key = (tuple(sorted(paths.items())), seed)
+            if cache_key not in before_cache:
+                t = time.perf_counter()
+                policies = _policies(config, paths, paths, seed)
+                before, records = _evaluate(config, scenario, policies, limit=config.eval.limit, seed=seed,
+                                            progress=progress, name=f"start seed{seed}")
+                before_cache[cache_key] = (before, records, time.perf_counter() - t)
+                del policies
+            before, records, before_seconds = before_cache[cache_key]
+            write_jsonl(run_dir / "eval_before.jsonl", records)
+            row, curve_data = _train_and_evaluate(config, scenario, mode, seed, paths, run_dir, tb_dir, before, progress)
+            row["eval_seconds"] += before_seconds
+            per_mode[mode].append(row)
+            curves[mode].append(curve_data)
+    results = {}
+    for mode, rows in per_mode.items():
+        stats = {key: aggregate([r[key] for r in rows]) for key in AGGREGATED}
+        results[mode] = {
+            "per_seed": rows,
+            **{name: {key: stats[key][name] for key in AGGREGATED} for name in ("mean", "std", "min", "max")},
+        }
+    iterations = sum(s.iterations for s in config.stages)
+    summary: dict[str, Any] = {
+        "scenario": config.scenario,
+        "seeds": [config.seed + i for i in range(seeds)],
+        "modes": modes,
+        "eval": config_to_dict(config.eval),
+        "budget": {"iterations": iterations, "questions_per_iteration": config.questions_per_iteration,
+                   "group_size": config.group_size,
+                   "rollouts": iterations * config.questions_per_iteration * config.group_size},
+        "start_models": starts,
+        "start_seconds": start_seconds,
+        "warm_start": {key: _warm_record(paths) for key, paths in starts.items()},
+        "results": results,
+        "command": command,
+        "reproduce": _reproduce(out, seeds, modes),
+    }
+    summary["verdict"] = verdict(summary)
+    plot_curves(curves, out / "curves.png")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (out / "report.md").write_text(_markdown(summary))
+    return summary
+
+
+def _train_and_evaluate(
+    config: TrainConfig, scenario: Any, mode: str, seed: int, paths: Mapping[str, str], run_dir: Path, tb_dir: Path,
+    before: dict[str, float], progress: bool,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One training run from the pinned start models, its TensorBoard log, curve points and the after-eval."""
+    from torch.utils.tensorboard import SummaryWriter
+    from tqdm import tqdm
+
+    from mgrpo_env.episode import write_jsonl
+
+    from .trainer import Trainer
+
+    cfg = copy.deepcopy(config)
+    cfg.mode, cfg.seed, cfg.out_dir = mode, seed, str(run_dir)
+    for role, path in paths.items():
+        getattr(cfg, role).model = path
+    role = "single" if mode == "single-agent" else "main"
+    total = sum(s.iterations for s in cfg.stages)
+    writer = SummaryWriter(log_dir=str(tb_dir))
+    writer.add_scalar("eval/em", before["em"], 0)
+    writer.add_scalar("eval/f1", before["f1"], 0)
+    bar = tqdm(total=total, desc=f"seed {seed} {mode}", unit="iter", disable=not progress)
+    holder: list[Any] = []
+    curve: list[dict[str, float]] = []
+    curve_seconds = 0.0
+
+    def on_iteration(metrics: dict[str, Any]) -> None:
+        nonlocal curve_seconds
+        log_scalars(writer, metrics, int(metrics["iteration"]))
+        bar.set_postfix(reward=f"{metrics[f'{role}/reward_mean']:.3f}", acc=f"{metrics[f'{role}/accuracy']:.3f}")
+        bar.update(1)
+        done = int(metrics["iteration"]) + 1
+        if cfg.eval.every and done % cfg.eval.every == 0:
+            t = time.perf_counter()
+            point, _ = _evaluate(cfg, scenario, _trained_policies(cfg, holder[0], paths, seed), limit=cfg.eval.curve_limit,
+                                 seed=seed, progress=False, name=f"{mode} curve")
+            curve.append({"step": done, "em": point["em"], "f1": point["f1"]})
+            writer.add_scalar("eval/curve_em", point["em"], done)
+            writer.add_scalar("eval/curve_f1", point["f1"], done)
+            curve_seconds += time.perf_counter() - t
+
+    try:
+        t = time.perf_counter()
+        trainer = Trainer(cfg, log=on_iteration)
+        holder.append(trainer)
+        history = trainer.run()
+        bar.close()
+        train_seconds = time.perf_counter() - t - curve_seconds
+        t = time.perf_counter()
+        after, records = _evaluate(cfg, scenario, _trained_policies(cfg, trainer, paths, seed), limit=cfg.eval.limit,
+                                   seed=seed, progress=progress, name=f"{mode} seed{seed}")
+        write_jsonl(run_dir / "eval_after.jsonl", records)
+        after_seconds = time.perf_counter() - t
+        writer.add_scalar("eval/em", after["em"], total)
+        writer.add_scalar("eval/f1", after["f1"], total)
+    finally:
+        bar.close()  # closing twice is a no-op
+        writer.close()
+    row = {
+        "seed": seed,
+        "before": before,
+        "after": after,
+        "before_em": before["em"], "before_f1": before["f1"], "after_em": after["em"], "after_f1": after["f1"],
+        "delta_em": after["em"] - before["em"],
+        "delta_f1": after["f1"] - before["f1"],
+        "rollouts": sum(int(h["rollouts"]) for h in history),
+        "iterations": len(history),
+        "train_seconds": train_seconds,
+        "eval_seconds": after_seconds + curve_seconds,
+        "curve": curve,
+    }
+    numeric = [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in history]
+    curve_data = {"history": numeric, "eval": [{"step": 0, **before}, {"step": total, **after}], "curve": curve}
+    return row, curve_data
+
+
+def _trained_policies(cfg: TrainConfig, trainer: Any, paths: Mapping[str, str], seed: int) -> dict[str, Any]:
+    """Evaluation policies over the trainer's current in-memory models (a frozen role keeps its start)."""
+    from .hf_policy import TransformersPolicy
+
+    models: dict[str, Any] = {}
+    for role, policy in trainer.policies.items():
+        if role in trainer.learners:
+            models[role] = trainer.learners[role].model
+        elif isinstance(policy, TransformersPolicy):  # the frozen sub: reuse its loaded model
+            models[role] = policy.model
+        else:
+            models[role] = paths[role]
+    return _policies(cfg, models, paths, seed)
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def _pm(stats: Mapping[str, Mapping[str, float]], key: str, scale: float = 100.0, sign: bool = False) -> str:
+    fmt = "+.1f" if sign else ".1f"
+    return f"{stats['mean'][key] * scale:{fmt}} ± {stats['std'][key] * scale:.1f}"
+
+
+def format_table(summary: Mapping[str, Any]) -> str:
+    """A markdown table: EM and F1 in percent (mean ± population std over seeds), rollouts, minutes."""
+    lines = [
+        "| mode | start EM | after EM | Δ EM | start F1 | after F1 | rollouts | minutes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, r in summary["results"].items():
+        minutes = (r["mean"]["train_seconds"] + r["mean"]["eval_seconds"]) / 60
+        lines.append(
+            f"| {mode} | {_pm(r, 'before_em')} | {_pm(r, 'after_em')} | {_pm(r, 'delta_em', sign=True)} | "
+            f"{_pm(r, 'before_f1')} | {_pm(r, 'after_f1')} | {r['mean']['rollouts']:.0f} | {minutes:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def verdict(summary: Mapping[str, Any], rise_points: float = 10.0) -> dict[str, Any]:
+    """Whether mgrpo > frozen-sub > single-agent (mean after EM) and mgrpo rose ``rise_points`` EM points.
+
+    Computed from the numbers; None where a mode the claim needs was not run. A gap smaller than the
+    larger of the two modes' spreads is called out, so a lucky ordering is not read as a result.
+    """
+    results = summary["results"]
+    n = len(summary["seeds"])
+    sentences = []
+    order_held = rise_held = None
+    if all(m in results for m in MODES):
+        em = {m: results[m]["mean"]["after_em"] * 100 for m in MODES}
+        sd = {m: results[m]["std"]["after_em"] * 100 for m in MODES}
+        order_held = em["mgrpo"] > em["frozen-sub"] > em["single-agent"]
+        shown = " vs ".join(f"{m} {em[m]:.1f}" for m in MODES)
+        text = f"The order mgrpo > frozen-sub > single-agent {'held' if order_held else 'did not hold'} ({shown} after-training EM, mean of {n} seed{'s' * (n > 1)})"
+        close = [f"{a} vs {b}" for a, b in (("mgrpo", "frozen-sub"), ("frozen-sub", "single-agent"))
+                 if abs(em[a] - em[b]) < max(sd[a], sd[b])]
+        if close:
+            text += f"; within one standard deviation across seeds: {', '.join(close)}"
+        sentences.append(text + ".")
+    if "mgrpo" in results:
+        rise = results["mgrpo"]["mean"]["delta_em"] * 100
+        rise_held = rise >= rise_points
+        sentences.append(f"M-GRPO's held-out EM rose {rise:+.1f} points over its warm-started start, so the "
+                         f"+{rise_points:.0f} point rise {'held' if rise_held else 'did not hold'}.")
+    return {"order_held": order_held, "rise_held": rise_held, "text": " ".join(sentences)}
+
+
+def _reproduce(out: Path, seeds: int, modes: Sequence[str]) -> str:
+    return f"mgrpo compare --config {out / 'config.yaml'} --seeds {seeds} --out {out} --modes {','.join(modes)}"
+
+
+def _yaml(config: TrainConfig) -> str:
+    import yaml
+
+    plain = json.loads(json.dumps(config_to_dict(config), default=str))  # tuples -> lists, paths -> str
+    return "# written by mgrpo compare: the config it ran\n" + yaml.safe_dump(plain, sort_keys=False)
+
+
+def _markdown(summary: Mapping[str, Any]) -> str:
+    e, b = summary["eval"], summary["budget"]
+    n = len(summary["seeds"])
+    how = "greedy" if e["temperature"] == 0 else f"temperature {e['temperature']}"
+    lines = [
+        f"# mgrpo compare: {summary['scenario']}, {n} seed{'s' * (n > 1)}",
+        "",
+        f"Held-out split `{e['split']}`, {e['limit'] or 'all'} questions x {e['samples']} sample(s), {how}. "
+        f"Every run: {b['iterations']} iterations x {b['questions_per_iteration']} questions x {b['group_size']} "
+        f"rollouts = {b['rollouts']} rollouts, from the same warm-started models. EM and F1 in percent, "
+        "mean ± population std over seeds; minutes = training + evaluation per run.",
+        "",
+        format_table(summary),
+        "",
+        summary["verdict"]["text"],
+        "",
+        "![reward, accuracy and held-out curves](curves.png)",
+        "",
+        "Reproduce:",
+        "",
+        "```bash",
+        summary["reproduce"],
+        "```",
+    ]
+    if summary.get("command"):
+        lines += ["", f"Ran as: `{summary['command']}`"]
+    return "\n".join(lines) + "\n"
+

@@ -1,0 +1,168 @@
+"""``mgrpo compare``: one tiny 2-seed comparison of the three modes through the CLI, then its outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mgrpo_algo.cli import main
+from mgrpo_algo.compare import AGGREGATED, MODES, aggregate, verdict
+
+TINY = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
+
+
+def _settings(small_scenario, tmp_path) -> list[str]:
+    sizes = ", ".join(f"{role}: {{{', '.join(f'{k}: {v}' for k, v in TINY.items())}}}" for role in ("main", "sub", "single"))
+    return [
+        f"models_dir={tmp_path / 'models'}",
+        f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}}}",
+        f"model_sizes={{{sizes}}}",
+        "warm_start={epochs: 1, max_tasks: 4, splits: [stage1/train]}",
+        "stages=[{split: stage2/train, iterations: 2}]",
+        "questions_per_iteration=2",
+        "group_size=2",
+        "limits={max_main_turns: 2, max_sub_turns: 2, max_delegations: 1}",
+        *(f"{role}.generation.max_new_tokens=12" for role in ("main", "sub", "single")),
+        "eval.limit=4",
+        "eval.every=1",
+        "eval.curve_limit=2",
+        "checkpoint=false",
+    ]
+
+
+@pytest.fixture(scope="module")
+def compared(small_scenario, tmp_path_factory):
+    """Run ``mgrpo compare`` once (2 seeds x 3 modes) and share its folder and summary."""
+    tmp = tmp_path_factory.mktemp("compare")
+    out = tmp / "out"
+    args = ["compare", "--seeds", "2", "--out", str(out)]
+    for item in _settings(small_scenario, tmp):
+        args += ["--set", item]
+    assert main(args) == 0
+    return out, json.loads((out / "summary.json").read_text())
+
+
+def test_summary_structure_and_means_over_seeds(compared):
+    out, summary = compared
+    assert summary["seeds"] == [0, 1] and summary["modes"] == list(MODES)
+    assert summary["budget"]["rollouts"] == 2 * 2 * 2  # iterations x B x K
+    for mode in MODES:
+        r = summary["results"][mode]
+        assert len(r["per_seed"]) == 2 and [row["seed"] for row in r["per_seed"]] == [0, 1]
+        for key in AGGREGATED:
+            values = [row[key] for row in r["per_seed"]]
+            assert r["mean"][key] == pytest.approx(sum(values) / 2)
+            assert r["min"][key] == min(values) and r["max"][key] == max(values)
+            assert r["std"][key] == pytest.approx(abs(values[0] - values[1]) / 2)
+        for row in r["per_seed"]:
+            assert row["rollouts"] == 8 and row["iterations"] == 2
+            assert 0 <= row["before"]["em"] <= 1 and 0 <= row["after"]["f1"] <= 1
+            assert row["before"]["tasks"] == row["after"]["tasks"] == 4
+            assert row["delta_em"] == pytest.approx(row["after"]["em"] - row["before"]["em"])
+            assert row["train_seconds"] > 0 and row["eval_seconds"] > 0
+            assert [p["step"] for p in row["curve"]] == [1, 2]  # eval.every=1
+    # the warm start is recorded, and both groups of start models are warm-started ones
+    assert set(summary["warm_start"]["hierarchy"]) == {"main", "sub"}
+    assert summary["warm_start"]["single"]["single"]["counts"]["sequences"] >= 1
+    assert set(summary["start_models"]["hierarchy"]) == {"main", "sub"}
+    assert summary["verdict"]["order_held"] in (True, False) and "+10 point rise" in summary["verdict"]["text"]
+
+
+def test_modes_share_the_budget_and_mgrpo_and_frozen_sub_share_their_start(compared):
+    out, summary = compared
+    results = summary["results"]
+    assert {results[m]["mean"]["rollouts"] for m in MODES} == {8}
+    for i in range(2):
+        assert results["mgrpo"]["per_seed"][i]["before"] == results["frozen-sub"]["per_seed"][i]["before"]
+        before = {m: (out / f"seed{i}" / m / "eval_before.jsonl").read_text() for m in ("mgrpo", "frozen-sub")}
+        assert before["mgrpo"] == before["frozen-sub"] and before["mgrpo"]
+
+
+def test_eval_episodes_are_readable_by_the_viewer(compared):
+    from mgrpo_algo.view import load_episodes
+
+    out, _ = compared
+    records, total = load_episodes(out / "seed0" / "mgrpo" / "eval_after.jsonl")
+    assert total == 4 and records[0].main is not None and records[0].task["id"]
+    single, _ = load_episodes(out / "seed1" / "single-agent" / "eval_after.jsonl")
+    assert single[0].main.agent == "single_0"
+    assert main(["view", str(out / "seed0" / "mgrpo" / "eval_after.jsonl"), "--out", str(out / "view.html")]) == 0
+
+
+def test_png_report_and_tensorboard(compared):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out, summary = compared
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (out / "report.md").read_text()
+    assert "| mode | start EM | after EM | Δ EM |" in report and "| single-agent |" in report
+    assert "![" in report and "curves.png" in report and summary["verdict"]["text"] in report
+    assert "mgrpo compare --config" in report and (out / "config.yaml").is_file()
+    expected = {
+        "mgrpo": {"main/reward_mean", "main/accuracy", "sub/reward_mean", "sub/expert_mean", "rollouts"},
+        "frozen-sub": {"main/reward_mean", "sub/reward_mean"},
+        "single-agent": {"single/reward_mean", "single/accuracy"},
+    }
+    for mode, tags in expected.items():
+        acc = EventAccumulator(str(out / "tb" / "seed1" / mode))
+        acc.Reload()
+        scalars = set(acc.Tags()["scalars"])
+        assert tags | {"eval/em", "eval/f1", "eval/curve_em"} <= scalars, scalars
+        assert [e.step for e in acc.Scalars("eval/em")] == [0, 2]
+        assert [e.step for e in acc.Scalars("main/reward_mean" if mode != "single-agent" else "single/reward_mean")] == [0, 1]
+    # the sub learner updates in mgrpo only (its step counter is logged), frozen-sub keeps its start
+    tags = {m: set(EventAccumulator(str(out / "tb" / "seed0" / m)).Reload().Tags()["scalars"]) for m in ("mgrpo", "frozen-sub")}
+    assert "sub/step" in tags["mgrpo"] and "sub/step" not in tags["frozen-sub"] and "main/step" in tags["frozen-sub"]
+
+
+def test_the_reproduce_config_loads_back(compared):
+    from mgrpo_algo.config import load_config
+
+    out, _ = compared
+    config = load_config(str(out / "config.yaml"))
+    assert config.eval.limit == 4 and config.eval.every == 1 and config.group_size == 2
+
+
+def test_cli_bad_config_or_mode_exits_2_naming_it(tmp_path, capsys):
+    out = str(tmp_path / "out")
+    assert main(["compare", "--set", "eval.limit=-1", "--out", out]) == 2
+    assert "eval.limit" in capsys.readouterr().err
+    assert main(["compare", "--set", "eval.bogus=1", "--out", out]) == 2
+    assert "eval.bogus" in capsys.readouterr().err
+    assert main(["compare", "--modes", "mgrpo,nope", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mgrpo: bad config:") and "'nope'" in err and "modes" in err
+    assert main(["compare", "--seeds", "0", "--out", out]) == 2
+    assert "--seeds" in capsys.readouterr().err
+    assert main(["compare", "--set", "eval.split=stage9/test", "--set", "scenario_kwargs={num_entities: 50}", "--out", out]) == 2
+    assert "eval.split" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_aggregate_and_verdict_from_numbers():
+    assert aggregate([0.2, 0.4]) == pytest.approx({"mean": 0.3, "std": 0.1, "min": 0.2, "max": 0.4})
+
+    def result(after, delta, std=0.0):
+        return {"mean": {"after_em": after, "delta_em": delta}, "std": {"after_em": std}}
+
+    summary = {"seeds": [0, 1], "results": {"mgrpo": result(0.5, 0.12), "frozen-sub": result(0.4, 0.05),
+                                            "single-agent": result(0.3, 0.01)}}
+    v = verdict(summary)
+    assert v["order_held"] is True and v["rise_held"] is True and "within one standard deviation" not in v["text"]
+    summary["results"]["frozen-sub"] = result(0.55, 0.1, std=0.1)
+    summary["results"]["mgrpo"] = result(0.5, 0.08)
+    v = verdict(summary)
+    assert v["order_held"] is False and v["rise_held"] is False and "mgrpo vs frozen-sub" in v["text"]
+    assert verdict({"seeds": [0], "results": {"single-agent": result(0.1, 0.0)}})["order_held"] is None
+
+
+def test_evaluate_single_scores_the_single_agent_oracle(small_scenario):
+    from mgrpo_algo.evaluate import evaluate_single
+    from mgrpo_env.policies import OraclePolicy
+
+    report, records = evaluate_single(small_scenario, "stage2/test", OraclePolicy(small_scenario, "single"), limit=3, k=2,
+                                      env_kwargs={"max_turns": 24}, progress=False)
+    assert report.num_tasks == 6 and len(records) == 6 and report.agent == "single-agent"
+    assert report.exact_match == 1.0 and report.f1 == 1.0
+    assert all(r.main.agent == "single_0" for r in records) and report.tool_calls.get("search", 0) > 0
