@@ -23,7 +23,7 @@ What ``update`` does, top to bottom:
 
 Token positions: ``logp[:, t]`` is the log-probability of token ``t + 1`` given tokens ``<= t`` (the
 logits at position t predict token t+1); the loss mask is shifted the same way, so ``loss_mask[0]``
-(nothing predicts the first token) never trains. Right padding with an attention mask.
+(nothing predicts the first token) never trains. Right padding, so no attention mask is needed (see ``_forward``).
 
 Mixed precision and LoRA (``LearnerConfig.autocast_dtype`` / ``lora_rank``): every forward runs
 under ``torch.autocast`` in the configured dtype (parameters and AdamW keep ``dtype``; log-probs and
@@ -231,7 +231,9 @@ class RoleLearner:
             columns = torch.nonzero(batch.loss_mask.any(0)).squeeze(-1)  # position t predicts token t+1
         kwargs = {"logits_to_keep": columns} if columns is not None else {}
         with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False, **kwargs).logits
+            # Right padding under causal attention: no real token attends to a pad, so the mask only
+            # slows the kernel down (an explicit 4-D mask instead of the causal fast path).
+            logits = model(input_ids=batch.input_ids, use_cache=False, **kwargs).logits
         logits = logits[:, :length].float() if columns is None else logits.float()
         targets = batch.targets if columns is None else batch.targets[:, columns]
         lse = torch.logsumexp(logits, dim=-1)

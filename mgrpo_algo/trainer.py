@@ -112,7 +112,8 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
         from .models import build_role_models
 
         built = build_role_models(
-            scenario, config.models_dir, {r: config.model_sizes.get(r, {}) for r in missing}, seed=config.seed, roles=missing
+            scenario, config.models_dir, {r: config.model_sizes.get(r, {}) for r in missing}, seed=config.model_seed,
+            roles=missing,
         )
         paths = {role: str(built[role]) for role in missing}
         if config.warm_start.epochs > 0:

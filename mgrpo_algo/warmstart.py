@@ -32,16 +32,23 @@ from mgrpo_env.spaces import ProtocolText
 from .config import WarmStartConfig
 from .hf_policy import ChatPrompter, load_tokenizer
 
-__all__ = ["WarmStartConfig", "demonstrations", "sft_sequences", "sft_train", "warm_start"]
+__all__ = ["WarmStartConfig", "demonstrations", "sft_sequences", "sft_train", "turn_exact_match", "warm_start"]
 
 
 def demonstrations(
-    scenario: Any, world: Any, splits: Sequence[str], max_tasks: int, *, single: bool, limits: Mapping[str, int] | None = None
+    scenario: Any, world: Any, splits: Sequence[str], max_tasks: int, *, single: bool, limits: Mapping[str, int] | None = None,
+    held_out: int = 0, validation: bool = False,
 ) -> dict[str, list[list[dict[str, str]]]]:
-    """Oracle chats per role: {"main": [...], "sub": [...]} or {"single": [...]}, correct episodes only."""
+    """Oracle chats per role: {"main": [...], "sub": [...]} or {"single": [...]}, correct episodes only.
+
+    The last ``held_out`` tasks of each split are kept out of the first ``max_tasks`` demonstrated;
+    ``validation=True`` demonstrates those held-out tasks instead.
+    """
     chats: dict[str, list[list[dict[str, str]]]] = {"single": []} if single else {"main": [], "sub": []}
     for split in splits:
-        tasks = list(scenario.tasks(split))[:max_tasks]
+        every = list(scenario.tasks(split))
+        cut = max(0, len(every) - held_out)
+        tasks = every[cut:] if validation else every[:cut][:max_tasks]
         if single:
             turns = (limits or {}).get("max_main_turns", 6) * (limits or {}).get("max_sub_turns", 4)
             records = collect_single(scenario, tasks, 1, OraclePolicy(scenario, "single"), world=world,
@@ -86,16 +93,24 @@ def sft_sequences(
     return out, {"sequences": len(out), "skipped_too_long": skipped, "noisy_actions": noisy}
 
 
-def sft_train(model: Any, sequences: list[tuple[list[int], list[int]]], cfg: WarmStartConfig, *, pad_id: int) -> dict[str, float]:
+def sft_train(
+    model: Any, sequences: list[tuple[list[int], list[int]]], cfg: WarmStartConfig, *, pad_id: int, desc: str = "warm start",
+    progress: bool = True,
+) -> dict[str, float]:
     """Cross-entropy on the loss-masked tokens (token mean per step), AdamW, ``cfg.epochs`` passes."""
     if not sequences:
         return {"steps": 0, "loss_first": math.nan, "loss_last": math.nan}
+    device = torch.device(cfg.device)
+    model.to(device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     rng = random.Random(cfg.seed)
     model.train()
     losses = []
     started = time.perf_counter()
     tokens = 0
+    positions = 0
+    bar = _bar(cfg.epochs * len(sequences), desc, progress)
     for _ in range(cfg.epochs):
         order = sorted(range(len(sequences)), key=lambda i: (len(sequences[i][0]), rng.random()))
         batches, current, longest = [], [], 0
@@ -113,39 +128,93 @@ def sft_train(model: Any, sequences: list[tuple[list[int], list[int]]], cfg: War
             width = max(len(sequences[i][0]) for i in batch)
             ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
             labels = torch.full((len(batch), width), -100, dtype=torch.long)
-            attention = torch.zeros((len(batch), width), dtype=torch.long)
             for row, i in enumerate(batch):
                 seq, mask = sequences[i]
                 ids[row, : len(seq)] = torch.tensor(seq)
-                attention[row, : len(seq)] = 1
                 labels[row, : len(seq)] = torch.tensor([t if m else -100 for t, m in zip(seq, mask, strict=True)])
-            logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+            ids, labels = ids.to(device), labels.to(device)
+            with autocast:  # right padding under causal attention: no real token sees a pad, no mask needed
+                logits = model(input_ids=ids).logits[:, :-1]
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             losses.append(loss.item())
             tokens += int((labels != -100).sum())
+            positions += ids.numel()
+            if bar is not None:
+                bar.update(len(batch))
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    if bar is not None:
+        bar.close()
+    model.to("cpu")  # saved, validated and rolled out from the CPU copy; the learner moves it again
     model.eval()
     seconds = time.perf_counter() - started
     return {"steps": len(losses), "loss_first": losses[0], "loss_last": losses[-1], "seconds": seconds,
-            "tokens_per_s": tokens / seconds if seconds else 0.0}
+            "tokens_per_s": tokens / seconds if seconds else 0.0,
+            "positions_per_s": positions / seconds if seconds else 0.0}
+
+
+def turn_exact_match(model: Any, sequences: list[tuple[list[int], list[int]]], *, pad_id: int,
+                     batch_tokens: int = 16384) -> dict[str, float]:
+    """Share of demonstrated turns that greedy decoding would reproduce exactly.
+
+    Under teacher forcing a turn (a maximal run of loss-masked tokens) counts when the argmax at
+    each of its positions is the demonstrated token: then greedy decoding emits exactly that turn.
+    Also the token accuracy over all loss positions.
+    """
+    turns = exact = right = total = 0
+    order = sorted(sequences, key=lambda s: len(s[0]))
+    model.eval()
+    with torch.no_grad():
+        start = 0
+        while start < len(order):
+            rows = max(1, batch_tokens // len(order[min(len(order) - 1, start + 7)][0]))  # ~width of the batch
+            batch = order[start : start + rows]
+            start += rows
+            width = max(len(seq) for seq, _ in batch)
+            ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            for row, (seq, _) in enumerate(batch):
+                ids[row, : len(seq)] = torch.tensor(seq)
+            predicted = model(input_ids=ids).logits[:, :-1].argmax(-1)  # right padding: no mask needed
+            for row, (seq, mask) in enumerate(batch):
+                hits = (predicted[row, : len(seq) - 1] == torch.tensor(seq[1:])).tolist()
+                labelled = mask[1:] + [0]  # position i predicts token i + 1; a trailing 0 closes the last turn
+                turn_ok, in_turn = True, False
+                for m, hit in zip(labelled, hits + [True], strict=True):
+                    if m:
+                        turn_ok = (turn_ok and hit) if in_turn else hit
+                        in_turn = True
+                        right, total = right + hit, total + 1
+                    elif in_turn:
+                        turns, exact, in_turn = turns + 1, exact + turn_ok, False
+    return {"turn_exact_match": exact / turns if turns else float("nan"),
+            "token_accuracy": right / total if total else float("nan"), "turns": turns}
+
+
+def _bar(total: int, desc: str, enabled: bool) -> Any:
+    if not enabled or total <= 0:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="seq", leave=False)
 
 
 def warm_start(
     scenario: Any, model_paths: Mapping[str, str], out_dir: str | Path, cfg: WarmStartConfig, *,
-    limits: Mapping[str, int] | None = None,
+    limits: Mapping[str, int] | None = None, progress: bool = True,
 ) -> dict[str, Path]:
     """Warm-start every role of ``model_paths`` into ``out_dir/<role>``; reused when already done.
 
-    The folder's ``warm_start.json`` records the config and source models; a match is reused.
+    The folder's ``warm_start.json`` records the config and source models (a match is reused), the
+    training metrics and the turn exact match on the held-out validation demonstrations.
     """
-    from transformers import AutoModelForCausalLM
 
     out = Path(out_dir)
+    options = {k: getattr(scenario, k) for k in ("page_chars", "search_k", "browser_mode") if hasattr(scenario, k)}
     key = {"config": asdict(cfg), "models": {r: str(p) for r, p in model_paths.items()}, "scenario": scenario.metadata,
-           "limits": dict(limits or {})}
+           "scenario_options": options, "limits": dict(limits or {})}
     key = json.loads(json.dumps(key, default=str))
     done = {role: out / role for role in model_paths}
     if all((p / "warm_start.json").is_file() and json.loads((p / "warm_start.json").read_text())["key"] == key
@@ -153,17 +222,38 @@ def warm_start(
         return done
     single = set(model_paths) == {"single"}
     with scenario.open() as world:
-        chats = demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=single, limits=limits)
+        chats = demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=single, limits=limits,
+                               held_out=cfg.validation_tasks)
+        held = (demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=single, limits=limits,
+                               held_out=cfg.validation_tasks, validation=True) if cfg.validation_tasks else {})
     rng = random.Random(cfg.seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, cfg.torch_threads))
+    try:
+        _fit_roles(model_paths, chats, held, cfg, rng, key, done, progress)
+    finally:
+        torch.set_num_threads(threads)
+    return done
+
+
+def _fit_roles(model_paths: Mapping[str, str], chats: Mapping[str, Any], held: Mapping[str, Any], cfg: WarmStartConfig,
+               rng: random.Random, key: Any, done: Mapping[str, Path], progress: bool) -> None:
+    from transformers import AutoModelForCausalLM
+
     for role, path in model_paths.items():
         tokenizer = load_tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(path)
         sequences, counts = sft_sequences(tokenizer, chats[role], role=role, noise=cfg.noise, rng=rng,
                                           max_seq_tokens=cfg.max_seq_tokens)
-        metrics = sft_train(model, sequences, cfg, pad_id=tokenizer.pad_token_id or 0)
+        pad_id = tokenizer.pad_token_id or 0
+        metrics = sft_train(model, sequences, cfg, pad_id=pad_id, desc=f"warm start {role}", progress=progress)
+        if held.get(role):
+            validation, _ = sft_sequences(tokenizer, held[role], role=role, noise=0.0, rng=random.Random(0),
+                                          max_seq_tokens=cfg.max_seq_tokens)
+            if validation:
+                metrics["validation"] = turn_exact_match(model, validation, pad_id=pad_id)
         target = done[role]
         target.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(target)
         tokenizer.save_pretrained(target)
         (target / "warm_start.json").write_text(json.dumps({"key": key, "counts": counts, "metrics": metrics}, indent=2) + "\n")
-    return done

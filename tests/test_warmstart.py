@@ -6,11 +6,12 @@ import json
 import random
 
 import pytest
+import torch
 
 from mgrpo_algo.config import WarmStartConfig
 from mgrpo_algo.hf_policy import ChatPrompter, load_tokenizer
 from mgrpo_algo.models import build_role_models
-from mgrpo_algo.warmstart import demonstrations, sft_sequences, warm_start
+from mgrpo_algo.warmstart import demonstrations, sft_sequences, turn_exact_match, warm_start
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +48,13 @@ def test_sft_sequences_match_rollout_prompts_and_noise_counts(small_scenario, sm
 
 
 def test_warm_start_lowers_the_loss_and_is_reused(small_scenario, tiny_models, tmp_path):
-    cfg = WarmStartConfig(splits=["stage1/train"], max_tasks=4, epochs=4, lr=3e-3, noise=0.0)
-    out = warm_start(small_scenario, tiny_models, tmp_path / "warm", cfg)
+    cfg = WarmStartConfig(splits=["stage1/train"], max_tasks=4, epochs=4, lr=3e-3, noise=0.0, validation_tasks=2)
+    out = warm_start(small_scenario, tiny_models, tmp_path / "warm", cfg, progress=False)
     for role in ("main", "sub"):
         info = json.loads((out[role] / "warm_start.json").read_text())
         assert info["metrics"]["loss_last"] < info["metrics"]["loss_first"]
+        validation = info["metrics"]["validation"]  # 2 held-out tasks (correct oracle episodes only)
+        assert validation["turns"] >= 2 and 0.0 <= validation["turn_exact_match"] <= validation["token_accuracy"] <= 1.0
         assert (out[role] / "config.json").exists()
     stamp = (out["main"] / "warm_start.json").stat().st_mtime_ns
     again = warm_start(small_scenario, tiny_models, tmp_path / "warm", cfg)
@@ -61,3 +64,49 @@ def test_warm_start_lowers_the_loss_and_is_reused(small_scenario, tiny_models, t
 def test_bad_noise_is_refused():
     with pytest.raises(ValueError, match="warm_start.noise"):
         WarmStartConfig(noise=1.5)
+
+
+def test_held_out_tasks_are_never_demonstrated_for_training(small_scenario, small_world):
+    train = demonstrations(small_scenario, small_world, ["stage1/train"], 10_000, single=False, held_out=3)
+    held = demonstrations(small_scenario, small_world, ["stage1/train"], 10_000, single=False, held_out=3, validation=True)
+    questions = {c[1]["content"] for c in train["main"]}
+    assert len(held["main"]) == 3 and not questions & {c[1]["content"] for c in held["main"]}
+    every = [t.question for t in small_scenario.tasks("stage1/train")]
+    assert [c[1]["content"] for c in held["main"]] == every[-3:]
+
+
+class _NextTokenTable(torch.nn.Module):
+    """Predicts table[token] after each token: argmax decisions set by hand."""
+
+    def __init__(self, table: dict[int, int], vocab: int = 10) -> None:
+        super().__init__()
+        self.table = torch.tensor([table.get(t, 0) for t in range(vocab)])
+        self.vocab = vocab
+
+    def forward(self, input_ids, attention_mask=None):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(logits=torch.nn.functional.one_hot(self.table[input_ids], self.vocab).float())
+
+
+def test_turn_exact_match_by_hand():
+    # turns: tokens 3,4 (predicted after 2 and 3) and token 6 (predicted after 5)
+    seq, mask = [1, 2, 3, 4, 5, 6], [0, 0, 1, 1, 0, 1]
+    model = _NextTokenTable({1: 2, 2: 3, 3: 9, 4: 5, 5: 6})  # 3 -> 9 misses token 4: the first turn fails
+    result = turn_exact_match(model, [(seq, mask)], pad_id=0)
+    assert result == {"turn_exact_match": 0.5, "token_accuracy": 2 / 3, "turns": 2}
+    perfect = turn_exact_match(_NextTokenTable({1: 2, 2: 3, 3: 4, 4: 5, 5: 6}), [(seq, mask), (seq[:4], mask[:4])], pad_id=0)
+    assert perfect == {"turn_exact_match": 1.0, "token_accuracy": 1.0, "turns": 3}
+
+
+def test_right_padded_batches_need_no_attention_mask(tiny_models):
+    # sft_train and turn_exact_match skip the mask: under causal attention real tokens never see right pads
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["main"]).eval()
+    short, long = [5, 9, 14, 3], [7, 8, 9, 10, 11, 12, 13]
+    batch = torch.tensor([short + [0] * 3, long])
+    with torch.no_grad():
+        padded = model(input_ids=batch).logits
+        alone = model(input_ids=torch.tensor([short])).logits
+    assert torch.allclose(padded[0, :4], alone[0], atol=1e-5)
