@@ -37,7 +37,7 @@ __all__ = ["WarmStartConfig", "demonstrations", "sft_sequences", "sft_train", "t
 
 def demonstrations(
     scenario: Any, world: Any, splits: Sequence[str], max_tasks: int, *, single: bool, limits: Mapping[str, int] | None = None,
-    held_out: int = 0, validation: bool = False,
+    held_out: int = 0, validation: bool = False, progress: bool = False,
 ) -> dict[str, list[list[dict[str, str]]]]:
     """Oracle chats per role: {"main": [...], "sub": [...]} or {"single": [...]}, correct episodes only.
 
@@ -49,18 +49,26 @@ def demonstrations(
         every = list(scenario.tasks(split))
         cut = max(0, len(every) - held_out)
         tasks = every[cut:] if validation else every[:cut][:max_tasks]
-        if single:
-            turns = (limits or {}).get("max_main_turns", 6) * (limits or {}).get("max_sub_turns", 4)
-            records = collect_single(scenario, tasks, 1, OraclePolicy(scenario, "single"), world=world,
-                                     env_kwargs={"max_turns": max(turns, 24)})
-            chats["single"] += [r.main.messages for r in records if r.correct]
-        else:
-            policies = {"main": OraclePolicy(scenario, "main"), "sub": OraclePolicy(scenario, "sub")}
-            records = collect(scenario, tasks, 1, policies, world=world, env_kwargs=dict(limits or {}))
-            for r in records:
-                if r.correct:
-                    chats["main"].append(r.main.messages)
-                    chats["sub"] += [s.messages for s in r.subs]
+        bar = _bar(len(tasks), f"oracle demonstrations {split}" + (" (validation)" if validation else ""), progress,
+                   unit="task")
+        for start in range(0, len(tasks), 50):
+            chunk = tasks[start : start + 50]
+            if single:
+                turns = (limits or {}).get("max_main_turns", 6) * (limits or {}).get("max_sub_turns", 4)
+                records = collect_single(scenario, chunk, 1, OraclePolicy(scenario, "single"), world=world,
+                                         env_kwargs={"max_turns": max(turns, 24)})
+                chats["single"] += [r.main.messages for r in records if r.correct]
+            else:
+                policies = {"main": OraclePolicy(scenario, "main"), "sub": OraclePolicy(scenario, "sub")}
+                records = collect(scenario, chunk, 1, policies, world=world, env_kwargs=dict(limits or {}))
+                for r in records:
+                    if r.correct:
+                        chats["main"].append(r.main.messages)
+                        chats["sub"] += [s.messages for s in r.subs]
+            if bar is not None:
+                bar.update(len(chunk))
+        if bar is not None:
+            bar.close()
     return chats
 
 
@@ -193,12 +201,12 @@ def turn_exact_match(model: Any, sequences: list[tuple[list[int], list[int]]], *
             "token_accuracy": right / total if total else float("nan"), "turns": turns}
 
 
-def _bar(total: int, desc: str, enabled: bool) -> Any:
+def _bar(total: int, desc: str, enabled: bool, unit: str = "seq") -> Any:
     if not enabled or total <= 0:
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="seq", leave=False)
+    return tqdm(total=total, desc=desc, unit=unit, leave=False)
 
 
 def warm_start(
@@ -223,7 +231,7 @@ def warm_start(
     single = set(model_paths) == {"single"}
     with scenario.open() as world:
         chats = demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=single, limits=limits,
-                               held_out=cfg.validation_tasks)
+                               held_out=cfg.validation_tasks, progress=progress)
         held = (demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=single, limits=limits,
                                held_out=cfg.validation_tasks, validation=True) if cfg.validation_tasks else {})
     rng = random.Random(cfg.seed)

@@ -144,19 +144,29 @@ class WikiHops:
         root.parent.mkdir(parents=True, exist_ok=True)
         tmp = root.parent / f".{root.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
+        from tqdm import tqdm
+
+        bar = tqdm(total=3, desc=f"building wiki-hops world ({self.num_entities} entities)", unit="phase", leave=False,
+                   disable=os.environ.get("MGRPO_PROGRESS", "1") == "0")
         try:
             t0 = time.perf_counter()
+            bar.set_postfix_str("entities and questions")
             world = self.graph()
             tasks = generate_tasks(world, self.split_sizes)
             t1 = time.perf_counter()
+            bar.update()
+            bar.set_postfix_str("pages")
             site = write_site(world, tmp / "pages")
             with (tmp / "tasks.jsonl").open("w", encoding="utf-8") as f:
                 for split in SPLITS:
                     for task in tasks[split]:
                         f.write(json.dumps(task.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
             t2 = time.perf_counter()
+            bar.update()
+            bar.set_postfix_str("search index")
             TantivyIndex.build(tmp / "pages", tmp / "index", glob="wiki/*.html")
             t3 = time.perf_counter()
+            bar.update()
             manifest = {
                 "scenario": self.name,
                 "metadata": self.metadata,
@@ -179,6 +189,8 @@ class WikiHops:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            bar.close()
         return root
 
     def manifest(self) -> dict[str, Any]:
