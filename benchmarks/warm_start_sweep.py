@@ -54,7 +54,13 @@ from common import RESULTS, report  # noqa: E402
 
 from mgrpo_algo.hf_policy import load_tokenizer  # noqa: E402
 from mgrpo_algo.models import ROLES, build_role_models, build_tiny_model, count_parameters  # noqa: E402
-from mgrpo_algo.warmstart import demonstrations, sft_sequences, turn_exact_match  # noqa: E402
+from mgrpo_algo.warmstart import (  # noqa: E402
+    demonstrations,
+    padded_batch,
+    sft_sequences,
+    token_budget_batches,
+    turn_exact_match,
+)
 
 LIMITS = {"max_main_turns": 6, "max_sub_turns": 4, "max_delegations": 4}
 TRAIN_SPLITS = ["stage1/train", "stage2/train"]
@@ -99,23 +105,6 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Path]:
     return files
 
 
-def batches(sequences: list[tuple[list[int], list[int]]], batch_tokens: int, rng: random.Random) -> list[list[int]]:
-    """``sft_train``'s batching: length-sorted packing under the padded-token budget, then shuffled."""
-    order = sorted(range(len(sequences)), key=lambda i: (len(sequences[i][0]), rng.random()))
-    out, current, longest = [], [], 0
-    for i in order:
-        longest_next = max(longest, len(sequences[i][0]))
-        if current and longest_next * (len(current) + 1) > batch_tokens:
-            out.append(current)
-            current, longest_next = [], len(sequences[i][0])
-        current.append(i)
-        longest = longest_next
-    if current:
-        out.append(current)
-    rng.shuffle(out)
-    return out
-
-
 class OnDevice(torch.nn.Module):
     """Lets ``turn_exact_match`` (CPU tensors in, CPU logits out) evaluate a model on any device."""
 
@@ -149,15 +138,9 @@ def run_config(spec: dict[str, Any]) -> list[dict[str, Any]]:
         model.train()
         t0 = time.perf_counter()
         loss_sum, epoch_steps = torch.zeros((), device=device), 0
-        for batch in batches(train, spec["batch_tokens"], rng):
-            width = max(len(train[i][0]) for i in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            labels = torch.full((len(batch), width), -100, dtype=torch.long)
-            for row, i in enumerate(batch):
-                seq, mask = train[i]
-                ids[row, : len(seq)] = torch.tensor(seq)
-                labels[row, : len(seq)] = torch.tensor([t if m else -100 for t, m in zip(seq, mask, strict=True)])
-                tokens += len(seq)
+        for batch in token_budget_batches(train, spec["batch_tokens"], rng):
+            ids, labels = padded_batch(train, batch, pad)
+            tokens += sum(len(train[i][0]) for i in batch)
             loss_tokens += int((labels != -100).sum())
             ids, labels = ids.to(device), labels.to(device)
             with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):  # right padding: no mask needed

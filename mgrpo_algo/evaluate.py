@@ -190,48 +190,11 @@ def evaluate_hierarchy(
     """
     from mgrpo_env.rollout import collect
 
-    t0 = time.perf_counter()
-    if hasattr(scenario, "build"):
-        scenario.build()
-    build_seconds = time.perf_counter() - t0
-    tasks = list(scenario.tasks(split))[:limit]
-    if not tasks:
-        raise ValueError(f"split {split!r} of {scenario.name!r} has no tasks")
-    records: list[Any] = []
-    t1 = time.perf_counter()
-    with scenario.open() as world:
-        open_seconds = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        bar = _progress(len(tasks) * k, progress, f"{scenario.name} {split}")
-        for start in range(0, len(tasks), batch_size):
-            batch = tasks[start : start + batch_size]
-            records += collect(scenario, batch, k, policies, world=world, seed=seed + start * k, env_kwargs=env_kwargs)
-            if bar is not None:
-                bar.update(len(batch) * k)
-                bar.set_postfix(acc=f"{sum(r.correct for r in records) / len(records):.3f}")
-        if bar is not None:
-            bar.close()
-        eval_seconds = time.perf_counter() - t2
-    outcomes = [
-        TaskOutcome(
-            task_id=r.task["id"],
-            kind=r.task.get("kind", ""),
-            question=r.task["question"],
-            gold=r.task["answer"],
-            prediction=r.final_answer or "",
-            correct=r.correct,
-            f1=token_f1(r.final_answer or "", r.task["answer"], r.task.get("aliases", ())),
-            seconds=r.wall_s,
-            steps=[
-                {"tool": c.tool, "ok": c.ok, "latency_s": c.latency_s, "via": c.meta.get("via")}
-                for traj in [r.main, *r.subs]
-                for c in traj.tool_calls
-            ],
-        )
-        for r in records
-    ]
-    report = _report(scenario.name, split, agent_name, outcomes, build_seconds, open_seconds, eval_seconds)
-    return report, records
+    def run(batch: list[Task], world: Any, batch_seed: int) -> list[Any]:
+        return collect(scenario, batch, k, policies, world=world, seed=batch_seed, env_kwargs=env_kwargs)
+
+    return _evaluate_records(scenario, split, run, agent_name=agent_name, k=k, limit=limit, batch_size=batch_size,
+                             seed=seed, progress=progress, desc=f"{scenario.name} {split}")
 
 
 def evaluate_single(
@@ -254,6 +217,18 @@ def evaluate_single(
     """
     from mgrpo_env.rollout import collect_single
 
+    def run(batch: list[Task], world: Any, batch_seed: int) -> list[Any]:
+        return collect_single(scenario, batch, k, policy, world=world, seed=batch_seed, env_kwargs=env_kwargs)
+
+    return _evaluate_records(scenario, split, run, agent_name=agent_name, k=k, limit=limit, batch_size=batch_size,
+                             seed=seed, progress=progress, desc=f"{scenario.name} {split} (single)")
+
+
+def _evaluate_records(
+    scenario: Scenario, split: str, run: Callable[[list[Task], Any, int], list[Any]], *, agent_name: str, k: int,
+    limit: int | None, batch_size: int, seed: int, progress: bool, desc: str,
+) -> tuple[EvalReport, list[Any]]:
+    """Build, open the world once, ``run`` the tasks in batches (K rollouts each), report."""
     t0 = time.perf_counter()
     if hasattr(scenario, "build"):
         scenario.build()
@@ -266,10 +241,10 @@ def evaluate_single(
     with scenario.open() as world:
         open_seconds = time.perf_counter() - t1
         t2 = time.perf_counter()
-        bar = _progress(len(tasks) * k, progress, f"{scenario.name} {split} (single)")
+        bar = _progress(len(tasks) * k, progress, desc)
         for start in range(0, len(tasks), batch_size):
             batch = tasks[start : start + batch_size]
-            records += collect_single(scenario, batch, k, policy, world=world, seed=seed + start * k, env_kwargs=env_kwargs)
+            records += run(batch, world, seed + start * k)
             if bar is not None:
                 bar.update(len(batch) * k)
                 bar.set_postfix(acc=f"{sum(r.correct for r in records) / len(records):.3f}")

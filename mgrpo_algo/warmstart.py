@@ -32,7 +32,8 @@ from mgrpo_env.spaces import ProtocolText
 from .config import WarmStartConfig
 from .hf_policy import ChatPrompter, load_tokenizer
 
-__all__ = ["WarmStartConfig", "demonstrations", "sft_sequences", "sft_train", "turn_exact_match", "warm_start"]
+__all__ = ["WarmStartConfig", "demonstrations", "padded_batch", "sft_sequences", "sft_train", "token_budget_batches", "turn_exact_match",
+           "warm_start"]
 
 
 def demonstrations(
@@ -101,6 +102,40 @@ def sft_sequences(
     return out, {"sequences": len(out), "skipped_too_long": skipped, "noisy_actions": noisy}
 
 
+def token_budget_batches(sequences: Sequence[tuple[list[int], list[int]]], batch_tokens: int,
+                         rng: random.Random) -> list[list[int]]:
+    """Indices of ``sequences`` packed, sorted by length (ties at random), into batches of at most
+    ``batch_tokens`` padded tokens (a longer sequence gets a batch of its own), in shuffled order."""
+    order = sorted(range(len(sequences)), key=lambda i: (len(sequences[i][0]), rng.random()))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        longest_next = max(longest, len(sequences[i][0]))
+        if current and longest_next * (len(current) + 1) > batch_tokens:
+            batches.append(current)
+            current, longest_next = [], len(sequences[i][0])
+        current.append(i)
+        longest = longest_next
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+def padded_batch(sequences: Sequence[tuple[list[int], list[int]]], batch: Sequence[int],
+                 pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``(input_ids, labels)`` of ``sequences[batch]``; labels are -100 off the loss mask."""
+    width = max(len(sequences[i][0]) for i in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    for row, i in enumerate(batch):
+        seq, mask = sequences[i]
+        ids[row, : len(seq)] = torch.tensor(seq)
+        labels[row, : len(seq)] = torch.tensor([t if m else -100 for t, m in zip(seq, mask, strict=True)])
+    return ids, labels
+
+
 def sft_train(
     model: Any, sequences: list[tuple[list[int], list[int]]], cfg: WarmStartConfig, *, pad_id: int, desc: str = "warm start",
     progress: bool = True,
@@ -120,26 +155,8 @@ def sft_train(
     positions = 0
     bar = _bar(cfg.epochs * len(sequences), desc, progress)
     for _ in range(cfg.epochs):
-        order = sorted(range(len(sequences)), key=lambda i: (len(sequences[i][0]), rng.random()))
-        batches, current, longest = [], [], 0
-        for i in order:  # length-sorted packing under the token budget, then shuffled batches
-            longest_next = max(longest, len(sequences[i][0]))
-            if current and longest_next * (len(current) + 1) > cfg.batch_tokens:
-                batches.append(current)
-                current, longest_next = [], len(sequences[i][0])
-            current.append(i)
-            longest = longest_next
-        if current:
-            batches.append(current)
-        rng.shuffle(batches)
-        for batch in batches:
-            width = max(len(sequences[i][0]) for i in batch)
-            ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-            labels = torch.full((len(batch), width), -100, dtype=torch.long)
-            for row, i in enumerate(batch):
-                seq, mask = sequences[i]
-                ids[row, : len(seq)] = torch.tensor(seq)
-                labels[row, : len(seq)] = torch.tensor([t if m else -100 for t, m in zip(seq, mask, strict=True)])
+        for batch in token_budget_batches(sequences, cfg.batch_tokens, rng):
+            ids, labels = padded_batch(sequences, batch, pad_id)
             ids, labels = ids.to(device), labels.to(device)
             with autocast:  # right padding under causal attention: no real token sees a pad, no mask needed
                 logits = model(input_ids=ids).logits[:, :-1]
