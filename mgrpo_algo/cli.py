@@ -140,11 +140,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .compare import log_scalars
     from .trainer import Trainer
 
-    # tensorboard --logdir OUT_DIR/tb; flushed every few seconds, so a crashed run keeps its scalars
-    writer = SummaryWriter(log_dir=str(Path(config.out_dir) / "tb"), flush_secs=5)
+    # tensorboard --logdir OUT_DIR/tb; flushed every few seconds, so a crashed run keeps its scalars.
+    # Opened at the first iteration: a run refused before it starts leaves no empty log folder.
+    writers: list[Any] = []
 
     def log(metrics: dict[str, Any]) -> None:
-        log_scalars(writer, metrics, int(metrics["iteration"]))
+        if not writers:
+            writers.append(SummaryWriter(log_dir=str(Path(config.out_dir) / "tb"), flush_secs=5))
+        log_scalars(writers[0], metrics, int(metrics["iteration"]))
         role = "single" if config.mode == "single-agent" else "main"
         print(
             f"iter {metrics['iteration']:>3} {metrics['split']:<13} {role} reward {metrics[f'{role}/reward_mean']:.3f} "
@@ -168,7 +171,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             return 2
         with trainer:
             history = trainer.run()
-    writer.close()
+    for writer in writers:
+        writer.close()
     print(f"{len(history)} iterations; metrics in {config.out_dir}/metrics.jsonl, episodes in {config.out_dir}/episodes.jsonl, "
           f"TensorBoard in {config.out_dir}/tb")
     return 0
