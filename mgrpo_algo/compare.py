@@ -64,6 +64,13 @@ def check_compare(config: TrainConfig, seeds: int, modes: Sequence[str]) -> Any:
         raise ValueError(f"config field 'scenario': {exc.args[0]}") from None
     except TypeError as exc:
         raise ValueError(f"config field 'scenario_kwargs': {exc}") from None
+    import torch
+
+    for field_name, device in [("warm_start.device", config.warm_start.device)] + [
+        (f"{role}.learner.device", getattr(config, role).learner.device) for role in ("main", "sub", "single")
+    ]:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"config field '{field_name}' is {device!r} but torch sees no CUDA device")
     if config.eval.split not in scenario.splits():
         raise ValueError(f"config field 'eval.split': {config.eval.split!r} is not a split of {config.scenario} "
                          f"({', '.join(scenario.splits())})")

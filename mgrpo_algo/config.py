@@ -270,6 +270,9 @@ class WarmStartConfig:
             raise ValueError(f"config field 'warm_start.noise' must be in [0, 1], got {self.noise}")
         if self.validation_tasks < 0:
             raise ValueError(f"config field 'warm_start.validation_tasks' must be >= 0, got {self.validation_tasks}")
+        if not isinstance(self.device, str) or self.device.split(":")[0] not in _DEVICE_TYPES:
+            raise ValueError(f"config field 'warm_start.device' must be a torch device string "
+                             f"({', '.join(_DEVICE_TYPES)}), got {self.device!r}")
         if self.epochs < 0 or self.max_tasks < 1 or self.batch_tokens < 64:
             raise ValueError("config fields 'warm_start.epochs' >= 0, 'max_tasks' >= 1, 'batch_tokens' >= 64")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from mgrpo_algo.cli import main
 from mgrpo_algo.compare import AGGREGATED, MODES, aggregate, verdict
@@ -137,6 +138,13 @@ def test_cli_bad_config_or_mode_exits_2_naming_it(tmp_path, capsys):
     assert "--seeds" in capsys.readouterr().err
     assert main(["compare", "--set", "eval.split=stage9/test", "--set", "scenario_kwargs={num_entities: 50}", "--out", out]) == 2
     assert "eval.split" in capsys.readouterr().err
+    assert main(["compare", "--set", "warm_start.device=tpu9", "--out", out]) == 2
+    assert "warm_start.device" in capsys.readouterr().err
+    if not torch.cuda.is_available():  # a CUDA config on a CPU machine is refused before any work
+        assert main(["compare", "--set", "warm_start.device=cuda", "--set", "scenario_kwargs={num_entities: 50}",
+                     "--out", out]) == 2
+        err = capsys.readouterr().err
+        assert "warm_start.device" in err and "no CUDA device" in err
     assert not (tmp_path / "out").exists()
 
 
