@@ -7,9 +7,9 @@
 
 What it measures: per (role, size, learning rate, batch tokens), tiny Qwen2 models
 (``build_tiny_model``) are fitted by cross-entropy on the oracle's demonstrations of stage1/train +
-stage2/train (``demonstrations`` + ``sft_sequences``, noise 0 by default) as ``sft_train`` fits
-them (length-sorted packing under a padded-token budget, shuffled batches, right padding without
-attention mask, AdamW, clip 1.0; written out because each ``sft_train`` call starts a fresh AdamW).
+stage2/train (``demonstrations`` + ``sft_sequences``, noise 0 by default) by the warm start's own
+``sft_train`` (length-sorted packing under a padded-token budget, shuffled batches, right padding
+without attention mask, AdamW, clip 1.0), evaluated from its ``on_epoch`` callback.
 At checkpoint epochs the held-out turn exact match on stage1/test and stage2/test demonstrations
 (``turn_exact_match``: share of assistant turns that greedy decoding reproduces exactly) is
 appended as one JSON line per checkpoint; a table and results/warm_start_sweep.json follow.
@@ -43,22 +43,20 @@ import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, report  # noqa: E402
 
+from mgrpo_algo.config import WarmStartConfig  # noqa: E402
 from mgrpo_algo.hf_policy import load_tokenizer  # noqa: E402
 from mgrpo_algo.models import ROLES, build_role_models, build_tiny_model, count_parameters  # noqa: E402
 from mgrpo_algo.warmstart import (  # noqa: E402
     demonstrations,
-    padded_batch,
     sft_sequences,
-    token_budget_batches,
+    sft_train,
     turn_exact_match,
 )
 
@@ -105,67 +103,36 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Path]:
     return files
 
 
-class OnDevice(torch.nn.Module):
-    """Lets ``turn_exact_match`` (CPU tensors in, CPU logits out) evaluate a model on any device."""
-
-    def __init__(self, model: torch.nn.Module, device: str) -> None:
-        super().__init__()
-        self.model, self.device = model, device
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> SimpleNamespace:
-        mask = None if attention_mask is None else attention_mask.to(self.device)
-        with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.device == "cuda"):
-            logits = self.model(input_ids=input_ids.to(self.device), attention_mask=mask).logits
-        return SimpleNamespace(logits=logits.float().cpu())
-
-
 # --------------------------------------------------------------------------- one config
 
 
 def run_config(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Train one (role, size, lr, batch) config; one record per checkpoint, appended to ``spec['out']``."""
+    """Train one (role, size, lr, batch) config with the project's ``sft_train``; one record per
+    checkpoint epoch (held-out turn exact match), appended to ``spec['out']``."""
     torch.set_num_threads(spec["threads"])
-    device = spec["device"]
     blob = pickle.loads(Path(spec["data"]).read_bytes())
     train, pad = blob["train"], blob["pad"]
     model = build_tiny_model(load_tokenizer(blob["tokenizer"]), None, hidden_size=spec["hidden"],
-                             num_layers=spec["layers"], seed=ROLES.index(spec["role"])).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.0)
-    rng = random.Random(0)
-    records, steps, tokens, loss_tokens, train_s = [], 0, 0, 0, 0.0
+                             num_layers=spec["layers"], seed=ROLES.index(spec["role"]))
+    cfg = WarmStartConfig(epochs=spec["epochs"], lr=spec["lr"], batch_tokens=spec["batch_tokens"], device=spec["device"],
+                          seed=0)
+    records: list[dict[str, Any]] = []
     started = time.perf_counter()
-    for epoch in range(1, spec["epochs"] + 1):
-        model.train()
-        t0 = time.perf_counter()
-        loss_sum, epoch_steps = torch.zeros((), device=device), 0
-        for batch in token_budget_batches(train, spec["batch_tokens"], rng):
-            ids, labels = padded_batch(train, batch, pad)
-            tokens += sum(len(train[i][0]) for i in batch)
-            loss_tokens += int((labels != -100).sum())
-            ids, labels = ids.to(device), labels.to(device)
-            with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):  # right padding: no mask needed
-                logits = model(input_ids=ids).logits[:, :-1]
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            loss_sum += loss.detach()
-            steps, epoch_steps = steps + 1, epoch_steps + 1
-        if device == "cuda":
-            torch.cuda.synchronize()
-        train_s += time.perf_counter() - t0
+
+    def checkpoint(stats: dict[str, float]) -> None:
+        epoch = int(stats["epoch"])
         if epoch not in spec["checkpoints"] and epoch != spec["epochs"]:
-            continue
+            return
+        train_s = stats["train_s"]
         record = {
             "role": spec["role"], "hidden": spec["hidden"], "layers": spec["layers"], "lr": spec["lr"],
-            "batch_tokens": spec["batch_tokens"], "params": count_parameters(model), "device": device,
-            "threads": spec["threads"], "epoch": epoch, "steps": steps, "tokens": tokens, "loss_tokens": loss_tokens,
-            "train_seqs": len(train), "loss": round(float(loss_sum) / max(1, epoch_steps), 4),
-            "train_s": round(train_s, 1), "tokens_per_s": round(tokens / train_s, 1) if train_s else None,
+            "batch_tokens": spec["batch_tokens"], "params": count_parameters(model), "device": spec["device"],
+            "threads": spec["threads"], "epoch": epoch, "steps": stats["steps"], "tokens": stats["tokens"],
+            "loss_tokens": stats["loss_tokens"], "train_seqs": len(train), "loss": round(stats["loss"], 4),
+            "train_s": round(train_s, 1), "tokens_per_s": round(stats["tokens"] / train_s, 1) if train_s else None,
         }
         for name in HELD_OUT:
-            em = turn_exact_match(OnDevice(model, device), blob[name], pad_id=pad)
+            em = turn_exact_match(model, blob[name], pad_id=pad)
             record[name] = {"turn_em": em["turn_exact_match"], "token_acc": em["token_accuracy"], "turns": em["turns"]}
         record["wall"] = round(time.perf_counter() - started, 1)
         with open(spec["out"], "a") as f:
@@ -173,6 +140,8 @@ def run_config(spec: dict[str, Any]) -> list[dict[str, Any]]:
         print(f"  {label(record)} epoch {epoch}: stage-2 turn EM {record['stage2']['turn_em']:.3f}, "
               f"loss {record['loss']}, {record['wall']} s", flush=True)
         records.append(record)
+
+    sft_train(model, train, cfg, pad_id=pad, progress=False, on_epoch=checkpoint)
     return records
 
 

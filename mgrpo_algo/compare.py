@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import TRAIN_MODES, TrainConfig, config_to_dict
+from .config import TRAIN_MODES, TrainConfig, config_to_dict, single_agent_turns
 
 __all__ = ["MODES", "check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate"]
 
@@ -120,8 +120,7 @@ def _evaluate(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *
     e = config.eval
     common = {"agent_name": name, "k": e.samples, "limit": limit or None, "seed": seed, "progress": progress}
     if "single" in policies:
-        turns = config.limits.get("max_main_turns", 6) * config.limits.get("max_sub_turns", 4)
-        env_kwargs = {"max_turns": turns, "main_weights": config.main_weights}
+        env_kwargs = {"max_turns": single_agent_turns(config.limits), "main_weights": config.main_weights}
         report, records = evaluate_single(scenario, e.split, policies["single"], env_kwargs=env_kwargs, **common)
     else:
         rewards = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(None))

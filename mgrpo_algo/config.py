@@ -7,7 +7,7 @@ Each dataclass checks its fields (and fields against each other) in ``__post_ini
 from __future__ import annotations
 
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ __all__ = [
     "AUTOCAST_DTYPES",
     "DTYPES",
     "EvalConfig",
+    "single_agent_turns",
     "GenerationConfig",
     "RoleConfig",
     "StageConfig",
@@ -385,6 +386,11 @@ class TrainConfig:
         _check(len(self.sub_weights) == 3, "sub_weights", "needs 3 values (b1, b2, b3)")
         _check(self.torch_threads >= 1, "torch_threads", "must be >= 1")
         _check(bool(self.stages), "stages", "needs at least one stage")
+
+
+def single_agent_turns(limits: Mapping[str, int]) -> int:
+    """The single agent's turn budget: the hierarchy's main turns times sub turns (same action budget)."""
+    return limits.get("max_main_turns", 6) * limits.get("max_sub_turns", 4)
 
 
 def _check(ok: bool, name: str, message: str) -> None:

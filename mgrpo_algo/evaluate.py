@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from mgrpo_scenarios import Scenario, Task, Verdict
 from mgrpo_scenarios.verifiers import token_f1
 
@@ -155,16 +157,14 @@ def evaluate(
     with scenario.open() as world:
         open_seconds = time.perf_counter() - t1
         t2 = time.perf_counter()
-        bar = _progress(len(tasks), progress, f"{scenario.name} {split}")
+        bar = tqdm(total=len(tasks), desc=f"{scenario.name} {split}", unit="task", disable=not progress)
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             futures = [pool.submit(_run_one, scenario, agent, task, world.make_tools()) for task in tasks]
             for future in as_completed(futures):
                 outcomes.append(future.result())
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(acc=f"{sum(o.correct for o in outcomes) / len(outcomes):.3f}")
-        if bar is not None:
-            bar.close()
+                bar.update(1)
+                bar.set_postfix(acc=f"{sum(o.correct for o in outcomes) / len(outcomes):.3f}")
+        bar.close()
         eval_seconds = time.perf_counter() - t2
     order = {task.id: i for i, task in enumerate(tasks)}
     outcomes.sort(key=lambda o: order[o.task_id])
@@ -241,15 +241,13 @@ def _evaluate_records(
     with scenario.open() as world:
         open_seconds = time.perf_counter() - t1
         t2 = time.perf_counter()
-        bar = _progress(len(tasks) * k, progress, desc)
+        bar = tqdm(total=len(tasks) * k, desc=desc, unit="task", disable=not progress)
         for start in range(0, len(tasks), batch_size):
             batch = tasks[start : start + batch_size]
             records += run(batch, world, seed + start * k)
-            if bar is not None:
-                bar.update(len(batch) * k)
-                bar.set_postfix(acc=f"{sum(r.correct for r in records) / len(records):.3f}")
-        if bar is not None:
-            bar.close()
+            bar.update(len(batch) * k)
+            bar.set_postfix(acc=f"{sum(r.correct for r in records) / len(records):.3f}")
+        bar.close()
         eval_seconds = time.perf_counter() - t2
     outcomes = [_record_outcome(r) for r in records]
     return _report(scenario.name, split, agent_name, outcomes, build_seconds, open_seconds, eval_seconds), records
@@ -272,14 +270,6 @@ def _record_outcome(r: Any) -> TaskOutcome:
             for c in traj.tool_calls
         ],
     )
-
-
-def _progress(total: int, enabled: bool, desc: str) -> Any:
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="task")
 
 
 def _report(

@@ -35,7 +35,7 @@ from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.rollout import CollectStats, collect, collect_single
 
 from .advantages import aligned_sub_advantages, group_stats, main_advantages
-from .config import RoleConfig, TrainConfig, config_to_dict
+from .config import RoleConfig, TrainConfig, config_to_dict, single_agent_turns
 from .hf_policy import TransformersPolicy
 from .learner import RoleLearner
 from .sequences import TokenSequence, trajectory_sequence
@@ -230,8 +230,7 @@ class Trainer:
         seed = cfg.seed + self.iteration * 10_000
         single = cfg.mode == "single-agent"
         if single:
-            limits = cfg.limits
-            turns = limits.get("max_main_turns", 6) * limits.get("max_sub_turns", 4)
+            turns = single_agent_turns(cfg.limits)
             records = collect_single(
                 self.scenario, batch, cfg.group_size, self.policies["single"], world=world, seed=seed,
                 max_workers=cfg.max_workers, env_kwargs={"max_turns": turns, "main_weights": cfg.main_weights}, stats=stats,

@@ -17,19 +17,20 @@ import json
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from mgrpo_env.policies import OraclePolicy
 from mgrpo_env.rollout import collect, collect_single
 from mgrpo_env.spaces import ProtocolText
 
-from .config import WarmStartConfig
+from .config import WarmStartConfig, single_agent_turns
 from .hf_policy import ChatPrompter, load_tokenizer
 
 __all__ = ["WarmStartConfig", "demonstrations", "padded_batch", "sft_sequences", "sft_train", "token_budget_batches", "turn_exact_match",
@@ -46,30 +47,28 @@ def demonstrations(
     ``validation=True`` demonstrates those held-out tasks instead.
     """
     chats: dict[str, list[list[dict[str, str]]]] = {"single": []} if single else {"main": [], "sub": []}
+    single_policy = OraclePolicy(scenario, "single") if single else None
+    single_env = {"max_turns": max(single_agent_turns(limits or {}), 24)}  # room for the oracle's longest chains
+    policies = {} if single else {"main": OraclePolicy(scenario, "main"), "sub": OraclePolicy(scenario, "sub")}
     for split in splits:
         every = list(scenario.tasks(split))
         cut = max(0, len(every) - held_out)
         tasks = every[cut:] if validation else every[:cut][:max_tasks]
-        bar = _bar(len(tasks), f"oracle demonstrations {split}" + (" (validation)" if validation else ""), progress,
-                   unit="task")
-        for start in range(0, len(tasks), 50):
+        bar = tqdm(total=len(tasks), desc=f"oracle demonstrations {split}" + (" (validation)" if validation else ""),
+                   unit="task", leave=False, disable=not progress)
+        for start in range(0, len(tasks), 50):  # chunks only to move the progress bar
             chunk = tasks[start : start + 50]
             if single:
-                turns = (limits or {}).get("max_main_turns", 6) * (limits or {}).get("max_sub_turns", 4)
-                records = collect_single(scenario, chunk, 1, OraclePolicy(scenario, "single"), world=world,
-                                         env_kwargs={"max_turns": max(turns, 24)})
+                records = collect_single(scenario, chunk, 1, single_policy, world=world, env_kwargs=single_env)
                 chats["single"] += [r.main.messages for r in records if r.correct]
             else:
-                policies = {"main": OraclePolicy(scenario, "main"), "sub": OraclePolicy(scenario, "sub")}
                 records = collect(scenario, chunk, 1, policies, world=world, env_kwargs=dict(limits or {}))
                 for r in records:
                     if r.correct:
                         chats["main"].append(r.main.messages)
                         chats["sub"] += [s.messages for s in r.subs]
-            if bar is not None:
-                bar.update(len(chunk))
-        if bar is not None:
-            bar.close()
+            bar.update(len(chunk))
+        bar.close()
     return chats
 
 
@@ -138,9 +137,14 @@ def padded_batch(sequences: Sequence[tuple[list[int], list[int]]], batch: Sequen
 
 def sft_train(
     model: Any, sequences: list[tuple[list[int], list[int]]], cfg: WarmStartConfig, *, pad_id: int, desc: str = "warm start",
-    progress: bool = True,
+    progress: bool = True, on_epoch: Callable[[dict[str, float]], None] | None = None,
 ) -> dict[str, float]:
-    """Cross-entropy on the loss-masked tokens (token mean per step), AdamW, ``cfg.epochs`` passes."""
+    """Cross-entropy on the loss-masked tokens (token mean per step), AdamW, ``cfg.epochs`` passes.
+
+    ``on_epoch(stats)`` runs after each epoch with the model still on ``cfg.device`` (stats: epoch,
+    steps, tokens, loss_tokens, loss = the epoch's mean, train_s = training time so far, the
+    callbacks' own time excluded): the sweep benchmark evaluates its checkpoints there.
+    """
     if not sequences:
         return {"steps": 0, "loss_first": math.nan, "loss_last": math.nan}
     device = torch.device(cfg.device)
@@ -148,15 +152,18 @@ def sft_train(
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     rng = random.Random(cfg.seed)
-    model.train()
-    losses = []
-    started = time.perf_counter()
-    tokens = 0
-    positions = 0
-    bar = _bar(cfg.epochs * len(sequences), desc, progress)
-    for _ in range(cfg.epochs):
+    losses: list[float] = []
+    tokens = loss_tokens = positions = 0
+    train_s = 0.0
+    bar = tqdm(total=cfg.epochs * len(sequences), desc=desc, unit="seq", leave=False, disable=not progress)
+    for epoch in range(1, cfg.epochs + 1):
+        model.train()
+        started, first = time.perf_counter(), len(losses)
         for batch in token_budget_batches(sequences, cfg.batch_tokens, rng):
             ids, labels = padded_batch(sequences, batch, pad_id)
+            tokens += sum(len(sequences[i][0]) for i in batch)
+            loss_tokens += int((labels != -100).sum())
+            positions += ids.numel()
             ids, labels = ids.to(device), labels.to(device)
             with autocast:  # right padding under causal attention: no real token sees a pad, no mask needed
                 logits = model(input_ids=ids).logits[:, :-1]
@@ -166,19 +173,18 @@ def sft_train(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             losses.append(loss.item())
-            tokens += int((labels != -100).sum())
-            positions += ids.numel()
-            if bar is not None:
-                bar.update(len(batch))
-                bar.set_postfix(loss=f"{losses[-1]:.3f}")
-    if bar is not None:
-        bar.close()
+            bar.update(len(batch))
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        train_s += time.perf_counter() - started
+        if on_epoch is not None:
+            on_epoch({"epoch": epoch, "steps": len(losses), "tokens": tokens, "loss_tokens": loss_tokens,
+                      "loss": sum(losses[first:]) / max(1, len(losses) - first), "train_s": train_s})
+    bar.close()
     model.to("cpu")  # saved, validated and rolled out from the CPU copy; the learner moves it again
     model.eval()
-    seconds = time.perf_counter() - started
-    return {"steps": len(losses), "loss_first": losses[0], "loss_last": losses[-1], "seconds": seconds,
-            "tokens_per_s": tokens / seconds if seconds else 0.0,
-            "positions_per_s": positions / seconds if seconds else 0.0}
+    return {"steps": len(losses), "loss_first": losses[0], "loss_last": losses[-1], "seconds": train_s,
+            "tokens_per_s": loss_tokens / train_s if train_s else 0.0,
+            "positions_per_s": positions / train_s if train_s else 0.0}
 
 
 def turn_exact_match(model: Any, sequences: list[tuple[list[int], list[int]]], *, pad_id: int,
@@ -187,27 +193,24 @@ def turn_exact_match(model: Any, sequences: list[tuple[list[int], list[int]]], *
 
     Under teacher forcing a turn (a maximal run of loss-masked tokens) counts when the argmax at
     each of its positions is the demonstrated token: then greedy decoding emits exactly that turn.
-    Also the token accuracy over all loss positions.
+    Also the token accuracy over all loss positions. Runs on the model's device (bf16 on CUDA).
     """
+    device = torch.device(getattr(model, "device", "cpu"))
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     turns = exact = right = total = 0
-    order = sorted(sequences, key=lambda s: len(s[0]))
     model.eval()
     with torch.no_grad():
-        start = 0
-        while start < len(order):
-            rows = max(1, batch_tokens // len(order[min(len(order) - 1, start + 7)][0]))  # ~width of the batch
-            batch = order[start : start + rows]
-            start += rows
-            width = max(len(seq) for seq, _ in batch)
-            ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-            for row, (seq, _) in enumerate(batch):
-                ids[row, : len(seq)] = torch.tensor(seq)
-            predicted = model(input_ids=ids).logits[:, :-1].argmax(-1)  # right padding: no mask needed
-            for row, (seq, mask) in enumerate(batch):
-                hits = (predicted[row, : len(seq) - 1] == torch.tensor(seq[1:])).tolist()
+        for batch in token_budget_batches(sequences, batch_tokens, random.Random(0)):
+            ids, labels = padded_batch(sequences, batch, pad_id)
+            with autocast:  # right padding: no mask needed
+                predicted = model(input_ids=ids.to(device)).logits[:, :-1].argmax(-1).cpu()
+            hits_all = predicted == labels[:, 1:]
+            for row, i in enumerate(batch):
+                seq, mask = sequences[i]
+                hits = hits_all[row, : len(seq) - 1].tolist() + [True]
                 labelled = mask[1:] + [0]  # position i predicts token i + 1; a trailing 0 closes the last turn
                 turn_ok, in_turn = True, False
-                for m, hit in zip(labelled, hits + [True], strict=True):
+                for m, hit in zip(labelled, hits, strict=True):
                     if m:
                         turn_ok = (turn_ok and hit) if in_turn else hit
                         in_turn = True
@@ -216,14 +219,6 @@ def turn_exact_match(model: Any, sequences: list[tuple[list[int], list[int]]], *
                         turns, exact, in_turn = turns + 1, exact + turn_ok, False
     return {"turn_exact_match": exact / turns if turns else float("nan"),
             "token_accuracy": right / total if total else float("nan"), "turns": turns}
-
-
-def _bar(total: int, desc: str, enabled: bool, unit: str = "seq") -> Any:
-    if not enabled or total <= 0:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, leave=False)
 
 
 def warm_start(

@@ -22,17 +22,6 @@ def _request(content: str, episode: int = 0, messages=None, history=None) -> Pol
     return PolicyRequest(episode, "main_0", "main", content, messages, None, history or [])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models run far faster on one intra-op thread (no spin-waiting on a busy 2-core box)."""
-    import torch
-
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
 @pytest.fixture(scope="module")
 def tokenizer(small_scenario, tmp_path_factory):
     return train_tokenizer(corpus_texts(small_scenario, max_pages=120, max_tasks=100),

@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from learner_helpers import padded_logprobs, padded_loss_mask
 
 from mgrpo_algo.config import LearnerConfig
 from mgrpo_algo.learner import RoleLearner
@@ -59,25 +60,15 @@ def params(learner: RoleLearner) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in learner.model.named_parameters()}
 
 
-def sampled_logp(learner: RoleLearner, seqs: list[TokenSequence]) -> torch.Tensor:
-    """[B, T] log-probs under the learner's current weights (padded with 0), and the matching mask."""
-    rows = learner.logprobs(seqs)
-    length = max(len(r) for r in rows)
-    return torch.tensor([r + [0.0] * (length - len(r)) for r in rows])
-
-
-def loss_mask(seqs: list[TokenSequence]) -> torch.Tensor:
-    length = max(s.num_tokens for s in seqs)
-    return torch.tensor([s.loss_mask + [0] * (length - s.num_tokens) for s in seqs], dtype=torch.float32)
 
 
 def test_update_moves_logprobs_along_advantages_and_lowers_the_loss(model_dir):
     learner, seqs = make(model_dir), batch()
     adv = torch.tensor([s.advantage for s in seqs])
-    mask = loss_mask(seqs)
-    before = sampled_logp(learner, seqs)
+    mask = padded_loss_mask(seqs)
+    before = padded_logprobs(learner, seqs)
     metrics = learner.update(seqs)
-    after = sampled_logp(learner, seqs)
+    after = padded_logprobs(learner, seqs)
 
     assert metrics["main/skipped"] == 0 and metrics["main/optimizer_steps"] == 1
     assert metrics["main/approx_kl"] == 0 and metrics["main/clipfrac"] == 0  # on-policy: ratio exactly 1

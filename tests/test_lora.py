@@ -9,6 +9,7 @@ import random
 
 import pytest
 import torch
+from learner_helpers import padded_logprobs, padded_loss_mask
 
 from mgrpo_algo.config import LearnerConfig
 from mgrpo_algo.learner import RoleLearner
@@ -59,15 +60,6 @@ def changed(model: torch.nn.Module, before: dict[str, torch.Tensor]) -> set[str]
     return {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
 
 
-def logp_matrix(learner: RoleLearner, seqs: list[TokenSequence]) -> torch.Tensor:
-    rows = learner.logprobs(seqs)
-    length = max(len(r) for r in rows)
-    return torch.tensor([r + [0.0] * (length - len(r)) for r in rows])
-
-
-def mask_matrix(seqs: list[TokenSequence]) -> torch.Tensor:
-    length = max(s.num_tokens for s in seqs)
-    return torch.tensor([s.loss_mask + [0] * (length - s.num_tokens) for s in seqs], dtype=torch.float32)
 
 
 def test_lora_update_trains_only_the_adapter_and_lowers_the_loss(model_dir):
@@ -76,15 +68,15 @@ def test_lora_update_trains_only_the_adapter_and_lowers_the_loss(model_dir):
     trainable = {id(p) for p in learner.params}
     assert all("lora_" in n for n, p in learner.model.named_parameters() if id(p) in trainable)
     assert len(learner.params) == 2 * len(TARGETS) * 2  # A and B per targeted projection, 2 layers
-    adv, mask = torch.tensor([s.advantage for s in seqs]), mask_matrix(seqs)
-    start, first = snapshot(learner.model), logp_matrix(learner, seqs)
+    adv, mask = torch.tensor([s.advantage for s in seqs]), padded_loss_mask(seqs)
+    start, first = snapshot(learner.model), padded_logprobs(learner, seqs)
     for _ in range(3):
         metrics = learner.update(seqs)
     assert metrics["main/skipped"] == 0 and metrics["main/nonfinite_steps"] == 0
     moved = changed(learner.model, start)
     assert moved and all("lora_" in n for n in moved)  # the base is frozen
     assert any("lora_A" in n for n in moved) and any("lora_B" in n for n in moved)
-    last = logp_matrix(learner, seqs)
+    last = padded_logprobs(learner, seqs)
     loss_before, _ = clipped_pg_loss(first, first, adv, mask)
     loss_after, _ = clipped_pg_loss(last, first, adv, mask)
     assert loss_after < loss_before - 1e-3
@@ -110,7 +102,7 @@ def test_two_roles_share_one_base_model_object(model_dir):
     assert after_sub and all(".sub." in n for n in after_sub)
     # Each learner scores with its own adapter, whatever adapter was active before.
     main.model.set_adapter("sub")
-    lp_main, lp_sub = logp_matrix(main, seqs), logp_matrix(sub, seqs)
+    lp_main, lp_sub = padded_logprobs(main, seqs), padded_logprobs(sub, seqs)
     assert not torch.allclose(lp_main, lp_sub)
     with lora.use_adapter(main.model, "main"):  # for a rollout policy on the shared object
         assert main.model.active_adapter == "main"
@@ -193,7 +185,7 @@ def test_bfloat16_autocast_on_cpu_trains(model_dir):
     learner = RoleLearner("main", model_dir, cfg(autocast_dtype="bfloat16"))
     plain = RoleLearner("main", model_dir, cfg())
     seqs = batch()
-    lp_auto, lp_plain = logp_matrix(learner, seqs), logp_matrix(plain, seqs)
+    lp_auto, lp_plain = padded_logprobs(learner, seqs), padded_logprobs(plain, seqs)
     assert not torch.equal(lp_auto, lp_plain)  # the forward really ran in bf16 ...
     torch.testing.assert_close(lp_auto, lp_plain, atol=0.1, rtol=0)  # ... and agrees to bf16 precision
     metrics = learner.update(seqs)

@@ -24,17 +24,6 @@ PROTOCOL_TEXT = (
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models run far faster on one intra-op thread (no spin-waiting on a busy 2-core box)."""
-    import torch
-
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
 @pytest.fixture(scope="module")
 def corpus(small_scenario):
     return list(corpus_texts(small_scenario, max_pages=120, max_tasks=100))
