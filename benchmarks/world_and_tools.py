@@ -63,7 +63,7 @@ def main() -> None:
             rows[-1] = (rows[-1][0], rows[-1][1], f"queries/s ({rows[-1][1] / rows[-2][1]:.2f}x bare)")
             # visit, static pages: httpx + html_to_document vs the visit tool without cache
             static = [e for e in graph.entities if not e.js][:50]
-            urls = iter([f"{world.url}/wiki/{e.slug}" for e in static] * 100)
+            urls = iter([f"{world.served_url}/wiki/{e.slug}" for e in static] * 100)  # bare: the real port
             client = httpx.Client()
 
             def bare_visit() -> None:
@@ -88,7 +88,7 @@ def main() -> None:
 
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=list(CHROMIUM_ARGS))
-                page_urls = iter([f"{world.url}/wiki/{e.slug}" for e in js] * 100)
+                page_urls = iter([f"{world.served_url}/wiki/{e.slug}" for e in js] * 100)
 
                 def bare_browser() -> None:
                     ctx = browser.new_context()

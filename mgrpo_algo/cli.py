@@ -206,7 +206,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if hasattr(scenario, "build"):
         print(f"world at {scenario.build()}")
     with scenario.open() as world:
-        print(json.dumps({"url": getattr(world, "url", None), "tools": sorted(world.tools)}), flush=True)
+        # "url" is what agents see (a stable origin for wiki-hops); "served_url" is where a browser finds it.
+        shown = {"url": getattr(world, "url", None), "served_url": getattr(world, "served_url", None)}
+        print(json.dumps({**shown, "tools": sorted(world.tools)}), flush=True)
         try:
             while True:
                 time.sleep(3600)

@@ -149,16 +149,19 @@ def corpus_texts(scenario: Any, *, max_pages: int | None = None, max_tasks: int 
     (``html_to_document`` + ``render_page``, inside ``<tool_response>``), every split's questions and
     hop questions (up to ``max_tasks`` per split), the system prompts of all roles, and scripted
     demonstrations of every action kind (the oracle's delegate and search calls, visit calls,
-    answers, results, a search result listing). Only needs ``scenario.build()`` (no server).
+    answers, results, a search result listing). Only needs ``scenario.build()`` (no server). URLs
+    are written as agents see them: on the wiki-hops world's stable origin (``http://wiki-hops.test``),
+    ``/wiki/<Slug>`` without ``.html``.
     """
     from mgrpo_env.protocol import MAIN_TOOLS, SINGLE_TOOLS, SUB_TOOLS, format_tool_response, system_prompt
+    from mgrpo_scenarios.wiki_hops import ORIGIN
     from mgrpo_tools.html_text import html_to_document, render_page
 
     root = Path(scenario.build())
-    base = "http://127.0.0.1:8000"
+    base = ORIGIN
     files = sorted((root / "pages" / "wiki").glob("*.html"))
     for path in files[:max_pages] if max_pages is not None else files:
-        url = f"{base}/wiki/{path.name}"
+        url = f"{base}/wiki/{path.stem}"
         doc = html_to_document(path.read_text(encoding="utf-8", errors="replace"), url)
         text, _ = render_page(doc, 1, page_chars=max(200, len(doc.text) + 200 * (len(doc.links) + 1)))
         yield format_tool_response(f"Goal: read the page of {doc.title}\n{text}")
@@ -207,9 +210,9 @@ def _demonstrations(scenario: Any, tasks: list[Any], base: str) -> Iterator[str]
                 yield sub([request])[0]
         for hop in task.hops[:1]:
             slug = hop.entity.replace(" ", "_")
-            call = {"name": "visit", "arguments": {"url": f"{base}/wiki/{slug}.html", "goal": f"{hop.relation} of {hop.entity}"}}
+            call = {"name": "visit", "arguments": {"url": f"{base}/wiki/{slug}", "goal": f"{hop.relation} of {hop.entity}"}}
             yield f"<think>visit next</think><tool_call>{json.dumps(call)}</tool_call>"
-            yield format_tool_response(f"[1] {hop.entity}\nURL: {base}/wiki/{slug}.html\n{hop.question}")
+            yield format_tool_response(f"[1] {hop.entity}\nURL: {base}/wiki/{slug}\n{hop.question}")
             yield f"<think>read it</think><result>{hop.answer}</result>"
         yield format_tool_response(task.answer)
         yield f"<think>combine the reports</think><answer>{task.answer}</answer>"

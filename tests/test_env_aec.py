@@ -171,6 +171,36 @@ def test_pettingzoo_seed_test(small_scenario, small_world):
     seed_test(lambda: mgrpo_env.env(scenario=small_scenario, world=small_world, split="stage2/test"), num_cycles=200)
 
 
+def test_pettingzoo_seed_test_on_independently_opened_worlds(small_scenario, monkeypatch):
+    """Two envs, each serving its own world on its own loopback port, play the same episode.
+
+    Observations hold search results and page URLs: they match only because agents see the stable
+    origin (http://wiki-hops.test), not the port.
+    """
+    from mgrpo_scenarios.wiki_hops import WikiHops
+
+    served, envs, real_open = [], [], WikiHops.open
+
+    def spy_open(self):  # the real open(); only notes where each world is served
+        world = real_open(self)
+        served.append(world.served_url)
+        return world
+
+    monkeypatch.setattr(WikiHops, "open", spy_open)
+
+    def build():
+        kwargs = {"num_entities": 300, "data_dir": str(small_scenario.data_dir)}
+        envs.append(mgrpo_env.env(scenario="wiki-hops", split="stage2", scenario_kwargs=kwargs))
+        return envs[-1]
+
+    try:
+        seed_test(build, num_cycles=40)
+    finally:
+        for env in envs:
+            env.close()
+    assert len(served) == 2 and served[0] != served[1]  # two worlds, two ports
+
+
 def test_random_play_reaches_sub_agents(make_env):
     env = make_env()
     seen = set()

@@ -3,6 +3,7 @@
 * :mod:`.base` - the tool interface (:class:`ToolResult`, :class:`BaseTool`, :class:`ToolError`).
 * :mod:`.cache` - a SQLite response cache that records and replays tool responses.
 * :mod:`.url_policy` - which URLs may be fetched (schemes, hosts, no private networks).
+* :mod:`.origin_map` - stable virtual origins for sites served on a loopback port.
 * :mod:`.fetch` - plain HTTP fetching with the policy on every redirect hop.
 * :mod:`.browser` - headless Chromium (Playwright) for pages that need JavaScript.
 * :mod:`.html_text` - HTML to readable, paginated text with numbered links.
@@ -17,6 +18,7 @@ from .browser import CHROMIUM_ARGS, BrowserFetcher
 from .cache import CACHE_MODES, ResponseCache, request_key
 from .fetch import FetchResult, HttpFetcher, is_text_content_type
 from .html_text import Document, Link, html_to_document, render_page
+from .origin_map import OriginMap
 from .search import (
     BraveSearchBackend,
     SearchBackend,
@@ -57,6 +59,7 @@ __all__ = [
     "request_key",
     # url policy
     "UrlPolicy",
+    "OriginMap",
     "normalize_url",
     "origin_of",
     # fetching

@@ -13,6 +13,11 @@ each request and aborts what the policy refuses. Chromium does not show redirect
 handlers, so the handler fetches with redirects disabled and follows them itself, checking each hop;
 for the top-level document the hop is handed back to :meth:`fetch`, which navigates to it (so the
 page's URL is the real one). Service workers are blocked and WebSockets are never connected.
+
+Virtual origins (:meth:`UrlPolicy.map_origin`): Chromium navigates to the virtual URL itself (so
+``page.url``, ``location`` and relative links all show the stable origin); the route handler checks
+the policy on that virtual URL and fetches the real origin it maps to in its place. A request or
+redirect that names the real origin is turned back into the virtual one before it is checked.
 """
 
 from __future__ import annotations
@@ -364,7 +369,7 @@ class BrowserFetcher:
             if response is not None:
                 content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
             await self._settle(job)
-            html = await self._content(page)
+            html = self.policy.origin_map.virtualize_text(await self._content(page))
             if len(html.encode("utf-8", errors="replace")) > self.max_bytes:
                 raise ToolError("content", f"page larger than {self.max_bytes} bytes at {current}")
             return FetchResult(
@@ -432,7 +437,8 @@ class BrowserFetcher:
 
         request = route.request
         main = job.navigating and request.is_navigation_request() and request.frame.parent_frame is None
-        url = request.url
+        origins = self.policy.origin_map
+        url = origins.to_virtual(request.url)  # judged (and recorded when blocked) as the agent sees it
         try:
             loop = asyncio.get_running_loop()
             for hop in range(self.max_redirects + 1):
@@ -447,17 +453,22 @@ class BrowserFetcher:
                         job.error = exc
                     await route.abort("blockedbyclient")
                     return
-                override = {} if hop == 0 else {"url": url, "method": "GET", "post_data": None}
+                real = origins.to_real(url)
+                override: dict[str, Any] = {}
+                if hop > 0:
+                    override = {"url": real, "method": "GET", "post_data": None}
+                elif real != request.url:
+                    override = {"url": real}  # a virtual origin: fetch the real one in its place
                 response = await route.fetch(max_redirects=0, timeout=job.remaining_ms(), **override)
                 location = response.headers.get("location")
                 if response.status not in REDIRECT_STATUSES or not location:
                     break
                 if main:
                     # Navigate to the hop ourselves so that the page's URL is the final one.
-                    job.redirect_to = urljoin(url, location)
+                    job.redirect_to = origins.to_virtual(urljoin(real, location))
                     await route.abort("aborted")
                     return
-                url = urljoin(url, location)
+                url = origins.to_virtual(urljoin(real, location))
             else:
                 await route.abort("failed")
                 return

@@ -8,17 +8,16 @@ Modes:
 
 The file uses WAL so several processes (rollout workers) can share it. Values are JSON objects.
 
-Origin aliases make entries portable across runs: a loopback site gets a new port every run, so
-``cache.add_alias("http://127.0.0.1:41234", "loopback://wiki-hops")`` stores every occurrence of
-that origin (in keys and values) as the token and turns the token back into the current origin on
-read. Without it, a replay against a restarted site would miss every entry.
+Entries are portable between runs as long as requests and responses do not name a per-run address:
+a loopback site is reached through a virtual origin (:mod:`.origin_map`, e.g.
+``http://wiki-hops.test``), so the fetchers and the search index store only that stable origin and a
+cache recorded against one run's port replays in any other run.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sqlite3
 import threading
 import time
@@ -75,36 +74,12 @@ class ResponseCache:
         self._conn.commit()
         self.hits = 0
         self.misses = 0
-        self._aliases: list[tuple[re.Pattern[str], str, str]] = []
-
-    def add_alias(self, origin: str, token: str) -> None:
-        """Store ``origin`` (e.g. ``http://127.0.0.1:41234``) as ``token`` and map it back on read.
-
-        The origin only matches when not followed by another port digit or host character.
-        """
-        origin = origin.rstrip("/")
-        if not origin or not token or token in origin:
-            raise ValueError("an alias needs a non-empty origin and a distinct token")
-        self._aliases.append((re.compile(re.escape(origin) + r"(?![\w.:-])"), origin, token))
-
-    def _to_stored(self, text: str) -> str:
-        for pattern, _, token in self._aliases:
-            text = pattern.sub(token, text)
-        return text
-
-    def _from_stored(self, text: str) -> str:
-        for _, origin, token in self._aliases:
-            text = re.sub(re.escape(token) + r"(?![\w.:-])", origin, text)
-        return text
-
-    def _key(self, namespace: str, request: Any) -> str:
-        return _hash(self._to_stored(_request_blob(namespace, request)))
 
     def get(self, namespace: str, request: Any) -> dict[str, Any] | None:
         """The stored value for this request, or None. In ``replay`` mode a miss raises ToolError("cache")."""
         if self.mode in ("off", "record"):
             return None
-        key = self._key(namespace, request)
+        key = request_key(namespace, request)
         with self._lock:
             row = self._conn.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
         if row is None:
@@ -113,15 +88,15 @@ class ResponseCache:
                 raise ToolError("cache", f"no recorded response for this {namespace} request (replay mode)")
             return None
         self.hits += 1
-        return json.loads(self._from_stored(row[0]))
+        return json.loads(row[0])
 
     def put(self, namespace: str, request: Any, value: dict[str, Any]) -> None:
         """Store ``value`` (a JSON object) for this request; a no-op in ``off`` and ``replay`` modes."""
         if self.mode in ("off", "replay"):
             return
-        key = self._key(namespace, request)
-        blob = self._to_stored(json.dumps(value, ensure_ascii=False))
-        req = self._to_stored(json.dumps(request, sort_keys=True, ensure_ascii=False))
+        key = request_key(namespace, request)
+        blob = json.dumps(value, ensure_ascii=False)
+        req = json.dumps(request, sort_keys=True, ensure_ascii=False)
         with self._lock:
             self._conn.execute(
                 "INSERT OR REPLACE INTO responses (key, namespace, request, value, created) VALUES (?, ?, ?, ?, ?)",

@@ -5,6 +5,12 @@ itself so that each hop passes :meth:`UrlPolicy.check`, streams the body and sto
 ``max_bytes``, refuses binary content, decodes text with the declared charset, and records
 successful pages in a :class:`ResponseCache` (namespace ``"fetch"``, keyed by the normalised URL).
 
+Virtual origins (:meth:`UrlPolicy.map_origin`): the policy judges the URL as written, the request
+goes to the real origin it maps to, and the result shows the virtual origin again: ``url``, redirect
+targets (a ``Location`` on the real origin becomes the virtual one before it is checked) and
+absolute URLs of the real origin in the body. Cache keys and values therefore hold only the virtual
+origin, so a cache recorded against one run's loopback port replays in any other run.
+
 Failures are :class:`ToolError` with a kind the agent can act on: ``policy``, ``http`` (4xx/5xx,
 connection refused, too many redirects), ``timeout``, ``content`` (too large, binary), ``cache``
 (a miss in replay mode).
@@ -15,7 +21,7 @@ from __future__ import annotations
 import codecs
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 from urllib.parse import urljoin
 
@@ -175,8 +181,10 @@ class HttpFetcher:
         deadline = start + self.timeout_s
         current = url
         try:
+            origins = self.policy.origin_map
             for _hop in range(self.max_redirects + 1):
-                with self._client.stream("GET", current) as response:
+                real = origins.to_real(current)
+                with self._client.stream("GET", real) as response:
                     status = response.status_code
                     if status in REDIRECT_STATUSES:
                         location = response.headers.get("location")
@@ -184,12 +192,17 @@ class HttpFetcher:
                             raise ToolError(
                                 "http", f"HTTP {status} redirect without a Location for {current}"
                             )
-                        current = self.policy.check(urljoin(current, location))
+                        current = self.policy.check(origins.to_virtual(urljoin(real, location)))
                         continue
                     if status >= 300:
                         reason = f"{status} {response.reason_phrase}".strip()
                         raise ToolError("http", f"HTTP {reason} for {current}", status=status)
-                    return self._read(response, current, deadline, start)
+                    result = self._read(response, current, deadline, start)
+                    if real != current:  # a page of a mapped site may name its real origin
+                        text = origins.virtualize_text(result.text)
+                        if text != result.text:
+                            result = replace(result, text=text)
+                    return result
             raise ToolError("http", f"too many redirects (more than {self.max_redirects}) starting at {url}")
         except httpx.TimeoutException:
             raise ToolError("timeout", f"{url} did not answer within {self.timeout_s:g} s") from None

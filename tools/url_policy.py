@@ -5,7 +5,12 @@ passed through :meth:`UrlPolicy.check` before any byte goes on the wire. The def
 research agent must never reach: non-web schemes, credentials in URLs, and private, loopback,
 link-local, reserved or multicast addresses, including public-looking host names that *resolve*
 to such addresses. The scenario's own loopback site is let through with
-:meth:`UrlPolicy.allow_origin` (only that exact scheme, host and port).
+:meth:`UrlPolicy.allow_origin` (only that exact scheme, host and port), or, better, given a stable
+virtual origin with :meth:`UrlPolicy.map_origin`: the virtual origin (``http://wiki-hops.test``) is
+allowed and is what every URL shows, and :attr:`UrlPolicy.origin_map` tells the fetchers which real
+origin (``http://127.0.0.1:43125``) to connect to. The policy always judges the virtual URL; a URL
+on any other origin (an external site, the virtual host on another port or scheme) is never mapped
+and is judged by the rules below as before.
 
 Limitation: the address check resolves the host name once, at check time; the HTTP client resolves
 it again when it connects, so a DNS server that answers differently within that window ("DNS
@@ -16,6 +21,10 @@ Example::
     policy = UrlPolicy()
     policy.allow_origin(site.origin)          # "http://127.0.0.1:43125"
     url = policy.check("HTTP://Example.org:80/a?b=1#frag")   # -> "http://example.org/a?b=1"
+
+    policy.map_origin("http://wiki-hops.test", site.origin)
+    policy.check("http://wiki-hops.test/wiki/X")             # allowed, as written
+    policy.origin_map.to_real("http://wiki-hops.test/wiki/X")  # -> "http://127.0.0.1:43125/wiki/X"
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from collections.abc import Callable, Iterable
 from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
 
 from .base import ToolError
+from .origin_map import OriginMap
 
 __all__ = ["UrlPolicy", "normalize_url", "origin_of", "DEFAULT_PORTS"]
 
@@ -139,8 +149,9 @@ class UrlPolicy:
     2. scheme in ``schemes`` (default http and https).
     3. a host is present and the URL carries no userinfo (``user:pass@``).
     4. host not in ``deny_hosts``.
-    5. an origin registered with :meth:`allow_origin` is accepted here (exact scheme, host, port),
-       without the allow-list and address checks: it is the scenario's own site.
+    5. an origin registered with :meth:`allow_origin` or :meth:`map_origin` is accepted here
+       (exact scheme, host, port), without the allow-list and address checks: it is the
+       scenario's own site.
     6. host in ``allow_hosts`` when an allow-list is given.
     7. unless ``allow_private``: the host, if an IP literal, or every address it resolves to,
        must be public (not private, loopback, link-local, reserved, multicast, unspecified).
@@ -175,6 +186,7 @@ class UrlPolicy:
         self._resolver = resolver or _system_resolver
         self._origins: set[tuple[str, str, int | None]] = set()
         self._lock = threading.Lock()
+        self.origin_map = OriginMap()
 
     # -- origins -------------------------------------------------------------------------------
 
@@ -193,6 +205,21 @@ class UrlPolicy:
         """Undo :meth:`allow_origin` (when a scenario's site is torn down)."""
         with self._lock:
             self._origins.discard(origin_of(origin))
+
+    def map_origin(self, virtual: str, real: str) -> None:
+        """Allow the virtual origin ``virtual`` and serve it from ``real`` (see :mod:`.origin_map`).
+
+        URLs keep showing ``virtual``; the fetchers connect to ``real``. ``real`` itself is not
+        allowed by this call: a URL naming it is refused like any loopback address (the fetchers
+        turn a redirect to it back into the virtual origin before checking it).
+        """
+        self.origin_map.add(virtual, real)
+        self.allow_origin(virtual)
+
+    def unmap_origin(self, virtual: str) -> None:
+        """Undo :meth:`map_origin` (when the site behind it is torn down)."""
+        self.origin_map.remove(virtual)
+        self.disallow_origin(virtual)
 
     @property
     def allowed_origins(self) -> list[str]:

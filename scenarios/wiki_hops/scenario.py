@@ -7,6 +7,15 @@ Description:
     name and fact is generated from the seed. Agents answer with the ``search`` (tantivy index of the
     pages), ``visit`` and ``click`` tools, exactly as on the open web.
 
+URLs:
+    Agents see the world at the stable origin :data:`ORIGIN` (``http://wiki-hops.test``, a reserved
+    ``.test`` name that never resolves): search results, ``visit``'s ``URL:`` line, page links and
+    redirects all use it, whatever loopback port serves the run, so the same calls give the same
+    texts in every run and a response cache replays across runs. The tools map that origin to the
+    real loopback site (``WikiWorld.served_url``) when they connect (:mod:`mgrpo_tools.origin_map`).
+    Titles are MediaWiki-style: ``/wiki/Motochil Crossing`` (or ``%20``) redirects to
+    ``/wiki/Motochil_Crossing``.
+
 Splits:
     ``stage1/train``, ``stage1/test`` (one-hop lookups), ``stage2/train``, ``stage2/test`` (2-4 hop
     chains, comparisons, aggregations). ``stage1`` and ``stage2`` alone mean their train part.
@@ -26,6 +35,9 @@ Arguments:
 
 Version history:
     1: first version. Any change that alters pages or tasks for the same arguments bumps VERSION.
+    2: URLs seen by agents changed: the stable origin ``http://wiki-hops.test`` instead of
+       ``http://127.0.0.1:PORT``, and titles with spaces redirect to their underscore form. Pages
+       and tasks are unchanged.
 """
 
 from __future__ import annotations
@@ -48,9 +60,11 @@ from .pages import write_site
 from .questions import DEFAULT_SIZES, SPLITS, generate_tasks
 from .world import World, generate_world
 
-__all__ = ["WikiHops", "WikiWorld", "VERSION"]
+__all__ = ["WikiHops", "WikiWorld", "VERSION", "ORIGIN"]
 
-VERSION = "1"
+VERSION = "2"
+# The origin agents see; the tools map it to this run's loopback port (see the module docstring).
+ORIGIN = "http://wiki-hops.test"
 DEFAULT_NEAR_DUP = 0.1
 
 
@@ -111,7 +125,7 @@ class WikiHops:
 
     @property
     def root(self) -> Path:
-        """The folder of this world: ``<data_dir>/wiki-hops/v1-s0-n2000-js0.1`` (plus a hash of any
+        """The folder of this world: ``<data_dir>/wiki-hops/v2-s0-n2000-js0.1`` (plus a hash of any
         non-default generation option)."""
         name = f"v{VERSION}-s{self.seed}-n{self.num_entities}-js{self.js_fraction:g}"
         extra = {}
@@ -258,7 +272,10 @@ class WikiWorld:
     """A running wiki-hops world: loopback site, URL policy, fetchers, search index and tools.
 
     Attributes:
-        url: the site's base URL (``http://127.0.0.1:PORT``).
+        url: the stable base URL agents see, :data:`ORIGIN` (``http://wiki-hops.test``); the tools
+            map it to the loopback site.
+        served_url: where the site really is (``http://127.0.0.1:PORT``, a new port every run), for
+            a client outside the tools (a person's browser, a benchmark's bare HTTP client).
         tools: a ready tool set ``{"search", "visit", "click"}``; :meth:`make_tools` gives another one
             with its own browsing session (the fetchers, browser and index are shared).
     """
@@ -281,18 +298,17 @@ class WikiWorld:
         self.browser = None
         try:
             self.cache = ResponseCache(cache_path) if cache_path is not None else None
-            self.site = LoopbackSite(root / "pages").start()
-            self.url = self.site.url
-            if self.cache is not None:
-                # entries recorded against this run's port replay against the next run's
-                self.cache.add_alias(self.site.url, "loopback://wiki-hops")
+            self.site = LoopbackSite(root / "pages", title_prefixes=("/wiki/",)).start()
+            self.url = ORIGIN
+            self.served_url = self.site.url
             self.policy = UrlPolicy()
-            self.policy.allow_origin(self.site.url)
+            # Agents (and so the cache, the index and every page's links) see only ORIGIN.
+            self.policy.map_origin(ORIGIN, self.served_url)
             self.http = HttpFetcher(self.policy, cache=self.cache)
             # BrowserFetcher starts Chromium on its first fetch only: worlds that never meet a
             # JavaScript page never launch a browser.
             self.browser = BrowserFetcher(self.policy, cache=self.cache) if browser_mode != "never" else None
-            self.index = TantivyIndex(root / "index", url_prefix=self.site.url)
+            self.index = TantivyIndex(root / "index", url_prefix=ORIGIN)
             self.search = SearchTool(self.index, k=search_k, max_results=max(10, search_k), cache=self.cache)
             self.tools = self.make_tools()
         except BaseException:
