@@ -180,3 +180,25 @@ def test_closed_fetcher_refuses(browser_policy: UrlPolicy, route_server: RouteSe
     with pytest.raises(ToolError, match="closed"):
         fetcher.fetch(route_server.url("/about"))
     fetcher.close()  # idempotent
+
+
+def test_browser_loads_a_virtual_origin_through_the_mapping(route_server: RouteServer, other_server: RouteServer) -> None:
+    policy = UrlPolicy()
+    policy.map_origin("http://routes.test", route_server.origin)
+    with BrowserFetcher(policy, executable_path=CHROMIUM, timeout_s=10) as mapped:
+        before = len(route_server.hits("/data.json"))
+        late = mapped.fetch("http://routes.test/js-fetch")  # the page's fetch('/data.json') is mapped too
+        assert late.url == "http://routes.test/js-fetch" and JS_FETCH_TEXT in late.text
+        assert len(route_server.hits("/data.json")) == before + 1
+        # Redirects show the virtual origin, whether the Location is relative or names the real origin.
+        for target in ("/page2", route_server.url("/page2")):
+            moved = mapped.fetch("http://routes.test/redirect?to=" + quote(target, safe=""))
+            assert moved.url == "http://routes.test/page2" and "river Lenta" in moved.text
+        # Sub-requests the policy refuses are still refused: another origin, the virtual host on another port.
+        for secret in (other_server.url("/secret"), "http://routes.test:8080/secret"):
+            result = mapped.fetch("http://routes.test/subresource?to=" + quote(secret, safe=""))
+            assert secret in result.blocked and "This page embeds a resource" in result.text
+        assert other_server.hits("/secret") == [] and route_server.hits("/secret") == []
+        with pytest.raises(ToolError) as info:  # the real origin itself is not allowed
+            mapped.fetch(route_server.url("/page2"))
+        assert info.value.kind == "policy"

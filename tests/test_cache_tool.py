@@ -189,18 +189,39 @@ def test_browser_results_are_cached_under_their_own_namespace(
         assert cache.get("fetch", route_server.url("/js")) is None
 
 
-def test_origin_alias_makes_entries_portable_across_ports(tmp_path):
-    from mgrpo_tools.cache import ResponseCache
+def test_world_cache_replays_in_another_world_on_another_port(tmp_path):
+    """Entries name the stable origin only, so another run (another port) replays them as they are."""
+    import sqlite3
 
-    path = tmp_path / "c.sqlite"
-    with ResponseCache(path) as first:
-        first.add_alias("http://127.0.0.1:41234", "loopback://site")
-        first.put("fetch", "http://127.0.0.1:41234/wiki/A", {"url": "http://127.0.0.1:41234/wiki/A", "other": "http://127.0.0.1:412345/x"})
-    with ResponseCache(path, mode="replay") as second:
-        second.add_alias("http://127.0.0.1:5000", "loopback://site")
-        value = second.get("fetch", "http://127.0.0.1:5000/wiki/A")
-    # the origin follows the new port; a longer port number is a different origin and stays as it was
-    assert value == {"url": "http://127.0.0.1:5000/wiki/A", "other": "http://127.0.0.1:412345/x"}
+    from mgrpo_scenarios.wiki_hops import ORIGIN, WikiHops
+
+    cache = tmp_path / "responses.sqlite"
+
+    def run(mode: str | None, *, stop_site: bool = False):
+        scenario = WikiHops(seed=0, num_entities=100, data_dir=tmp_path / "data", cache_path=cache,
+                            browser_mode="never")
+        entity = next(e for e in scenario.graph().entities if not e.js)
+        with scenario.open() as world:
+            if mode is not None:
+                world.cache.mode = mode
+            if stop_site:
+                world.site.stop()  # replay needs no server
+            tools = world.make_tools()
+            calls = [tools["search"]({"queries": [entity.name]}),
+                     tools["visit"]({"url": f"{ORIGIN}/wiki/{entity.name}", "goal": "facts"}),  # a redirect
+                     tools["click"]({"link": 2})]
+            assert all(c.ok for c in calls), [c.error for c in calls]
+            return world.served_url, [(c.text, c.meta.get("url"), c.meta.get("from_cache")) for c in calls]
+
+    first_port, recorded = run(None)
+    second_port, again = run(None)
+    third_port, replayed = run("replay", stop_site=True)
+    assert len({first_port, second_port, third_port}) == 3
+    assert [r[:2] for r in again] == [r[:2] for r in replayed] == [r[:2] for r in recorded]
+    assert [r[2] for r in recorded[1:]] == [False, False] and [r[2] for r in replayed[1:]] == [True, True]
+    with sqlite3.connect(cache) as db:
+        stored = "\n".join(k + r + v for k, r, v in db.execute("SELECT key, request, value FROM responses"))
+    assert ORIGIN in stored and "127.0.0.1" not in stored
 
 
 def test_world_replays_a_recorded_run_after_a_restart(tmp_path):

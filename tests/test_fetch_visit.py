@@ -407,6 +407,53 @@ def test_loopback_site_with_visit_tool(tmp_path: Path) -> None:
             assert second.ok and "sticky plant secretion" in second.text
 
 
+def test_loopback_site_redirects_titles_with_spaces(tmp_path: Path) -> None:
+    (tmp_path / "wiki").mkdir()
+    (tmp_path / "wiki" / "Motochil_Crossing.html").write_text("<html><body><p>Crossing article</p></body></html>")
+    (tmp_path / "Other Folder").mkdir()
+    (tmp_path / "Other Folder" / "a b.html").write_text("outside the title prefix")
+    with pytest.raises(ValueError):
+        LoopbackSite(tmp_path, title_prefixes=("wiki",))
+    with LoopbackSite(tmp_path, title_prefixes=("/wiki/",)) as site:
+        for spelled in ("/wiki/Motochil Crossing", "/wiki/Motochil%20Crossing", "/wiki/Motochil  Crossing "):
+            moved = httpx.get(site.url + spelled)
+            assert moved.status_code == 301 and moved.headers["location"] == site.url + "/wiki/Motochil_Crossing"
+            assert "Crossing article" in httpx.get(site.url + spelled, follow_redirects=True).text
+        moved = httpx.get(site.url + "/wiki/Motochil%20Crossing?x=1")
+        assert moved.headers["location"] == site.url + "/wiki/Motochil_Crossing?x=1"  # the query is kept
+        assert httpx.get(site.url + "/wiki/No%20Such%20Page", follow_redirects=True).status_code == 404
+        assert httpx.get(site.url + "/Other%20Folder/a%20b").text == "outside the title prefix"  # served as is
+    with LoopbackSite(tmp_path) as plain:  # the option is off by default
+        assert httpx.get(plain.url + "/wiki/Motochil%20Crossing").status_code == 404
+
+
+def test_virtual_origin_is_fetched_from_the_real_one(route_server: RouteServer, other_server: RouteServer) -> None:
+    policy = UrlPolicy(allow_hosts=())  # nothing but the virtual origin may be fetched
+    policy.map_origin("http://routes.test", route_server.origin)
+    with HttpFetcher(policy, timeout_s=5) as http:
+        page = http.fetch("http://routes.test/page2")
+        assert page.url == "http://routes.test/page2" and "river Lenta" in page.text
+        # Redirects show the virtual origin, whether the Location is relative or names the real origin.
+        for target in ("/about", route_server.url("/about")):
+            moved = http.fetch("http://routes.test/redirect?to=" + quote(target, safe=""))
+            assert moved.url == "http://routes.test/about"
+        tools = make_browsing_tools(http, None, "never")
+        shown = tools["visit"]({"url": "http://routes.test/", "goal": "g"})
+        assert shown.ok and "URL: http://routes.test/" in shown.text and "127.0.0.1" not in shown.text
+        assert tools["click"]({"link": 1}).meta["url"] == "http://routes.test/page2"
+        # A redirect to an origin the policy refuses is still refused at the hop.
+        with pytest.raises(ToolError, match="allow-list"):
+            http.fetch("http://routes.test/redirect?to=" + quote(other_server.url("/secret"), safe=""))
+        assert other_server.hits("/secret") == []
+        before = len(route_server.hits("/"))
+        for other in ("http://example.com/page2", "http://routes.test:8080/page2", "https://routes.test/page2",
+                      route_server.url("/page2")):
+            with pytest.raises(ToolError) as info:  # never remapped: the policy decides as before
+                http.fetch(other)
+            assert info.value.kind == "policy" and "allow-list" in info.value.message
+        assert len(route_server.hits("/")) == before  # none of them reached the site
+
+
 def test_loopback_site_requires_folder(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         LoopbackSite(tmp_path / "missing")

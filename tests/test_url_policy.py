@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mgrpo_tools import ToolError, UrlPolicy, normalize_url
+from mgrpo_tools import OriginMap, ToolError, UrlPolicy, normalize_url
 
 
 def fake_dns(table: dict[str, list[str]]):
@@ -197,6 +197,51 @@ def test_allow_origin_is_exact() -> None:
     assert "loopback" in refused(policy, "http://localhost:8123/")  # another host spelling
     policy.disallow_origin("http://127.0.0.1:8123")
     refused(policy, "http://127.0.0.1:8123/wiki/X")
+
+
+def test_origin_map_is_exact_and_two_way() -> None:
+    origins = OriginMap()
+    origins.add("http://wiki-hops.test", "http://127.0.0.1:8123")
+    assert origins.to_real("http://wiki-hops.test/wiki/X?a=1#f") == "http://127.0.0.1:8123/wiki/X?a=1#f"
+    assert origins.to_real("HTTP://Wiki-Hops.TEST:80/wiki/X") == "http://127.0.0.1:8123/wiki/X"  # same origin
+    assert origins.to_virtual("http://127.0.0.1:8123/wiki/X") == "http://wiki-hops.test/wiki/X"
+    for untouched in (
+        "http://example.com/wiki/X",  # a real external URL is never remapped
+        "http://wiki-hops.test:8080/wiki/X",  # the virtual host on another port
+        "https://wiki-hops.test/wiki/X",  # ... or another scheme
+        "http://sub.wiki-hops.test/wiki/X",
+        "http://user@wiki-hops.test/wiki/X",  # credentials: left for the policy to refuse
+        "http://[::1/",  # malformed
+    ):
+        assert origins.to_real(untouched) == untouched
+    assert origins.to_virtual("http://127.0.0.1:8124/x") == "http://127.0.0.1:8124/x"
+    text = "see http://127.0.0.1:8123/wiki/A and http://127.0.0.1:81234/x and http://127.0.0.1:8123.evil/y"
+    assert origins.virtualize_text(text) == (
+        "see http://wiki-hops.test/wiki/A and http://127.0.0.1:81234/x and http://127.0.0.1:8123.evil/y"
+    )
+    with pytest.raises(ValueError):
+        origins.add("http://wiki-hops.test", "http://127.0.0.1:9999")  # already mapped elsewhere
+    with pytest.raises(ValueError):
+        origins.add("wiki-hops.test", "http://127.0.0.1:9999")  # not an origin
+    assert origins.items() == [("http://wiki-hops.test", "http://127.0.0.1:8123")]
+    origins.remove("http://wiki-hops.test")
+    assert not origins and origins.to_real("http://wiki-hops.test/") == "http://wiki-hops.test/"
+
+
+def test_map_origin_allows_only_the_virtual_origin() -> None:
+    # example.com "resolves" to the loopback address that serves the virtual origin: still refused.
+    policy = UrlPolicy(resolver=fake_dns({"example.com": ["127.0.0.1"], "wiki-hops.test": ["127.0.0.1"]}))
+    policy.map_origin("http://wiki-hops.test", "http://127.0.0.1:8123")
+    assert policy.check("http://wiki-hops.test/wiki/X") == "http://wiki-hops.test/wiki/X"
+    assert not policy.needs_lookup("http://wiki-hops.test/wiki/X")
+    assert policy.allowed_origins == ["http://wiki-hops.test:80"]  # the port made explicit
+    assert "loopback" in refused(policy, "http://example.com/wiki/X")  # decided as before, not remapped
+    assert "loopback" in refused(policy, "http://wiki-hops.test:8080/wiki/X")  # another port: not the site
+    assert "loopback" in refused(policy, "https://wiki-hops.test/wiki/X")
+    assert "loopback" in refused(policy, "http://127.0.0.1:8123/wiki/X")  # the real origin is not allowed
+    policy.unmap_origin("http://wiki-hops.test")
+    assert "loopback" in refused(policy, "http://wiki-hops.test/wiki/X")
+    assert policy.origin_map.to_real("http://wiki-hops.test/") == "http://wiki-hops.test/"
 
 
 def test_allow_origin_default_port() -> None:

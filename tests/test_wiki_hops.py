@@ -17,7 +17,7 @@ import pytest
 
 import mgrpo_scenarios
 from mgrpo_scenarios.base import Scenario, Task
-from mgrpo_scenarios.wiki_hops import WikiHops
+from mgrpo_scenarios.wiki_hops import ORIGIN, WikiHops
 from mgrpo_scenarios.wiki_hops.questions import SPLITS, generate_tasks
 from mgrpo_scenarios.wiki_hops.world import REVERSE_BY_KEY, SCHEMA, TYPES, generate_world
 from mgrpo_tools.cache import ResponseCache
@@ -93,8 +93,8 @@ def test_different_seed_differs() -> None:
 
 def test_metadata_and_root(scenario: WikiHops) -> None:
     meta = scenario.metadata
-    assert meta["version"] == "1" and meta["seed"] == 0 and meta["num_entities"] == N and meta["js_fraction"] == 0.1
-    assert scenario.root.name == f"v1-s0-n{N}-js0.1"
+    assert meta["version"] == "2" and meta["seed"] == 0 and meta["num_entities"] == N and meta["js_fraction"] == 0.1
+    assert scenario.root.name == f"v2-s0-n{N}-js0.1"
     manifest = scenario.manifest()
     assert manifest["metadata"] == json.loads(json.dumps(meta))
     assert set(manifest["build_seconds"]) == {"generate", "write", "index", "total"}
@@ -313,7 +313,7 @@ def test_served_site_links_resolve_and_unknown_pages_404(scenario: WikiHops) -> 
     pages = scenario.root / "pages"
     links = {h for p in pages.rglob("*.html") for h in _hrefs(p.read_text())}
     assert len(links) > N
-    with scenario.open() as world, httpx.Client(base_url=world.url, timeout=10) as client:
+    with scenario.open() as world, httpx.Client(base_url=world.served_url, timeout=10) as client:
         assert set(world.tools) == {"search", "visit", "click"}
         for link in sorted(links):
             assert client.get(link).status_code == 200, link
@@ -342,9 +342,60 @@ def test_response_cache_records_tool_calls(scenario: WikiHops, graph, tmp_path: 
         assert len(cache) >= 2
 
 
+def test_two_worlds_show_the_same_texts(scenario: WikiHops, graph) -> None:
+    """Agents see http://wiki-hops.test whatever port serves the run: same calls, same texts."""
+    static = next(e for e in graph.entities if not e.js and e.sibling_of is None)
+    texts, served = [], []
+    for _ in range(2):
+        with scenario.open() as world:
+            assert world.url == ORIGIN and world.served_url.startswith("http://127.0.0.1:")
+            served.append(world.served_url)
+            tools = world.make_tools()
+            found = tools["search"]({"queries": [static.name, "botanist"]})
+            page = tools["visit"]({"url": f"{ORIGIN}/wiki/{static.slug}", "goal": "facts"})
+            clicked = tools["click"]({"link": 2})
+            assert found.ok and page.ok and clicked.ok, (found.error, page.error, clicked.error)
+            texts.append([found.text, page.text, clicked.text, clicked.meta["url"], found.meta["hits"]])
+    assert served[0] != served[1]  # another port...
+    assert texts[0] == texts[1]  # ...and not a character of difference
+    joined = "\n".join(texts[0][:3])
+    assert f"URL: {ORIGIN}/wiki/{static.slug}" in joined and "127.0.0.1" not in joined
+    assert all(h["url"].startswith(f"{ORIGIN}/wiki/") for h in texts[0][4])
+
+
+def test_titles_with_spaces_reach_the_page(scenario: WikiHops, graph) -> None:
+    """MediaWiki-style: a name typed into the URL (spaces or %20) reaches the underscore page."""
+    entity = next(e for e in graph.entities if " " in e.name and not e.js)
+    with scenario.open() as world:
+        canonical = world.make_tools()["visit"]({"url": f"{ORIGIN}/wiki/{entity.slug}", "goal": "g"})
+        for spelled in (entity.name, entity.name.replace(" ", "%20")):
+            result = world.make_tools()["visit"]({"url": f"{ORIGIN}/wiki/{spelled}", "goal": "g"})
+            assert result.ok, result.error
+            assert result.meta["url"] == f"{ORIGIN}/wiki/{entity.slug}"  # redirected to the one page URL
+            assert result.text == canonical.text
+        missing = world.make_tools()["visit"]({"url": f"{ORIGIN}/wiki/No Such Page", "goal": "g"})
+        assert not missing.ok and f"HTTP 404 File not found for {ORIGIN}/wiki/No_Such_Page" in missing.error
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")
+def test_browser_path_shows_stable_urls(scenario: WikiHops, graph) -> None:
+    entity = next(e for e in graph.entities if e.js)
+    always = WikiHops(seed=0, num_entities=N, data_dir=scenario.data_dir, browser_mode="always")
+    with always.open() as world:
+        tools = world.make_tools()
+        result = tools["visit"]({"url": f"{ORIGIN}/wiki/{entity.name}", "goal": "facts"})
+        assert result.ok, result.error
+        assert result.meta["via"] == "browser" and result.meta["url"] == f"{ORIGIN}/wiki/{entity.slug}"
+        assert f"URL: {ORIGIN}/wiki/{entity.slug}" in result.text and "127.0.0.1" not in result.text
+        assert entity.name in result.text  # the script ran: the page's body is built by JavaScript
+        linked = tools["click"]({"link": 2})
+        assert linked.ok and linked.meta["url"].startswith(f"{ORIGIN}/wiki/"), linked.error
+
+
 def test_world_stops_everything_on_error(scenario: WikiHops) -> None:
     with pytest.raises(RuntimeError, match="boom"), scenario.open() as world:
-        url = world.url
+        url = world.served_url
         a, b = world.make_tools(), world.make_tools()
         assert a["visit"] is not b["visit"] and a["search"] is b["search"]
         assert httpx.get(url + "/").status_code == 200
