@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from mgrpo_algo.config import WarmStartConfig
 from mgrpo_algo.hf_policy import ChatPrompter, load_tokenizer
@@ -110,3 +111,22 @@ def test_right_padded_batches_need_no_attention_mask(tiny_models):
         padded = model(input_ids=batch).logits
         alone = model(input_ids=torch.tensor([short])).logits
     assert torch.allclose(padded[0, :4], alone[0], atol=1e-5)
+
+
+def test_two_warm_starts_from_scratch_give_identical_weights(small_scenario, tmp_path):
+    """Tokenizer, models and warm start built twice, each warm start on a freshly opened world (a new
+    loopback port): the demonstrations show the stable origin, so every weight is bit-identical."""
+    sizes = {r: {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1} for r in ("main", "sub")}
+    cfg = WarmStartConfig(splits=["stage2/train"], max_tasks=2, epochs=1, noise=0.2, validation_tasks=0)
+    weights = []
+    for run in ("a", "b"):
+        models = build_role_models(small_scenario, tmp_path / run / "models", sizes, vocab_size=512, roles=["main", "sub"])
+        out = warm_start(small_scenario, {r: str(p) for r, p in models.items()}, tmp_path / run / "warm", cfg,
+                         progress=False)
+        weights.append({role: AutoModelForCausalLM.from_pretrained(out[role]).state_dict() for role in ("main", "sub")})
+        info = json.loads((out["sub"] / "warm_start.json").read_text())
+        assert info["counts"]["sequences"] > 0
+    for role in ("main", "sub"):
+        first, second = weights[0][role], weights[1][role]
+        assert first.keys() == second.keys()
+        assert all(torch.equal(first[name], second[name]) for name in first), role
