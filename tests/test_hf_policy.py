@@ -155,7 +155,7 @@ def test_second_turn_prompt_nests_and_matches_the_rerendered_template(tokenizer,
     prompt_1 = prompter.first_prompt(first)
     action = '<think>search</think><tool_call>{"name": "search", "arguments": {"queries": ["Velmora"]}}</tool_call>'
     completion_1 = tokenizer.encode(action + end, add_special_tokens=False)
-    observation = "<tool_response>\n[1] Velmora Press\nURL: http://127.0.0.1:8000/wiki/Velmora_Press.html\n</tool_response>"
+    observation = "<tool_response>\n[1] Velmora Press\nURL: http://wiki-hops.test/wiki/Velmora_Press\n</tool_response>"
     messages = [*first, {"role": "assistant", "content": action}, {"role": "user", "content": observation}]
     history = [{"prompt_ids": prompt_1, "completion_ids": completion_1}]
     prompt_2, info = prompter.prompt(_request(observation, messages=messages, history=history))

@@ -2,7 +2,9 @@
 
 :class:`LoopbackSite` serves the static files under a folder from a background thread, on a port the
 OS picks. The agents reach it through the same ``visit``/``click`` tools and URL policy as the open
-web (allow it with ``policy.allow_origin(site.origin)``), so offline runs exercise the real stack.
+web, so offline runs exercise the real stack: allow it with ``policy.allow_origin(site.origin)``, or
+give it a stable virtual origin with ``policy.map_origin("http://wiki-hops.test", site.origin)`` so
+that the URLs agents see do not change with the port (see :mod:`.origin_map`).
 
 Clean URLs: ``/wiki/Foo_Bar`` serves ``wiki/Foo_Bar.html`` when no file ``wiki/Foo_Bar`` exists.
 Directory listings are refused (404) so that an agent cannot list the whole offline world.
