@@ -27,8 +27,16 @@ Arguments:
     data_dir: where worlds are cached; default ``$MGRPO_DATA_DIR`` or ``~/.cache/mgrpo``. A world lives
         in ``<data_dir>/wiki-hops/v{version}-s{seed}-n{num_entities}-js{js_fraction}``.
     browser_mode: ``"auto"`` (render pages that need JavaScript in Chromium), ``"never"``, ``"always"``.
-    page_chars: characters per page of text shown by ``visit``.
-    search_k: results per search query (default 5); fewer and shorter pages make short prompts for tiny models.
+    page_chars: characters per page of text shown by ``visit`` (default 4000; 200 in the tiny profile).
+    search_k: results per search query (default 5; 3 in the tiny profile).
+    profile: ``"full"`` (default: the protocol as real LLMs see it) or ``"tiny"``, the switch for the
+        built-in tiny models: the same world, tasks, tools and env, but every observation compact and
+        every oracle action a copy from a known place (see :data:`PROFILES`): short system prompts
+        (``prompt_style``), search results without snippets, ``visit`` returning the line that
+        matches its goal first and no link numbers, small pages, subtasks written as
+        ``"<relation> of <entity>"`` and pages visited by name (MediaWiki-style
+        ``/wiki/<Name>``), and :meth:`WikiHops.world_tokens` for a tokenizer in which every entity
+        name, slug, value and relation is one token.
     cache_path: optional SQLite response cache shared by the fetchers and the search tool.
     near_dup_fraction: share of entities that are near-duplicate siblings of another (default 0.1).
     split_sizes: tasks per split (default 400 train / 100 test per stage).
@@ -67,6 +75,14 @@ VERSION = "2"
 ORIGIN = "http://wiki-hops.test"
 DEFAULT_NEAR_DUP = 0.1
 
+#: Observation and oracle settings per profile (explicit ``page_chars`` / ``search_k`` win).
+PROFILES: dict[str, dict[str, Any]] = {
+    "full": {"page_chars": 4000, "search_k": 5, "snippet_chars": 300, "goal_lines": 0, "links": True,
+             "prompt_style": "full"},
+    "tiny": {"page_chars": 200, "search_k": 3, "snippet_chars": 0, "goal_lines": 1, "links": False,
+             "prompt_style": "compact"},
+}
+
 
 def default_data_dir() -> Path:
     return Path(os.environ.get("MGRPO_DATA_DIR") or Path.home() / ".cache" / "mgrpo")
@@ -84,12 +100,21 @@ class WikiHops:
         js_fraction: float = 0.1,
         data_dir: str | Path | None = None,
         browser_mode: str = "auto",
-        page_chars: int = 4000,
-        search_k: int = 5,
+        page_chars: int | None = None,
+        search_k: int | None = None,
         cache_path: str | Path | None = None,
         near_dup_fraction: float = DEFAULT_NEAR_DUP,
         split_sizes: dict[str, int] | None = None,
+        profile: str = "full",
     ) -> None:
+        if profile not in PROFILES:
+            raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+        self.profile = profile
+        settings = PROFILES[profile]
+        page_chars = settings["page_chars"] if page_chars is None else int(page_chars)
+        search_k = settings["search_k"] if search_k is None else int(search_k)
+        #: system prompts of the envs over this scenario (``mgrpo_env.protocol.system_prompt`` style)
+        self.prompt_style: str = settings["prompt_style"]
         if browser_mode not in ("auto", "never", "always"):
             raise ValueError(f"browser_mode must be 'auto', 'never' or 'always', got {browser_mode!r}")
         unknown = sorted(set(split_sizes or {}) - set(SPLITS))
@@ -118,6 +143,7 @@ class WikiHops:
             "js_fraction": self.js_fraction,
             "near_dup_fraction": self.near_dup_fraction,
             "split_sizes": dict(self.split_sizes),
+            "profile": self.profile,
         }
         self._tasks: dict[str, list[Task]] | None = None
 
@@ -237,8 +263,11 @@ class WikiHops:
 
     def open(self) -> WikiWorld:
         """Build if needed and start the world; use as ``with scenario.open() as world: ...``."""
+        settings = PROFILES[self.profile]
         return WikiWorld(self.build(), browser_mode=self.browser_mode, page_chars=self.page_chars,
-                         search_k=self.search_k, cache_path=self.cache_path)
+                         search_k=self.search_k, cache_path=self.cache_path,
+                         snippet_chars=settings["snippet_chars"], goal_lines=settings["goal_lines"],
+                         links=settings["links"])
 
     def verify(self, task: Task, prediction: str) -> Verdict:
         from mgrpo_scenarios.verifiers import AnswerVerifier
@@ -263,6 +292,32 @@ class WikiHops:
 
         return combine(task, finals)
 
+    def world_tokens(self) -> list[str]:
+        """Strings that a world-aware tokenizer keeps as one token each; empty in the full profile.
+
+        Tiny profile: every entity name and page slug, every fact value as pages and answers write it,
+        every relation key (the tiny profile's subtasks are ``"<relation> of <name>"``) and the
+        by-name page URL prefix. Copying a name, a URL or a value is then a one-token copy, which a
+        small model learns in minutes where a multi-token copy takes it hours (see docs/design.md,
+        "The tiny profile"). Sorted, without duplicates.
+        """
+        if self.profile != "tiny":
+            return []
+        from .world import REVERSES, SCHEMA
+
+        world = self.graph()
+        tokens: set[str] = set()
+        for entity in world.entities:
+            tokens.update((entity.name, entity.slug))
+            for key in entity.facts:
+                for value in (world.display(entity, key), world.answer(entity, key)):
+                    if value:
+                        tokens.add(value)
+        tokens.update(r.key for rels in SCHEMA.values() for r in rels)
+        tokens.update(r.key for revs in REVERSES.values() for r in revs)
+        tokens.update(str(n) for n in range(100))  # counts
+        return sorted(tokens)
+
     def __repr__(self) -> str:
         return (f"WikiHops(seed={self.seed}, num_entities={self.num_entities}, js_fraction={self.js_fraction}, "
                 f"root={str(self.root)!r})")
@@ -281,7 +336,8 @@ class WikiWorld:
     """
 
     def __init__(self, root: Path, *, browser_mode: str = "auto", page_chars: int = 4000, search_k: int = 5,
-                 cache_path: Path | None = None) -> None:
+                 cache_path: Path | None = None, snippet_chars: int = 300, goal_lines: int = 0,
+                 links: bool = True) -> None:
         from mgrpo_tools.browser import BrowserFetcher
         from mgrpo_tools.cache import ResponseCache
         from mgrpo_tools.fetch import HttpFetcher
@@ -292,6 +348,8 @@ class WikiWorld:
         self.root = root
         self.browser_mode = browser_mode
         self.page_chars = page_chars
+        self.goal_lines = goal_lines
+        self.links = links
         self.cache = None
         self.site = None
         self.http = None
@@ -309,7 +367,8 @@ class WikiWorld:
             # JavaScript page never launch a browser.
             self.browser = BrowserFetcher(self.policy, cache=self.cache) if browser_mode != "never" else None
             self.index = TantivyIndex(root / "index", url_prefix=ORIGIN)
-            self.search = SearchTool(self.index, k=search_k, max_results=max(10, search_k), cache=self.cache)
+            self.search = SearchTool(self.index, k=search_k, max_results=max(10, search_k), cache=self.cache,
+                                     snippet_chars=snippet_chars)
             self.tools = self.make_tools()
         except BaseException:
             self.close()
@@ -320,7 +379,8 @@ class WikiWorld:
         from mgrpo_tools.visit import make_browsing_tools
 
         assert self.http is not None
-        browsing = make_browsing_tools(self.http, self.browser, self.browser_mode, self.page_chars)
+        browsing = make_browsing_tools(self.http, self.browser, self.browser_mode, self.page_chars,
+                                       goal_lines=self.goal_lines, links=self.links)
         return {"search": self.search, **browsing}
 
     def close(self) -> None:
