@@ -74,7 +74,7 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Path]:
     """Tokenised demonstrations per role (train, stage1, stage2), pickled under ``work``; {role: file}."""
     from mgrpo_scenarios.wiki_hops import WikiHops
 
-    scenario = WikiHops(seed=0, num_entities=args.entities, data_dir=args.data_dir or work / "data")
+    scenario = WikiHops(seed=0, num_entities=args.entities, data_dir=args.data_dir or work / "data", profile=args.profile)
     build_role_models(scenario, work / "models", {}, roles=())  # the shared tokenizer only
     tok_dir = work / "models" / "tokenizer"
     tokenizer = load_tokenizer(tok_dir)
@@ -82,7 +82,8 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Path]:
     files = {}
     with scenario.open() as world:
         for single in sorted({role == "single" for role in roles}):
-            train = demonstrations(scenario, world, TRAIN_SPLITS, args.max_tasks, single=single, limits=LIMITS)
+            train = demonstrations(scenario, world, args.train_splits.split(","), args.max_tasks, single=single,
+                                   limits=LIMITS)
             held = {name: demonstrations(scenario, world, [split], args.eval_tasks, single=single, limits=LIMITS)
                     for name, split in HELD_OUT.items()}
             for role in train:
@@ -115,7 +116,7 @@ def run_config(spec: dict[str, Any]) -> list[dict[str, Any]]:
     model = build_tiny_model(load_tokenizer(blob["tokenizer"]), None, hidden_size=spec["hidden"],
                              num_layers=spec["layers"], seed=ROLES.index(spec["role"]))
     cfg = WarmStartConfig(epochs=spec["epochs"], lr=spec["lr"], batch_tokens=spec["batch_tokens"], device=spec["device"],
-                          seed=0)
+                          seed=0, warmup_steps=spec["warmup"], min_lr_ratio=spec["min_lr_ratio"], beta2=spec["beta2"])
     records: list[dict[str, Any]] = []
     started = time.perf_counter()
 
@@ -127,7 +128,8 @@ def run_config(spec: dict[str, Any]) -> list[dict[str, Any]]:
         record = {
             "role": spec["role"], "hidden": spec["hidden"], "layers": spec["layers"], "lr": spec["lr"],
             "batch_tokens": spec["batch_tokens"], "params": count_parameters(model), "device": spec["device"],
-            "threads": spec["threads"], "epoch": epoch, "steps": stats["steps"], "tokens": stats["tokens"],
+            "threads": spec["threads"], "profile": spec["profile"], "warmup": spec["warmup"],
+            "min_lr_ratio": spec["min_lr_ratio"], "beta2": spec["beta2"], "epoch": epoch, "steps": stats["steps"], "tokens": stats["tokens"],
             "loss_tokens": stats["loss_tokens"], "train_seqs": len(train), "loss": round(stats["loss"], 4),
             "train_s": round(train_s, 1), "tokens_per_s": round(stats["tokens"] / train_s, 1) if train_s else None,
         }
@@ -148,12 +150,25 @@ def run_config(spec: dict[str, Any]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- tables
 
 
+def _recipe(r: dict[str, Any]) -> str:
+    """The levers beyond size / lr / batch, for records that have them (older records: the full profile,
+    constant lr, beta2 0.999)."""
+    parts = [r.get("profile", "full")]
+    if r.get("warmup"):
+        parts.append(f"wu{r['warmup']}")
+    if r.get("min_lr_ratio", 1.0) != 1.0:
+        parts.append(f"cos{r['min_lr_ratio']:g}")
+    if r.get("beta2", 0.999) != 0.999:
+        parts.append(f"b2 {r['beta2']:g}")
+    return " ".join(parts)
+
+
 def label(r: dict[str, Any]) -> str:
-    return f"{r['role']} {r['hidden']}x{r['layers']} lr {r['lr']:.0e} batch {r['batch_tokens']}"
+    return f"{r['role']} {r['hidden']}x{r['layers']} lr {r['lr']:.0e} batch {r['batch_tokens']} {_recipe(r)}"
 
 
 def _key(r: dict[str, Any]) -> tuple[Any, ...]:
-    return (r["role"], r["hidden"], r["layers"], r["lr"], r["batch_tokens"])
+    return (r["role"], r["hidden"], r["layers"], r["lr"], r["batch_tokens"], _recipe(r))
 
 
 def _em(r: dict[str, Any], stage: str) -> float:
@@ -227,6 +242,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny smoke run: main, 32x1, 1 epoch, few tasks")
     parser.add_argument("--summarize", nargs="+", metavar="FILE", help="only print the tables of these JSONL files")
     parser.add_argument("--cpu-tokens-per-s", type=float, default=4865.0)
+    parser.add_argument("--profile", default="full", choices=["full", "tiny"], help="wiki-hops profile (observations, oracle, tokenizer)")
+    parser.add_argument("--train-splits", default=",".join(TRAIN_SPLITS), help="demonstrated splits, comma separated")
+    parser.add_argument("--warmup", type=int, default=0, help="linear warmup steps")
+    parser.add_argument("--min-lr-ratio", type=float, default=1.0, help="cosine decay to lr x this (1: constant)")
+    parser.add_argument("--beta2", type=float, default=0.999)
     args = parser.parse_args()
 
     if args.summarize:
@@ -249,7 +269,8 @@ def main() -> None:
         specs = [
             {"role": role, "hidden": int(size.split("x")[0]), "layers": int(size.split("x")[1]), "lr": float(lr),
              "batch_tokens": int(bt), "epochs": args.epochs, "checkpoints": {int(e) for e in args.checkpoints.split(",")},
-             "device": args.device, "threads": threads, "data": str(files[role]), "out": str(out)}
+             "device": args.device, "threads": threads, "data": str(files[role]), "out": str(out),
+             "profile": args.profile, "warmup": args.warmup, "min_lr_ratio": args.min_lr_ratio, "beta2": args.beta2}
             for role in args.roles.split(",") for size in args.sizes.split(",") for lr in args.lrs.split(",")
             for bt in args.batch_tokens.split(",")
         ]

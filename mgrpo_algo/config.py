@@ -256,6 +256,17 @@ class WarmStartConfig:
     """Share of demonstrated actions replaced by random well-formed protocol actions (0 = pure oracle)."""
     max_seq_tokens: int = 3072
     """Longer demonstrations are skipped (counted in the metrics)."""
+    warmup_steps: int = 0
+    """Linear learning-rate warmup over the first steps (small models trained from scratch: 50-100,
+    nanoGPT's small configs; without it lr 3e-3 diverged in the sweep)."""
+    min_lr_ratio: float = 1.0
+    """Cosine decay from ``lr`` to ``lr * min_lr_ratio`` over all steps after the warmup (1.0 = constant lr)."""
+    beta2: float = 0.999
+    """AdamW's second-moment decay (0.99 for small models and short runs, as nanoGPT's small configs)."""
+    role_epochs: dict[str, float] = field(default_factory=dict)
+    """Per-role epochs overriding ``epochs`` (e.g. ``{main: 6, sub: 3}``): the roles' demonstrations
+    differ in length and difficulty, so equal epochs are not equal budgets. Fractions train on a
+    share of the last epoch."""
     device: str = "cpu"
     """Where the warm start trains ("cuda": bf16 autocast); the models are saved back as float32."""
     torch_threads: int = 2
@@ -276,6 +287,15 @@ class WarmStartConfig:
                              f"({', '.join(_DEVICE_TYPES)}), got {self.device!r}")
         if self.epochs < 0 or self.max_tasks < 1 or self.batch_tokens < 64:
             raise ValueError("config fields 'warm_start.epochs' >= 0, 'max_tasks' >= 1, 'batch_tokens' >= 64")
+        if self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0 or not 0.0 < self.beta2 < 1.0:
+            raise ValueError("config fields 'warm_start.warmup_steps' >= 0, 'min_lr_ratio' in [0, 1], 'beta2' in (0, 1)")
+        bad = {r: e for r, e in self.role_epochs.items() if r not in ("main", "sub", "single") or not 0 <= e}
+        if bad:
+            raise ValueError(f"config field 'warm_start.role_epochs' takes roles main/sub/single with epochs >= 0, got {bad}")
+
+    def epochs_for(self, role: str) -> float:
+        """The epochs of ``role``: its ``role_epochs`` entry, else ``epochs``."""
+        return float(self.role_epochs.get(role, self.epochs))
 
 
 

@@ -89,7 +89,8 @@ _FORMAT = 1  # bump when what a given manifest builds changes
 
 
 def train_tokenizer(
-    texts: Iterable[str], out_dir: str | Path | None = None, *, vocab_size: int = 2048, min_frequency: int = 2
+    texts: Iterable[str], out_dir: str | Path | None = None, *, vocab_size: int = 2048, min_frequency: int = 2,
+    world_tokens: Iterable[str] = (),
 ) -> Any:
     """Train a byte-level BPE on ``texts`` and wrap it as a transformers ``PreTrainedTokenizerFast``.
 
@@ -99,6 +100,9 @@ def train_tokenizer(
         vocab_size: target size of the learned vocabulary, special and tag tokens included (the
             real size is smaller when the corpus has fewer merges to offer). At least 256 + 13.
         min_frequency: a pair must occur this often to be merged.
+        world_tokens: strings made one token each after training (e.g. a scenario's entity names and
+            values, ``Scenario.world_tokens()``), matched as whole words only, never split; they
+            come on top of ``vocab_size``.
 
     Returns:
         The tokenizer, with ``eos_token == pad_token == "<|endoftext|>"`` and :data:`CHAT_TEMPLATE`.
@@ -126,6 +130,11 @@ def train_tokenizer(
     raw.train_from_iterator(texts, trainer)
     # Non-special added tokens: matched before pre-tokenisation (never split), kept by decode.
     raw.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in PROTOCOL_TAGS])
+    extra = [t for t in dict.fromkeys(world_tokens) if t and t not in PROTOCOL_TAGS]
+    if extra:
+        # Whole words only, so that a value such as "opera" is not cut out of "operate" (a token that
+        # ends in punctuation, e.g. a URL prefix, is matched wherever it occurs).
+        raw.add_tokens([AddedToken(t, special=False, normalized=False, single_word=t[-1].isalnum()) for t in extra])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=raw,
         eos_token=SPECIAL_TOKENS[0],
@@ -165,8 +174,9 @@ def corpus_texts(scenario: Any, *, max_pages: int | None = None, max_tasks: int 
         doc = html_to_document(path.read_text(encoding="utf-8", errors="replace"), url)
         text, _ = render_page(doc, 1, page_chars=max(200, len(doc.text) + 200 * (len(doc.links) + 1)))
         yield format_tool_response(f"Goal: read the page of {doc.title}\n{text}")
+    style = getattr(scenario, "prompt_style", "full")
     for role, tools in (("main", MAIN_TOOLS), ("sub", SUB_TOOLS), ("single", SINGLE_TOOLS)):
-        yield system_prompt(role, tools)
+        yield system_prompt(role, tools, style)
     tasks = []
     for split in scenario.splits():
         split_tasks = list(scenario.tasks(split))[:max_tasks]
@@ -193,8 +203,10 @@ def _demonstrations(scenario: Any, tasks: list[Any], base: str) -> Iterator[str]
 
     main = OraclePolicy(scenario, "main") if hasattr(scenario, "oracle_read") else None
     sub = OraclePolicy(scenario, "sub") if main is not None else None
-    main_prompt, sub_prompt = system_prompt("main", MAIN_TOOLS), system_prompt("sub", SUB_TOOLS)
+    style = getattr(scenario, "prompt_style", "full")
+    main_prompt, sub_prompt = system_prompt("main", MAIN_TOOLS, style), system_prompt("sub", SUB_TOOLS, style)
     for i, task in enumerate(tasks):
+        yield "system\nuser\nassistant\n"  # the chat template's role headers, in every prompt
         if main is not None and sub is not None:
             request = PolicyRequest(i, "main_0", "main", task.question,
                                     [{"role": "system", "content": main_prompt}, {"role": "user", "content": task.question}], task)
@@ -360,12 +372,16 @@ def build_role_models(
     unknown = sorted(set(sizes) - set(ROLES))
     if unknown:
         raise ValueError(f"unknown role(s) {unknown} in sizes; roles are {list(ROLES)}")
+    world_tokens = list(scenario.world_tokens()) if hasattr(scenario, "world_tokens") else []
     tok_key = {"format": _FORMAT, "kind": "tokenizer", "scenario": _scenario_key(scenario),
                "vocab_size": vocab_size, "min_frequency": min_frequency}
+    if world_tokens:
+        tok_key["world_tokens"] = _digest(world_tokens)
     tok_dir = out_root / "tokenizer"
 
     def make_tokenizer(tmp: Path) -> None:
-        train_tokenizer(corpus_texts(scenario), tmp, vocab_size=vocab_size, min_frequency=min_frequency)
+        train_tokenizer(corpus_texts(scenario), tmp, vocab_size=vocab_size, min_frequency=min_frequency,
+                        world_tokens=world_tokens)
 
     _build_once(tok_dir, tok_key, make_tokenizer)
     tokenizer = None

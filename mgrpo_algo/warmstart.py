@@ -135,31 +135,51 @@ def padded_batch(sequences: Sequence[tuple[list[int], list[int]]], batch: Sequen
     return ids, labels
 
 
+def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
+    """Linear warmup over ``warmup`` steps, then cosine decay to ``min_ratio`` at step ``total``.
+
+    >>> [round(lr_factor(s, 10, 2, 0.1), 3) for s in (0, 1, 2, 6, 10)]
+    [0.5, 1.0, 1.0, 0.55, 0.1]
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    span = max(1, total - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 def sft_train(
     model: Any, sequences: list[tuple[list[int], list[int]]], cfg: WarmStartConfig, *, pad_id: int, desc: str = "warm start",
-    progress: bool = True, on_epoch: Callable[[dict[str, float]], None] | None = None,
+    progress: bool = True, on_epoch: Callable[[dict[str, float]], None] | None = None, epochs: float | None = None,
 ) -> dict[str, float]:
-    """Cross-entropy on the loss-masked tokens (token mean per step), AdamW, ``cfg.epochs`` passes.
+    """Cross-entropy on the loss-masked tokens (token mean per step), AdamW, ``epochs`` passes
+    (default ``cfg.epochs``; a fraction trains on that share of the last pass's batches), with
+    ``cfg``'s warmup, cosine decay and beta2.
 
     ``on_epoch(stats)`` runs after each epoch with the model still on ``cfg.device`` (stats: epoch,
     steps, tokens, loss_tokens, loss = the epoch's mean, train_s = training time so far, the
     callbacks' own time excluded): the sweep benchmark evaluates its checkpoints there.
     """
-    if not sequences:
+    epochs = cfg.epochs if epochs is None else epochs
+    if not sequences or epochs <= 0:
         return {"steps": 0, "loss_first": math.nan, "loss_last": math.nan}
     device = torch.device(cfg.device)
     model.to(device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, cfg.beta2))
     rng = random.Random(cfg.seed)
+    per_epoch = len(token_budget_batches(sequences, cfg.batch_tokens, random.Random(0)))
+    total_steps = max(1, math.ceil(epochs * per_epoch))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, total_steps, cfg.warmup_steps, cfg.min_lr_ratio))
     losses: list[float] = []
     tokens = loss_tokens = positions = 0
     train_s = 0.0
-    bar = tqdm(total=cfg.epochs * len(sequences), desc=desc, unit="seq", leave=False, disable=not progress)
-    for epoch in range(1, cfg.epochs + 1):
+    bar = tqdm(total=total_steps, desc=desc, unit="step", leave=False, disable=not progress)
+    for epoch in range(1, math.ceil(epochs) + 1):
         model.train()
         started, first = time.perf_counter(), len(losses)
-        for batch in token_budget_batches(sequences, cfg.batch_tokens, rng):
+        for batch in token_budget_batches(sequences, cfg.batch_tokens, rng)[: total_steps - len(losses)]:
             ids, labels = padded_batch(sequences, batch, pad_id)
             tokens += sum(len(sequences[i][0]) for i in batch)
             loss_tokens += int((labels != -100).sum())
@@ -172,8 +192,9 @@ def sft_train(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
+            scheduler.step()
             losses.append(loss.item())
-            bar.update(len(batch))
+            bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
         train_s += time.perf_counter() - started
         if on_epoch is not None:
@@ -266,7 +287,8 @@ def _fit_roles(model_paths: Mapping[str, str], chats: Mapping[str, Any], held: M
         sequences, counts = sft_sequences(tokenizer, chats[role], role=role, noise=cfg.noise, rng=rng,
                                           max_seq_tokens=cfg.max_seq_tokens)
         pad_id = tokenizer.pad_token_id or 0
-        metrics = sft_train(model, sequences, cfg, pad_id=pad_id, desc=f"warm start {role}", progress=progress)
+        metrics = sft_train(model, sequences, cfg, pad_id=pad_id, desc=f"warm start {role}", progress=progress,
+                            epochs=cfg.epochs_for(role))
         if held.get(role):
             validation, _ = sft_sequences(tokenizer, held[role], role=role, noise=0.0, rng=random.Random(0),
                                           max_seq_tokens=cfg.max_seq_tokens)

@@ -111,7 +111,8 @@ class MGRPOEnv(AECEnv):
         sub_space = action_space(self.limits.max_action_chars, "sub")
         self.observation_spaces = {a: obs_space for a in self.possible_agents}
         self.action_spaces = {a: (main_space if a == MAIN else sub_space) for a in self.possible_agents}
-        self._prompts = {"main": system_prompt("main", MAIN_TOOLS), "sub": system_prompt("sub", SUB_TOOLS)}
+        style = getattr(self.scenario, "prompt_style", "full")  # a scenario's profile may ask for compact prompts
+        self._prompts = {"main": system_prompt("main", MAIN_TOOLS, style), "sub": system_prompt("sub", SUB_TOOLS, style)}
         self.record: EpisodeRecord | None = None
 
     # -- PettingZoo API -------------------------------------------------------------------------

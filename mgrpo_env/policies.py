@@ -73,6 +73,17 @@ class OraclePolicy:
                 raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r} has no {hook}(): no oracle policy")
         self.scenario = scenario
         self.role = role
+        # The tiny profile: every action a copy from a known place (see mgrpo_scenarios' wiki-hops).
+        self.tiny = getattr(scenario, "profile", "full") == "tiny"
+
+    def _subtask(self, hop: Any, name: str) -> str:
+        """A hop as a subtask: its question about ``name``, or ``"<relation> of <name>"`` (tiny profile)."""
+        return f"{hop.relation} of {name}" if self.tiny else hop.question.replace(hop.entity, name)
+
+    def _visit_url(self, hit_url: str, name: str) -> str:
+        """The search hit's URL, or (tiny profile) the page by name beside it, MediaWiki-style
+        ``.../wiki/<Name>``: a copy of the entity instead of a look-up of its result."""
+        return f"{hit_url.rsplit('/', 1)[0]}/{name}" if self.tiny else hit_url
 
     def __call__(self, requests: Sequence[PolicyRequest]) -> list[str]:
         act = {"main": self._main, "sub": self._sub, "single": self._single}[self.role]
@@ -101,7 +112,7 @@ class OraclePolicy:
                 pages.append(_page_text(body))
                 found = _PAGE.search(body)
                 page = int(found.group(1)) if found else 1
-                if not found or page >= int(found.group(2)):
+                if not found or page >= int(found.group(2)) or self._read_now(order, chains, task, h, pages):
                     try:
                         value = self.scenario.oracle_read(task.hops[chains[order[h][0]][order[h][1]]].relation, "\n".join(pages))
                     except LookupError:
@@ -123,8 +134,18 @@ class OraclePolicy:
             return "<think>not found</think><answer>unknown</answer>"
         relation = task.hops[chains[order[h][0]][order[h][1]]].relation
         if page == 0:
-            return _call("visit", url=url, goal=f"{relation} of {entity(h)}")
+            return _call("visit", url=self._visit_url(url, entity(h)), goal=f"{relation} of {entity(h)}")
         return _call("visit", url=url, goal=f"{relation} of {entity(h)}", page=page + 1)
+
+    def _read_now(self, order: list[tuple[int, int]], chains: list[list[int]], task: Task, h: int, pages: list[str]) -> bool:
+        """Tiny profile: the goal's line comes first, so read it without paging on (when it is there)."""
+        if not self.tiny:
+            return False
+        try:
+            self.scenario.oracle_read(task.hops[chains[order[h][0]][order[h][1]]].relation, "\n".join(pages))
+        except LookupError:
+            return False
+        return True
 
     # -- main: one delegation per hop, then combine -------------------------------------------
 
@@ -141,7 +162,7 @@ class OraclePolicy:
             hop = task.hops[chains[c][pos]]
             name = hop.entity if pos == 0 else _last_report(reports, order, c, pos)
             # the subtask is plain text: a learned sub-agent must read it, so the oracle's does too
-            return _call("delegate", task=hop.question.replace(hop.entity, name))
+            return _call("delegate", task=self._subtask(hop, name))
         finals = []
         for c, chain in enumerate(chains):
             last = order.index((c, len(chain) - 1))
@@ -169,14 +190,21 @@ class OraclePolicy:
         if parsed.tool_name == "search":
             url = _find_hit(body, entity)
             if url:
-                return _call("visit", url=url, goal=f"{relation} of {entity}")
+                return _call("visit", url=self._visit_url(url, entity), goal=f"{relation} of {entity}")
             searches = sum(1 for p, _ in history if p.tool_name == "search")
             if searches == 1:
                 return _call("search", queries=[f'"{entity}"'])
             return f"<think>not found</think><result>No page titled {entity} was found.</result>"
         if parsed.tool_name == "visit":
             page = _PAGE.search(body)
-            if page and int(page.group(1)) < int(page.group(2)):
+            read_now = False
+            if self.tiny:  # the goal's line comes first: no paging on when it is there
+                try:
+                    self.scenario.oracle_read(relation, _page_text(body))
+                    read_now = True
+                except LookupError:
+                    pass
+            if page and int(page.group(1)) < int(page.group(2)) and not read_now:
                 return _call("visit", url=parsed.arguments["url"], goal=parsed.arguments["goal"], page=int(page.group(1)) + 1)
             url = parsed.arguments["url"]
             text = "\n".join(
@@ -194,6 +222,9 @@ def _hop_of(task: Task, subtask: str) -> tuple[str, str] | None:
     """(entity, relation) of the hop whose question, with some entity in place of the gold one, is
     exactly ``subtask`` (the entity of a chained hop is whatever the previous report said)."""
     for hop in task.hops:
+        short = f"{hop.relation} of "  # the tiny profile's subtasks
+        if subtask.startswith(short) and len(subtask) > len(short):
+            return subtask[len(short):], hop.relation
         if not hop.entity or hop.entity not in hop.question:
             continue
         prefix, _, suffix = hop.question.partition(hop.entity)

@@ -58,6 +58,7 @@ __all__ = [
     "format_tool_response",
     "format_error",
     "system_prompt",
+    "PROMPT_STYLES",
 ]
 
 Role = Literal["main", "sub", "single"]
@@ -500,13 +501,28 @@ _FINAL_TEXT = {
 }
 
 
-def system_prompt(role: Role, tools: Mapping[str, Any]) -> str:
+_COMPACT_INTRO = {"main": "Main agent.", "sub": "Sub-agent.", "single": "Research agent."}
+#: System prompt styles: ``full`` (the protocol and the tools' JSON schemas, for real LLMs) and
+#: ``compact`` (a few dozen tokens: the role, the tools' signatures and the final tag, for tiny models).
+PROMPT_STYLES = ("full", "compact")
+
+
+def system_prompt(role: Role, tools: Mapping[str, Any], style: str = "full") -> str:
     """The role's system prompt: the protocol and the tools with their JSON schemas (deterministic).
 
-    Raises ValueError for an unknown role.
+    ``style="compact"`` gives a one-line prompt (role, tool signatures, final tag) for small models
+    trained from scratch, whose cost grows with every prompt token and who never read the schemas.
+
+    Raises ValueError for an unknown role or style.
     """
     if role not in FINAL_TAGS:
         raise ValueError(f"unknown role {role!r}; expected one of {sorted(FINAL_TAGS)}")
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"unknown prompt style {style!r}; expected one of {list(PROMPT_STYLES)}")
+    if style == "compact":
+        final = FINAL_TAGS[role]
+        names = ", ".join(spec.name for spec in tools.values()) or "none"
+        return f"{_COMPACT_INTRO[role]} Tools: {names}. End: <{final}>."
     tool_lines = [json.dumps(_spec_json(spec), ensure_ascii=False) for spec in tools.values()]
     return "\n".join(
         [

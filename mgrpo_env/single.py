@@ -85,7 +85,7 @@ class SingleAgentEnv(gym.Env):
         self._seeded = False
         self.observation_space = observation_space(max_observation_chars)
         self.action_space = action_space(max_action_chars, "single")
-        self._prompt = system_prompt("single", SINGLE_TOOLS)
+        self._prompt = system_prompt("single", SINGLE_TOOLS, getattr(self.scenario, "prompt_style", "full"))
         self.record: EpisodeRecord | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, str], dict[str, Any]]:

@@ -229,20 +229,56 @@ def _chunks(text: str, size: int) -> list[str]:
     return chunks
 
 
-def render_page(doc: Document, page: int = 1, page_chars: int = 4000) -> tuple[str, int]:
+_LINK_MARKER = re.compile(r" ?\[\d+\]")
+_WORD = re.compile(r"[^\W_]+")
+
+
+def strip_link_markers(text: str) -> str:
+    """``text`` without the `` [n]`` link numbers that :func:`html_to_document` puts after anchors."""
+    return _LINK_MARKER.sub("", text)
+
+
+def relevant_lines(doc: Document, goal: str, n: int) -> list[str]:
+    """The ``n`` lines of ``doc``'s text that match ``goal`` best (BM25 over the page's lines), best first.
+
+    Deep-research agents' visit tools return the evidence relevant to the visit's goal rather than a
+    raw page; this is the cheapest honest version of that. Words of the page's title are not
+    evidence (every line of a page is about its subject), ``_`` separates words (``born_in`` matches
+    ``Born in``), and lines that match no goal word are never returned. Link markers are removed.
+    """
+    from rank_bm25 import BM25Okapi
+
+    def words(text: str) -> list[str]:
+        return [w.lower() for w in _WORD.findall(text)]
+
+    lines = [strip_link_markers(line).strip() for line in doc.text.split("\n")]
+    lines = [line for line in lines if line and not line.startswith("#")]
+    title = set(words(doc.title))
+    query = [w for w in words(goal) if w not in title]
+    if not lines or not query or n < 1:
+        return []
+    bm25 = BM25Okapi([words(line) or ["_"] for line in lines])
+    scores = bm25.get_scores(query)
+    ranked = sorted(range(len(lines)), key=lambda i: (-scores[i], i))
+    wanted = set(query)
+    return [lines[i] for i in ranked[:n] if scores[i] > 0 and wanted & set(words(lines[i]))]
+
+
+def render_page(doc: Document, page: int = 1, page_chars: int = 4000, *, links: bool = True) -> tuple[str, int]:
     """The agent-facing text of page ``page`` of ``doc``, and the number of pages.
 
     The full text is the readable main text followed by the numbered ``Links:`` list; it is cut at
     line boundaries into pages of at most ``page_chars`` characters. A header gives the title, the
-    URL and the page position, and says how to read on.
+    URL and the page position, and says how to read on. ``links=False`` leaves out the link numbers
+    and the ``Links:`` list (compact pages for small models; ``click`` by anchor text still works).
 
     Raises:
         ToolError("arguments"): ``page`` is not between 1 and the number of pages.
     """
     if page_chars < 200:
         raise ValueError("page_chars must be at least 200")
-    body = doc.text or "(no readable text on this page)"
-    if doc.links:
+    body = (doc.text if links else strip_link_markers(doc.text)) or "(no readable text on this page)"
+    if doc.links and links:
         body += "\n\nLinks:\n" + "\n".join(f"[{link.number}] {link.text} -> {link.url}" for link in doc.links)
     pages = _chunks(body, page_chars)
     total = len(pages)

@@ -69,6 +69,8 @@ class SearchTool(BaseTool):
         max_results: most results shown after merging (round-robin by rank) and URL dedup.
         cache: optional response cache (namespace ``"search"``, key: backend name, normalised query,
             sorted sites, k). Failed queries are not cached.
+        snippet_chars: longest snippet shown per result (longer ones are cut with "..."); 0 shows
+            titles and URLs only (compact results for small models).
 
     The agent sees one merged numbered list ``[n] Title / URL: ... / snippet``; a result found by
     several queries appears once, at its best round-robin position.
@@ -104,10 +106,14 @@ class SearchTool(BaseTool):
     SNIPPET_CHARS = 300
 
     def __init__(
-        self, backend: SearchBackend, *, k: int = 5, max_results: int = 10, cache: ResponseCache | None = None
+        self, backend: SearchBackend, *, k: int = 5, max_results: int = 10, cache: ResponseCache | None = None,
+        snippet_chars: int = SNIPPET_CHARS,
     ) -> None:
         if k < 1 or max_results < 1:
             raise ValueError("k and max_results must be at least 1")
+        if snippet_chars < 0:
+            raise ValueError("snippet_chars must be >= 0")
+        self.snippet_chars = snippet_chars
         self.backend = backend
         self.k = k
         self.max_results = max_results
@@ -210,12 +216,10 @@ class SearchTool(BaseTool):
         else:
             lines.append(f"Search results for {quoted}{scope} ({len(hits)} results):")
             for n, hit in enumerate(hits, 1):
-                snippet = (
-                    hit.snippet
-                    if len(hit.snippet) <= self.SNIPPET_CHARS
-                    else hit.snippet[: self.SNIPPET_CHARS].rstrip() + "..."
-                )
-                lines.append("")
+                limit = self.snippet_chars
+                snippet = hit.snippet if len(hit.snippet) <= limit else hit.snippet[:limit].rstrip() + "..." if limit else ""
+                if limit:
+                    lines.append("")
                 lines.append(f"[{n}] {hit.title or '(untitled)'}")
                 lines.append(f"URL: {hit.url}")
                 if snippet:

@@ -20,7 +20,7 @@ from typing import Any
 from .base import BaseTool, ToolError, ToolResult, optional_int, require_str
 from .browser import BrowserFetcher
 from .fetch import FetchResult, HttpFetcher
-from .html_text import Document, Link, html_to_document, render_page
+from .html_text import Document, Link, html_to_document, relevant_lines, render_page
 from .url_policy import normalize_url
 
 __all__ = ["BrowsingSession", "VisitTool", "ClickTool", "make_browsing_tools", "BROWSER_MODES"]
@@ -109,6 +109,12 @@ class VisitTool(BaseTool):
             the browser for pages whose text is nearly empty while they carry scripts).
         page_chars: characters per page of text shown to the agent.
         session: this agent's session; a fresh one when omitted.
+        goal_lines: when above 0, the result starts with up to that many lines of the page that
+            match the goal best (:func:`~.html_text.relevant_lines`), before the goal and the page,
+            as the goal-directed visit tools of deep-research agents return relevant evidence first.
+        links: False leaves out link numbers and the ``Links:`` list (compact text for small models).
+        evidence_only: with ``goal_lines``, show only the matching lines when there are any (the page
+            itself only when nothing matches), as visit tools that summarise a page for the goal do.
     """
 
     name = "visit"
@@ -138,6 +144,9 @@ class VisitTool(BaseTool):
         browser_mode: str = "auto",
         page_chars: int = 4000,
         session: BrowsingSession | None = None,
+        goal_lines: int = 0,
+        links: bool = True,
+        evidence_only: bool = False,
     ) -> None:
         if browser_mode not in BROWSER_MODES:
             raise ValueError(f"browser_mode must be one of {BROWSER_MODES}, got {browser_mode!r}")
@@ -149,6 +158,9 @@ class VisitTool(BaseTool):
         self.browser = browser
         self.browser_mode = browser_mode
         self.page_chars = page_chars
+        self.goal_lines = goal_lines
+        self.links = links
+        self.evidence_only = evidence_only
         self.session = session if session is not None else BrowsingSession()
 
     def run(self, arguments: Mapping[str, Any]) -> ToolResult:
@@ -165,7 +177,7 @@ class VisitTool(BaseTool):
             result, doc = session.fetch, session.document  # reading on: no second download
         else:
             result, doc, meta_extra = self._load(url)
-        text, pages = render_page(doc, page, self.page_chars)
+        text, pages = render_page(doc, page, self.page_chars, links=self.links)
         session.document, session.fetch = doc, result
         session.requested_url = normalize_url(url)
         session.page, session.pages, session.goal = page, pages, goal
@@ -178,7 +190,15 @@ class VisitTool(BaseTool):
             "pages": pages,
             **meta_extra,
         }
-        return ToolResult(text=f"Goal: {goal}\n{text}", meta=meta)
+        text = f"Goal: {goal}\n{text}"
+        if self.goal_lines > 0:
+            found = relevant_lines(doc, goal, self.goal_lines)
+            meta["relevant_lines"] = len(found)
+            if found and self.evidence_only:
+                text = "\n".join(found)
+            elif found:
+                text = "\n".join(found) + "\n\n" + text
+        return ToolResult(text=text, meta=meta)
 
     def _load(self, url: str) -> tuple[FetchResult, Document, dict[str, Any]]:
         if self.browser_mode == "always":
@@ -277,9 +297,15 @@ def make_browsing_tools(
     browser: BrowserFetcher | None = None,
     browser_mode: str = "auto",
     page_chars: int = 4000,
+    *,
+    goal_lines: int = 0,
+    links: bool = True,
+    evidence_only: bool = False,
 ) -> dict[str, BaseTool]:
-    """``{"visit": ..., "click": ...}`` for one agent: a fresh session over the shared fetchers."""
+    """``{"visit": ..., "click": ...}`` for one agent: a fresh session over the shared fetchers
+    (``goal_lines``, ``links`` and ``evidence_only`` as in :class:`VisitTool`)."""
     visit = VisitTool(
-        http, browser, browser_mode=browser_mode, page_chars=page_chars, session=BrowsingSession()
+        http, browser, browser_mode=browser_mode, page_chars=page_chars, session=BrowsingSession(),
+        goal_lines=goal_lines, links=links, evidence_only=evidence_only,
     )
     return {"visit": visit, "click": ClickTool(visit)}

@@ -32,8 +32,8 @@ Arguments:
     profile: ``"full"`` (default: the protocol as real LLMs see it) or ``"tiny"``, the switch for the
         built-in tiny models: the same world, tasks, tools and env, but every observation compact and
         every oracle action a copy from a known place (see :data:`PROFILES`): short system prompts
-        (``prompt_style``), search results without snippets, ``visit`` returning the line that
-        matches its goal first and no link numbers, small pages, subtasks written as
+        (``prompt_style``), search results without snippets, ``visit`` returning only the line
+        that matches its goal (the page when none does) and no link numbers, subtasks written as
         ``"<relation> of <entity>"`` and pages visited by name (MediaWiki-style
         ``/wiki/<Name>``), and :meth:`WikiHops.world_tokens` for a tokenizer in which every entity
         name, slug, value and relation is one token.
@@ -78,9 +78,9 @@ DEFAULT_NEAR_DUP = 0.1
 #: Observation and oracle settings per profile (explicit ``page_chars`` / ``search_k`` win).
 PROFILES: dict[str, dict[str, Any]] = {
     "full": {"page_chars": 4000, "search_k": 5, "snippet_chars": 300, "goal_lines": 0, "links": True,
-             "prompt_style": "full"},
+             "evidence_only": False, "prompt_style": "full"},
     "tiny": {"page_chars": 200, "search_k": 3, "snippet_chars": 0, "goal_lines": 1, "links": False,
-             "prompt_style": "compact"},
+             "evidence_only": True, "prompt_style": "compact"},
 }
 
 
@@ -267,7 +267,7 @@ class WikiHops:
         return WikiWorld(self.build(), browser_mode=self.browser_mode, page_chars=self.page_chars,
                          search_k=self.search_k, cache_path=self.cache_path,
                          snippet_chars=settings["snippet_chars"], goal_lines=settings["goal_lines"],
-                         links=settings["links"])
+                         links=settings["links"], evidence_only=settings["evidence_only"])
 
     def verify(self, task: Task, prediction: str) -> Verdict:
         from mgrpo_scenarios.verifiers import AnswerVerifier
@@ -296,8 +296,8 @@ class WikiHops:
         """Strings that a world-aware tokenizer keeps as one token each; empty in the full profile.
 
         Tiny profile: every entity name and page slug, every fact value as pages and answers write it,
-        every relation key (the tiny profile's subtasks are ``"<relation> of <name>"``) and the
-        by-name page URL prefix. Copying a name, a URL or a value is then a one-token copy, which a
+        every relation key (the tiny profile's subtasks are ``"<relation> of <name>"``), the numbers
+        0-99 and the page URL prefix ``http://wiki-hops.test/wiki/``. Copying a name, a URL or a value is then a one-token copy, which a
         small model learns in minutes where a multi-token copy takes it hours (see docs/design.md,
         "The tiny profile"). Sorted, without duplicates.
         """
@@ -316,6 +316,7 @@ class WikiHops:
         tokens.update(r.key for rels in SCHEMA.values() for r in rels)
         tokens.update(r.key for revs in REVERSES.values() for r in revs)
         tokens.update(str(n) for n in range(100))  # counts
+        tokens.add(f"{ORIGIN}/wiki/")  # a page URL is then two tokens: this prefix and the name or slug
         return sorted(tokens)
 
     def __repr__(self) -> str:
@@ -337,7 +338,7 @@ class WikiWorld:
 
     def __init__(self, root: Path, *, browser_mode: str = "auto", page_chars: int = 4000, search_k: int = 5,
                  cache_path: Path | None = None, snippet_chars: int = 300, goal_lines: int = 0,
-                 links: bool = True) -> None:
+                 links: bool = True, evidence_only: bool = False) -> None:
         from mgrpo_tools.browser import BrowserFetcher
         from mgrpo_tools.cache import ResponseCache
         from mgrpo_tools.fetch import HttpFetcher
@@ -350,6 +351,7 @@ class WikiWorld:
         self.page_chars = page_chars
         self.goal_lines = goal_lines
         self.links = links
+        self.evidence_only = evidence_only
         self.cache = None
         self.site = None
         self.http = None
@@ -380,7 +382,8 @@ class WikiWorld:
 
         assert self.http is not None
         browsing = make_browsing_tools(self.http, self.browser, self.browser_mode, self.page_chars,
-                                       goal_lines=self.goal_lines, links=self.links)
+                                       goal_lines=self.goal_lines, links=self.links,
+                                       evidence_only=self.evidence_only)
         return {"search": self.search, **browsing}
 
     def close(self) -> None:
