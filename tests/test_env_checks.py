@@ -25,9 +25,9 @@ def test_conformance(small_scenario, small_world, split, options):
 
 def test_every_registered_scenario_is_checked():
     # a new built-in scenario must be added to the conformance tests: wiki-hops runs above; the
-    # benchmark scenarios need the user's data files and a search backend, and are checked on
+    # benchmark scenarios (and qa-file) need the user's data files and a search backend, and are checked on
     # fixtures against a loopback web in tests/test_benchmarks.py
-    assert mgrpo_scenarios.names() == ["gaia", "webwalkerqa", "wiki-hops", "xbench-deepsearch"]
+    assert mgrpo_scenarios.names() == ["gaia", "qa-file", "webwalkerqa", "wiki-hops", "xbench-deepsearch"]
 
 
 def test_human_render_prints_and_returns_none(small_scenario, small_world, capsys):
