@@ -47,6 +47,8 @@ def _build_scenario(name: str, pairs: Sequence[str]) -> Any:
         raise SystemExit(f"mgrpo: {exc.args[0]}") from None
     except TypeError as exc:  # an unknown --set key
         raise SystemExit(f"mgrpo: bad option for scenario {name!r}: {exc}") from None
+    except (OSError, ValueError) as exc:  # a missing --data path, an unreadable or malformed file
+        raise SystemExit(f"mgrpo: scenario {name!r}: {exc}") from None
 
 
 AGENTS = ("oracle", "scenario-oracle", "random")
@@ -129,11 +131,20 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from .config import load_config
+    from .preflight import PreflightError, preflight
 
     try:
         config = load_config(args.config, args.set)
     except (ValueError, OSError) as exc:
         print(f"mgrpo: bad config: {exc}", file=sys.stderr)
+        return 2
+    if args.placement is None and (args.store or args.staleness):
+        print("mgrpo: --store and --staleness need --placement (decoupled role servers)", file=sys.stderr)
+        return 2
+    try:  # before any model, tokenizer or demonstration is built
+        preflight(config, store=args.store)
+    except PreflightError as exc:
+        print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
     from torch.utils.tensorboard import SummaryWriter
 
@@ -157,9 +168,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
         )
 
     if args.placement is None:
-        if args.store or args.staleness:
-            print("mgrpo: --store and --staleness need --placement (decoupled role servers)", file=sys.stderr)
-            return 2
         history = Trainer(config, log=log).run()
     else:
         from .decoupled import DecoupledTrainer
@@ -183,6 +191,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     from .compare import check_compare, format_table, run_compare
     from .config import load_config
+    from .preflight import PreflightError, check_writable, preflight
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     try:
@@ -190,6 +199,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         check_compare(config, args.seeds, modes)
     except (ValueError, OSError) as exc:
         print(f"mgrpo: bad config: {exc}", file=sys.stderr)
+        return 2
+    try:
+        preflight(config, check_eval=True)
+        check_writable(args.out, "output folder (--out)")
+    except PreflightError as exc:
+        print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
     command = shlex.join(["mgrpo", "compare", *(["--config", args.config] if args.config else []),
                           *[part for item in args.set for part in ("--set", item)],
@@ -294,8 +309,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; a usage mistake (``SystemExit`` with a message) prints that one line to
+    stderr and returns 2, as argparse does for its own errors, never a traceback."""
     args = _parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        print(exc.code, file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from .config_types import coerce as _coerce
+
 __all__ = [
     "LearnerConfig",
     "AUTOCAST_DTYPES",
@@ -461,10 +463,8 @@ def _build(cls: Any, data: Any, where: str) -> Any:
         elif typing.get_origin(hint) is list and is_dataclass(typing.get_args(hint)[0]):
             item_cls = typing.get_args(hint)[0]
             kwargs[name] = [_build(item_cls, v, f"{where}{name}[{i}].") for i, v in enumerate(value or [])]
-        elif typing.get_origin(hint) is tuple:
-            kwargs[name] = tuple(value)
         else:
-            kwargs[name] = value
+            kwargs[name] = _coerce(hint, value, where + name)
     try:
         return cls(**kwargs)
     except TypeError as exc:

@@ -166,11 +166,21 @@ class MGRPOEnv(AECEnv):
             self._step_sub(agent, text)
         self._accumulate_rewards()
         if self.render_mode == "human":
-            print(self.render())
+            self.render()
 
     def render(self) -> str | None:
+        """The selected agent's last turn as one line: returned for ``render_mode="ansi"``, printed
+        (and None returned) for ``"human"``, as PettingZoo's ``render_test`` requires; None without a
+        render mode."""
         if self.render_mode is None:
             return None
+        text = self._render_text()
+        if self.render_mode == "human":
+            print(text, flush=True)
+            return None
+        return text
+
+    def _render_text(self) -> str:
         agent = self.agent_selection
         traj = self._trajectories.get(agent)
         last = traj.turns[-1] if traj and traj.turns else None

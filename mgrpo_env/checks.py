@@ -3,31 +3,33 @@
     from mgrpo_env.checks import check_all
     check_all(scenario, world=world, split="stage2/test")
 
-runs, for the AEC env, ``pettingzoo.test.api_test`` and ``seed_test``, and for the single-agent env
-``gymnasium.utils.env_checker.check_env``, then our invariants: every agent name is fresh per
+runs, for the AEC env, ``pettingzoo.test.api_test``, ``seed_test`` and ``render_test`` (every render
+mode: "ansi" returns text, "human" prints it and returns None), and for the single-agent env
+``gymnasium.utils.env_checker.check_env`` (its render checks included), then our invariants: every agent name is fresh per
 delegation, every episode ends with every agent paid exactly once, and rewards lie in [0, 1].
 The test suite calls it for every built-in scenario and a grid of limit settings.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from gymnasium.utils.env_checker import check_env
-from pettingzoo.test import api_test, seed_test
+from pettingzoo.test import api_test, render_test, seed_test
 
 from .aec import env as aec_env
-from .single import single_agent_env
+from .single import SingleAgentEnv, single_agent_env
 
 __all__ = ["check_aec", "check_single", "check_invariants", "check_all"]
 
 
 def check_aec(scenario: Any, *, world: Any, split: str, num_cycles: int = 1000, **options: Any) -> None:
-    """PettingZoo's ``api_test`` and ``seed_test`` on the AEC env built with ``options``."""
+    """PettingZoo's ``api_test``, ``seed_test`` and ``render_test`` on the AEC env built with ``options``."""
 
-    def make() -> Any:
-        return aec_env(scenario=scenario, world=world, split=split, **options)
+    def make(render_mode: str | None = None) -> Any:
+        return aec_env(scenario=scenario, world=world, split=split, render_mode=render_mode, **options)
 
     env = make()
     try:
@@ -35,15 +37,20 @@ def check_aec(scenario: Any, *, world: Any, split: str, num_cycles: int = 1000, 
     finally:
         env.close()
     seed_test(make, num_cycles=min(num_cycles, 200))
+    render_test(make)
 
 
 def check_single(scenario: Any, *, world: Any, split: str, **options: Any) -> None:
-    """Gymnasium's ``check_env`` on the single-agent env built with ``options``."""
-    env = single_agent_env(scenario=scenario, world=world, split=split, **options)
-    try:
-        check_env(env, skip_render_check=True)
-    finally:
-        env.close()
+    """Gymnasium's ``check_env`` (render checks included) on the single-agent env built with ``options``,
+    once per render mode."""
+    for render_mode in (None, *SingleAgentEnv.metadata["render_modes"]):
+        env = single_agent_env(scenario=scenario, world=world, split=split, render_mode=render_mode, **options)
+        try:
+            with warnings.catch_warnings():  # our loop covers what it would re-make through env.spec
+                warnings.filterwarnings("ignore", message=".*alternative render modes.*")
+                check_env(env)
+        finally:
+            env.close()
 
 
 def check_invariants(scenario: Any, *, world: Any, split: str, episodes: int = 20, **options: Any) -> dict[str, int]:

@@ -24,7 +24,12 @@ Episode end:
 
 Arguments:
     scenario, split, seed, scenario_kwargs, world, tasks, max_turns (16), max_action_chars,
-    max_observation_chars, main_weights ((0.1, 0.9)), render_mode ("ansi").
+    max_observation_chars, main_weights ((0.1, 0.9)), render_mode ("ansi": ``render()`` returns the
+    last turn as text; "human": it is printed after every reset and step).
+
+Registration:
+    ``gymnasium.make("mgrpo/WikiHops-v0", **kwargs)`` (registered on ``import mgrpo_env``) builds this
+    env on the ``wiki-hops`` scenario; ``scenario=`` names another.
 
 Version history:
     v0: first release.
@@ -51,7 +56,7 @@ __all__ = ["SingleAgentEnv", "single_agent_env"]
 
 
 class SingleAgentEnv(gym.Env):
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
     def __init__(
         self,
@@ -100,12 +105,20 @@ class SingleAgentEnv(gym.Env):
         self.record = EpisodeRecord(episode_id=uuid.uuid4().hex[:12], task=self._task.to_dict(), seed=seed, main=self._traj)
         self._started = time.perf_counter()
         self._obs = sanitize(self._task.question, self.max_observation_chars)
+        if self.render_mode == "human":
+            self.render()
         return {"text": self._obs}, self._info()
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         return {"task_id": self._task.id, "turn": len(self._traj.turns), "messages": self._traj.messages, **extra}
 
     def step(self, action: str) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
+        out = self._step(action)
+        if self.render_mode == "human":
+            self.render()
+        return out
+
+    def _step(self, action: str) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
         text = action if isinstance(action, str) else ""
         traj = self._traj
         parsed = parse_action(text, role="single", allowed_tools=SINGLE_TOOLS, max_chars=self.max_action_chars)
@@ -155,12 +168,19 @@ class SingleAgentEnv(gym.Env):
         return self._task
 
     def render(self) -> str | None:
-        if self.render_mode != "ansi":
+        """The last turn as one line: returned for ``render_mode="ansi"``, printed (and None returned)
+        for ``"human"`` (which ``reset`` and ``step`` also do by themselves); None otherwise."""
+        if self.render_mode is None:
             return None
         last = self._traj.turns[-1] if self._traj.turns else None
         if last is None:
-            return f"[single_0] {self._obs[:500]}"
-        return f"[single_0 turn {len(self._traj.turns)}] {last.action[:300]!r} -> {last.observation[:300]!r}"
+            text = f"[single_0] {self._obs[:500]}"
+        else:
+            text = f"[single_0 turn {len(self._traj.turns)}] {last.action[:300]!r} -> {last.observation[:300]!r}"
+        if self.render_mode == "human":
+            print(text, flush=True)
+            return None
+        return text
 
     def close(self) -> None:
         self._world.close()

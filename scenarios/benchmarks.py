@@ -4,10 +4,10 @@ Each is a :class:`~mgrpo_scenarios.Scenario` over files the user has downloaded 
 here); the world the agents act in is the open web, through a real search backend and the URL policy.
 
 * :class:`Gaia` - ``Gaia(data, split="validation")``. ``data`` is the dataset folder (``2023/`` inside
-  it, or a split folder, or a ``metadata.jsonl`` file). Rows: ``task_id``, ``Question``, ``Level``,
-  ``Final answer``, ``file_name``, ``Annotator Metadata``. An attached file is inlined in the question
-  (text-like files, truncated with a note) or named with its type (binary files). Scored with GAIA's
-  quasi-exact match (:func:`gaia_match`).
+  it, or a split folder, or a ``metadata.jsonl`` / ``metadata.parquet`` file). Rows: ``task_id``,
+  ``Question``, ``Level``, ``Final answer``, ``file_name``, ``Annotator Metadata``. An attached file
+  is inlined in the question (text-like files, truncated with a note) or named with its type (binary
+  files). Scored with GAIA's quasi-exact match (:func:`gaia_match`).
 * :class:`XBenchDeepSearch` - ``XBenchDeepSearch(data)``: the released CSV (``id``, ``prompt``,
   ``answer``, ``canary``, other columns kept as metadata), or JSON / JSONL rows with the same fields.
   ``prompt`` and ``answer`` are obfuscated: ``base64(xor(utf8(text), utf8(canary) repeated))``, the
@@ -35,8 +35,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import csv
-import json
 import mimetypes
 import os
 import re
@@ -49,6 +47,7 @@ from typing import Any
 from mgrpo_scenarios.base import Task, Verdict
 from mgrpo_tools.base import Tool
 
+from .tables import read_rows
 from .verifiers import AnswerVerifier, LLMJudge, exact_match, token_f1
 
 __all__ = [
@@ -333,27 +332,8 @@ class _Benchmark(ABC):
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a ``.jsonl``, ``.json`` (a list, or {"data": [...]}) or ``.csv`` file."""
-    suffix = path.suffix.lower()
-    if suffix == ".csv":
-        with path.open(encoding="utf-8-sig", newline="") as f:
-            return [dict(r) for r in csv.DictReader(f)]
-    text = path.read_text(encoding="utf-8-sig")
-    if suffix == ".jsonl":
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    if suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:  # some releases name a JSONL file .json
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        if isinstance(data, dict):
-            data = data.get("data") or data.get("rows") or [data]
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: expected a JSON list of rows")
-        return data
-    if suffix == ".parquet":
-        raise ValueError(f"{path}: parquet is not read here; export it to JSONL first")
-    raise ValueError(f"{path}: unsupported file type {suffix!r} (expected .csv, .json or .jsonl)")
+    """Rows of a ``.jsonl``, ``.json`` (a list, or {"data": [...]}), ``.csv`` or ``.parquet`` file."""
+    return read_rows(path)
 
 
 def _single_file(path: Path, patterns: tuple[str, ...], what: str) -> Path:
@@ -373,12 +353,15 @@ TEXT_SUFFIXES = frozenset(
 )
 
 
+GAIA_METADATA = ("metadata.jsonl", "metadata.parquet")
+
+
 class Gaia(_Benchmark):
     """GAIA (Mialon et al. 2023) from a local copy of the dataset (see the module docstring).
 
     Args:
-        data: the dataset folder (holding ``2023/<split>/metadata.jsonl``), a split folder, or a
-            ``metadata.jsonl`` file.
+        data: the dataset folder (holding ``2023/<split>/metadata.jsonl`` or ``metadata.parquet``), a
+            split folder, or a metadata file.
         split: the default split (``validation``; ``test`` has no public answers).
         attachment_chars: most characters of an attached text file inlined in the question.
         judge, and the world options of :class:`OpenWebWorld`.
@@ -400,20 +383,23 @@ class Gaia(_Benchmark):
     def _metadata_file(self, split: str) -> Path | None:
         if self.data.is_file():
             return self.data if split == self.default_split else None
-        for candidate in (self.data / "2023" / split / "metadata.jsonl", self.data / split / "metadata.jsonl"):
-            if candidate.is_file():
-                return candidate
-        direct = self.data / "metadata.jsonl"
-        if direct.is_file() and split == self.default_split:
-            return direct
+        for name in GAIA_METADATA:  # the Hub's copy now ships metadata.parquet; older copies metadata.jsonl
+            for candidate in (self.data / "2023" / split / name, self.data / split / name):
+                if candidate.is_file():
+                    return candidate
+        for name in GAIA_METADATA:
+            direct = self.data / name
+            if direct.is_file() and split == self.default_split:
+                return direct
         return None
 
     def splits(self) -> list[str]:
         found = [s for s in dict.fromkeys((self.default_split, "validation", "test")) if self._metadata_file(s)]
         if not found:
             raise FileNotFoundError(
-                f"gaia: no metadata.jsonl for split {self.default_split!r} under {str(self.data)!r} "
-                "(expected 2023/<split>/metadata.jsonl, <split>/metadata.jsonl or metadata.jsonl)"
+                f"gaia: no metadata.jsonl or metadata.parquet for split {self.default_split!r} under "
+                f"{str(self.data)!r} (expected 2023/<split>/metadata.jsonl, <split>/metadata.jsonl or "
+                "metadata.jsonl; .parquet alike)"
             )
         return found
 

@@ -25,6 +25,29 @@ def test_conformance(small_scenario, small_world, split, options):
 
 def test_every_registered_scenario_is_checked():
     # a new built-in scenario must be added to the conformance tests: wiki-hops runs above; the
-    # benchmark scenarios need the user's data files and a search backend, and are checked on
+    # benchmark scenarios (and qa-file) need the user's data files and a search backend, and are checked on
     # fixtures against a loopback web in tests/test_benchmarks.py
-    assert mgrpo_scenarios.names() == ["gaia", "webwalkerqa", "wiki-hops", "xbench-deepsearch"]
+    assert mgrpo_scenarios.names() == ["gaia", "qa-file", "webwalkerqa", "wiki-hops", "xbench-deepsearch"]
+
+
+def test_human_render_prints_and_returns_none(small_scenario, small_world, capsys):
+    # PettingZoo's render_test and Gymnasium's check_env need "human" to print and return None
+    from mgrpo_env import env as aec_env
+    from mgrpo_env import single_agent_env
+
+    aec = aec_env(small_scenario, "stage2/test", world=small_world, render_mode="human")
+    aec.reset(seed=0)
+    capsys.readouterr()
+    assert aec.render() is None
+    assert capsys.readouterr().out.startswith("[main_0]")
+    aec.step("<think>x</think><answer>1</answer>")  # human mode prints after each step by itself
+    assert "main_0 turn 1" in capsys.readouterr().out
+    assert aec_env(small_scenario, "stage2/test", world=small_world, render_mode="ansi").render is not None
+    single = single_agent_env(small_scenario, "stage2/test", world=small_world, render_mode="human")
+    single.reset(seed=0)
+    assert capsys.readouterr().out.startswith("[single_0]")
+    single.step("<think>x</think><answer>1</answer>")
+    assert single.render() is None and capsys.readouterr().out.count("single_0 turn 1") == 2
+    text_env = single_agent_env(small_scenario, "stage2/test", world=small_world, render_mode="ansi")
+    text_env.reset(seed=0)
+    assert text_env.render().startswith("[single_0]") and capsys.readouterr().out == ""
