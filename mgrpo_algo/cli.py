@@ -216,6 +216,28 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_warm_start(args: argparse.Namespace) -> int:
+    import mgrpo_scenarios
+
+    from .config import load_config
+    from .models import ROLES
+    from .prebuilt import export_models
+    from .trainer import role_model_paths
+
+    try:
+        config = load_config(args.config, args.set)
+        scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
+    except (ValueError, OSError, KeyError, TypeError) as exc:
+        print(f"mgrpo: bad config: {exc}", file=sys.stderr)
+        return 2
+    for role in ROLES:
+        getattr(config, role).model = ""  # always the config's own tiny models, warm-started
+    paths = role_model_paths(config, scenario, list(ROLES))
+    out = export_models(paths, args.out)
+    print(f"wrote {out} ({', '.join(ROLES)}) and {out}/SHA256SUMS")
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     scenario = _build_scenario(args.scenario, args.set)
     if hasattr(scenario, "build"):
@@ -294,6 +316,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="comma-separated modes to compare")
     cp.add_argument("--quiet", action="store_true", help="no progress bars")
     cp.set_defaults(func=_cmd_compare)
+
+    ws = sub.add_parser("warm-start", help="train a config's warm start once and export it with checksums")
+    ws.add_argument("--config", required=True, help="YAML file of TrainConfig fields (its warm_start section)")
+    ws.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    ws.add_argument("--out", required=True, help="folder for <role>/ model folders and SHA256SUMS (replaced)")
+    ws.set_defaults(func=_cmd_warm_start)
 
     sv = sub.add_parser("serve", help="serve a scenario's world on 127.0.0.1 until interrupted")
     sv.add_argument("--scenario", default="wiki-hops")

@@ -300,6 +300,10 @@ def _train_and_evaluate(
         "train_seconds": train_seconds,
         "eval_seconds": after_seconds + curve_seconds,
         "curve": curve,
+        "d_k_mean": statistics.fmean(float(h.get("align/d_k_mean", 0.0)) for h in history) if history else 0.0,
+        "sub_reward": _history_means(history, "sub/reward_mean"),
+        "sub_expert": _history_means(history, "sub/expert_mean"),
+        "train_accuracy": _history_means(history, f"{role}/accuracy"),
     }
     numeric = [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in history]
     curve_data = {"history": numeric, "eval": [{"step": 0, **before}, {"step": total, **after}], "curve": curve}
@@ -370,7 +374,78 @@ def verdict(summary: Mapping[str, Any], rise_points: float = 10.0) -> dict[str, 
         rise_held = rise >= rise_points
         sentences.append(f"M-GRPO's held-out EM rose {rise:+.1f} points over its warm-started start, so the "
                          f"+{rise_points:.0f} point rise {'held' if rise_held else 'did not hold'}.")
-    return {"order_held": order_held, "rise_held": rise_held, "text": " ".join(sentences)}
+    checks = [
+        {"check": f"M-GRPO's held-out EM rises >= {rise_points:.0f} points over its start", "passed": rise_held,
+         "figures": f"{results['mgrpo']['mean']['delta_em'] * 100:+.1f} points" if "mgrpo" in results else "not run"},
+        {"check": "after-training EM: mgrpo > frozen-sub > single-agent", "passed": order_held,
+         "figures": " / ".join(f"{results[m]['mean']['after_em'] * 100:.1f}" for m in MODES if m in results)},
+        _gap_check(summary),
+        _delegation_check(results),
+    ]
+    return {"order_held": order_held, "rise_held": rise_held, "checks": checks, "text": " ".join(sentences)}
+
+
+def _gap_check(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """M-GRPO minus frozen-sub after EM, paired by seed: is its mean larger than its standard deviation?"""
+    results = summary["results"]
+    check = "mgrpo - frozen-sub after EM (paired by seed) > one standard deviation of that gap"
+    if "mgrpo" not in results or "frozen-sub" not in results:
+        return {"check": check, "passed": None, "figures": "a mode was not run"}
+    gaps = [(a["after_em"] - b["after_em"]) * 100
+            for a, b in zip(results["mgrpo"]["per_seed"], results["frozen-sub"]["per_seed"], strict=True)]
+    if len(gaps) < 2:
+        return {"check": check, "passed": None, "figures": f"gap {gaps[0]:+.1f} points; needs >= 2 seeds"}
+    mean, std = statistics.fmean(gaps), statistics.pstdev(gaps)
+    return {"check": check, "passed": mean > std,
+            "figures": f"gap {mean:+.1f} ± {std:.1f} points over {len(gaps)} seeds ({', '.join(f'{g:+.1f}' for g in gaps)})"}
+
+
+def _delegation_check(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The hierarchy's main agent delegates during RL (else M-GRPO and frozen-sub are the same run)."""
+    check = "the main agent delegates during RL (mean sub-agents per rollout d_k > 0)"
+    rows = [r for m in ("mgrpo", "frozen-sub") if m in results for r in results[m]["per_seed"]]
+    if not rows:
+        return {"check": check, "passed": None, "figures": "no hierarchy mode was run"}
+    d_k = statistics.fmean(r.get("d_k_mean", 0.0) for r in rows)
+    return {"check": check, "passed": d_k > 0, "figures": f"d_k {d_k:.2f} (mean over iterations and runs)"}
+
+
+def _history_means(history: Sequence[Mapping[str, Any]], key: str) -> tuple[float, float]:
+    """The mean of ``key`` over the first and over the last quarter of the iterations (NaN when absent)."""
+    values = [float(h[key]) for h in history if isinstance(h.get(key), (int, float))]
+    if not values:
+        return float("nan"), float("nan")
+    n = max(1, len(values) // 4)
+    return statistics.fmean(values[:n]), statistics.fmean(values[-n:])
+
+
+def _sub_agents_paragraph(summary: Mapping[str, Any]) -> list[str]:
+    """Why frozen-sub can lose, in this run's numbers: what the sub-agents earned early and late."""
+    results = summary["results"]
+    rows = []
+    for mode in ("mgrpo", "frozen-sub"):
+        if mode not in results:
+            continue
+        runs = results[mode]["per_seed"]
+        first = statistics.fmean(r["sub_reward"][0] for r in runs)
+        last = statistics.fmean(r["sub_reward"][1] for r in runs)
+        e_first = statistics.fmean(r["sub_expert"][0] for r in runs)
+        e_last = statistics.fmean(r["sub_expert"][1] for r in runs)
+        rows.append(f"| {mode} | {first:.3f} -> {last:.3f} | {e_first:.3f} -> {e_last:.3f} |")
+    if not rows:
+        return []
+    return [
+        "## The sub-agents",
+        "",
+        "Frozen-sub trains only the main agent; its sub-agents keep the warm start's skill, so every hop they "
+        "get wrong stays wrong. M-GRPO also trains the sub-agents on their own group-relative advantages "
+        "(R_S: format, the main agent's correctness, the expert score of their report). Sub-agent reward "
+        "R_S and expert score, mean over the first and the last quarter of the iterations:",
+        "",
+        "| mode | R_S first -> last | expert first -> last |",
+        "|---|---|---|",
+        *rows,
+    ]
 
 
 def _reproduce(out: Path, seeds: int, modes: Sequence[str]) -> str:
@@ -399,6 +474,15 @@ def _markdown(summary: Mapping[str, Any]) -> str:
         format_table(summary),
         "",
         summary["verdict"]["text"],
+        "",
+        "## Checks (computed from the numbers above)",
+        "",
+        "| check | result | figures |",
+        "|---|---|---|",
+        *[f"| {c['check']} | {'n/a' if c['passed'] is None else 'pass' if c['passed'] else 'FAIL'} | {c['figures']} |"
+          for c in summary["verdict"].get("checks", [])],
+        "",
+        *_sub_agents_paragraph(summary),
         "",
         "![reward, accuracy and held-out curves](curves.png)",
         "",

@@ -265,6 +265,13 @@ class WarmStartConfig:
     """Cosine decay from ``lr`` to ``lr * min_lr_ratio`` over all steps after the warmup (1.0 = constant lr)."""
     beta2: float = 0.999
     """AdamW's second-moment decay (0.99 for small models and short runs, as nanoGPT's small configs)."""
+    relabel: bool = False
+    """Relabel world tokens at random in every demonstration each time it is shown (consistently
+    within it: a name becomes another name everywhere, its slug follows), from the scenario's
+    ``world_token_groups()`` (the wiki-hops tiny profile). Every copy stays a copy, but a name can no
+    longer be answered from memory, so the model must learn to copy, and a few hundred demonstrations
+    become an endless supply of fresh ones (in-context copying is learned from many rare items,
+    not from a few frequent ones: Chan et al. 2022, Reddy 2023)."""
     role_epochs: dict[str, float] = field(default_factory=dict)
     """Per-role epochs overriding ``epochs`` (e.g. ``{main: 6, sub: 3}``): the roles' demonstrations
     differ in length and difficulty, so equal epochs are not equal budgets. Fractions train on a
@@ -291,7 +298,7 @@ class WarmStartConfig:
             raise ValueError("config fields 'warm_start.epochs' >= 0, 'max_tasks' >= 1, 'batch_tokens' >= 64")
         if self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0 or not 0.0 < self.beta2 < 1.0:
             raise ValueError("config fields 'warm_start.warmup_steps' >= 0, 'min_lr_ratio' in [0, 1], 'beta2' in (0, 1)")
-        bad = {r: e for r, e in self.role_epochs.items() if r not in ("main", "sub", "single") or not 0 <= e}
+        bad = {r: e for r, e in self.role_epochs.items() if r not in ("main", "sub", "single") or not e >= 0}
         if bad:
             raise ValueError(f"config field 'warm_start.role_epochs' takes roles main/sub/single with epochs >= 0, got {bad}")
 

@@ -107,6 +107,11 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
     """The model path of each role: the configured one, or the tiny model built (and warm-started
     when ``warm_start.epochs > 0``) under ``models_dir``; built once and reused."""
     explicit = {role: getattr(config, role).model for role in roles}
+    from .prebuilt import verify_folder
+
+    for path in explicit.values():
+        if path and Path(path).is_dir():
+            verify_folder(path)  # a prebuilt start model (SHA256SUMS beside it) must match its checksums
     missing = [role for role, path in explicit.items() if not path]
     if missing:
         from .models import build_role_models

@@ -33,7 +33,7 @@ from mgrpo_env.spaces import ProtocolText
 from .config import WarmStartConfig, single_agent_turns
 from .hf_policy import ChatPrompter, load_tokenizer
 
-__all__ = ["WarmStartConfig", "demonstrations", "padded_batch", "sft_sequences", "sft_train", "token_budget_batches", "turn_exact_match",
+__all__ = ["WarmStartConfig", "Relabeled", "token_groups", "lr_factor", "demonstrations", "padded_batch", "sft_sequences", "sft_train", "token_budget_batches", "turn_exact_match",
            "warm_start"]
 
 
@@ -101,6 +101,61 @@ def sft_sequences(
     return out, {"sequences": len(out), "skipped_too_long": skipped, "noisy_actions": noisy}
 
 
+class Relabeled(Sequence[tuple[list[int], list[int]]]):
+    """Demonstrations whose world tokens are relabelled at random each time one is read.
+
+    ``groups`` are lists of interchangeable members, each member a tuple of token ids that move
+    together (an entity's name and its slug). In a sequence, every member present is replaced by a
+    distinct random member of its group, the same everywhere in the sequence, so a copy stays a
+    copy. Lengths and loss masks are unchanged.
+    """
+
+    def __init__(self, sequences: Sequence[tuple[list[int], list[int]]], groups: Sequence[Sequence[tuple[int, ...]]],
+                 seed: int = 0) -> None:
+        self.sequences, self.groups = sequences, [list(g) for g in groups]
+        self.rng = random.Random(seed)
+        self._where: dict[int, tuple[int, int]] = {}
+        for g, members in enumerate(self.groups):
+            for m, ids in enumerate(members):
+                for token in ids:
+                    self._where.setdefault(token, (g, m))
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    def __getitem__(self, index: int) -> tuple[list[int], list[int]]:  # type: ignore[override]
+        ids, mask = self.sequences[index]
+        present = dict.fromkeys(self._where[t] for t in ids if t in self._where)
+        if not present:
+            return ids, mask
+        mapping: dict[int, int] = {}
+        for g in dict.fromkeys(g for g, _ in present):
+            olds = [m for gg, m in present if gg == g]
+            news = self.rng.sample(range(len(self.groups[g])), len(olds))
+            for old, new in zip(olds, news, strict=True):
+                for a, b in zip(self.groups[g][old], self.groups[g][new], strict=True):
+                    mapping[a] = b
+        return [mapping.get(t, t) for t in ids], mask
+
+
+def token_groups(scenario: Any, tokenizer: Any) -> list[list[tuple[int, ...]]]:
+    """The scenario's ``world_token_groups()`` as token ids; members that are not one token each are left out."""
+    groups = scenario.world_token_groups() if hasattr(scenario, "world_token_groups") else {}
+    unk = getattr(tokenizer, "unk_token_id", None)
+
+    def one(text: str) -> int | None:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        return ids[0] if len(ids) == 1 and ids[0] != unk else None
+
+    out = []
+    for members in groups.values():
+        converted = [tuple(one(t) for t in member) for member in members]
+        kept = [m for m in converted if all(t is not None for t in m)]
+        if len(kept) > 1:
+            out.append(kept)
+    return out  # type: ignore[return-value]
+
+
 def token_budget_batches(sequences: Sequence[tuple[list[int], list[int]]], batch_tokens: int,
                          rng: random.Random) -> list[list[int]]:
     """Indices of ``sequences`` packed, sorted by length (ties at random), into batches of at most
@@ -149,7 +204,7 @@ def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
 
 
 def sft_train(
-    model: Any, sequences: list[tuple[list[int], list[int]]], cfg: WarmStartConfig, *, pad_id: int, desc: str = "warm start",
+    model: Any, sequences: Sequence[tuple[list[int], list[int]]], cfg: WarmStartConfig, *, pad_id: int, desc: str = "warm start",
     progress: bool = True, on_epoch: Callable[[dict[str, float]], None] | None = None, epochs: float | None = None,
 ) -> dict[str, float]:
     """Cross-entropy on the loss-masked tokens (token mean per step), AdamW, ``epochs`` passes
@@ -185,9 +240,13 @@ def sft_train(
             loss_tokens += int((labels != -100).sum())
             positions += ids.numel()
             ids, labels = ids.to(device), labels.to(device)
+            targets = labels[:, 1:]
+            # The vocabulary projection only at positions that predict a loss token (most are prompt).
+            columns = torch.nonzero((targets != -100).any(0)).squeeze(-1)
             with autocast:  # right padding under causal attention: no real token sees a pad, no mask needed
-                logits = model(input_ids=ids).logits[:, :-1]
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+                logits = model(input_ids=ids, logits_to_keep=columns).logits
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets[:, columns].reshape(-1),
+                                   ignore_index=-100)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -271,14 +330,14 @@ def warm_start(
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, cfg.torch_threads))
     try:
-        _fit_roles(model_paths, chats, held, cfg, rng, key, done, progress)
+        _fit_roles(model_paths, chats, held, cfg, rng, key, done, progress, scenario)
     finally:
         torch.set_num_threads(threads)
     return done
 
 
 def _fit_roles(model_paths: Mapping[str, str], chats: Mapping[str, Any], held: Mapping[str, Any], cfg: WarmStartConfig,
-               rng: random.Random, key: Any, done: Mapping[str, Path], progress: bool) -> None:
+               rng: random.Random, key: Any, done: Mapping[str, Path], progress: bool, scenario: Any = None) -> None:
     from transformers import AutoModelForCausalLM
 
     for role, path in model_paths.items():
@@ -287,7 +346,12 @@ def _fit_roles(model_paths: Mapping[str, str], chats: Mapping[str, Any], held: M
         sequences, counts = sft_sequences(tokenizer, chats[role], role=role, noise=cfg.noise, rng=rng,
                                           max_seq_tokens=cfg.max_seq_tokens)
         pad_id = tokenizer.pad_token_id or 0
-        metrics = sft_train(model, sequences, cfg, pad_id=pad_id, desc=f"warm start {role}", progress=progress,
+        shown: Sequence[tuple[list[int], list[int]]] = sequences
+        if cfg.relabel:
+            groups = token_groups(scenario, tokenizer)
+            counts["relabel_groups"] = [len(g) for g in groups]
+            shown = Relabeled(sequences, groups, seed=cfg.seed)
+        metrics = sft_train(model, shown, cfg, pad_id=pad_id, desc=f"warm start {role}", progress=progress,
                             epochs=cfg.epochs_for(role))
         if held.get(role):
             validation, _ = sft_sequences(tokenizer, held[role], role=role, noise=0.0, rng=random.Random(0),

@@ -76,14 +76,15 @@ class OraclePolicy:
         # The tiny profile: every action a copy from a known place (see mgrpo_scenarios' wiki-hops).
         self.tiny = getattr(scenario, "profile", "full") == "tiny"
 
-    def _subtask(self, hop: Any, name: str) -> str:
-        """A hop as a subtask: its question about ``name``, or ``"<relation> of <name>"`` (tiny profile)."""
-        return f"{hop.relation} of {name}" if self.tiny else hop.question.replace(hop.entity, name)
+    @staticmethod
+    def _subtask(hop: Any, name: str) -> str:
+        """A hop as a subtask: its question, about ``name`` (the entity the previous report named)."""
+        return hop.question.replace(hop.entity, name)
 
-    def _visit_url(self, hit_url: str, name: str) -> str:
-        """The search hit's URL, or (tiny profile) the page by name beside it, MediaWiki-style
-        ``.../wiki/<Name>``: a copy of the entity instead of a look-up of its result."""
-        return f"{hit_url.rsplit('/', 1)[0]}/{name}" if self.tiny else hit_url
+    def _visit_url(self, hit_url: str | None, name: str) -> str | None:
+        """The search hit's URL, or (tiny profile) the scenario's page of that name, MediaWiki-style
+        ``.../wiki/<Name>``: a copy of the entity instead of a look-up of its search result."""
+        return self.scenario.page_url(name) if self.tiny else hit_url
 
     def __call__(self, requests: Sequence[PolicyRequest]) -> list[str]:
         act = {"main": self._main, "sub": self._sub, "single": self._single}[self.role]
@@ -107,7 +108,7 @@ class OraclePolicy:
             body = _unwrap(reply)
             if parsed.tool_name == "search" and h < len(order):
                 searches += 1
-                url = _find_hit(body, entity(h))
+                url = self._visit_url(_find_hit(body, entity(h)), entity(h))
             elif parsed.tool_name == "visit" and h < len(order):
                 pages.append(_page_text(body))
                 found = _PAGE.search(body)
@@ -126,15 +127,15 @@ class OraclePolicy:
             except (LookupError, ValueError):
                 answer = "unknown"
             return f"<think>combine</think><answer>{answer or 'unknown'}</answer>"
+        relation = task.hops[chains[order[h][0]][order[h][1]]].relation
         if url is None:
             if searches == 0:
                 return _call("search", queries=[entity(h)])
             if searches == 1:
                 return _call("search", queries=[f'"{entity(h)}"'])
             return "<think>not found</think><answer>unknown</answer>"
-        relation = task.hops[chains[order[h][0]][order[h][1]]].relation
         if page == 0:
-            return _call("visit", url=self._visit_url(url, entity(h)), goal=f"{relation} of {entity(h)}")
+            return _call("visit", url=url, goal=f"{relation} of {entity(h)}")
         return _call("visit", url=url, goal=f"{relation} of {entity(h)}", page=page + 1)
 
     def _read_now(self, order: list[tuple[int, int]], chains: list[list[int]], task: Task, h: int, pages: list[str]) -> bool:
@@ -188,7 +189,7 @@ class OraclePolicy:
         parsed, reply = history[-1]
         body = _unwrap(reply)
         if parsed.tool_name == "search":
-            url = _find_hit(body, entity)
+            url = self._visit_url(_find_hit(body, entity), entity)
             if url:
                 return _call("visit", url=self._visit_url(url, entity), goal=f"{relation} of {entity}")
             searches = sum(1 for p, _ in history if p.tool_name == "search")
@@ -222,9 +223,6 @@ def _hop_of(task: Task, subtask: str) -> tuple[str, str] | None:
     """(entity, relation) of the hop whose question, with some entity in place of the gold one, is
     exactly ``subtask`` (the entity of a chained hop is whatever the previous report said)."""
     for hop in task.hops:
-        short = f"{hop.relation} of "  # the tiny profile's subtasks
-        if subtask.startswith(short) and len(subtask) > len(short):
-            return subtask[len(short):], hop.relation
         if not hop.entity or hop.entity not in hop.question:
             continue
         prefix, _, suffix = hop.question.partition(hop.entity)

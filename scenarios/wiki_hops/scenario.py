@@ -292,6 +292,11 @@ class WikiHops:
 
         return combine(task, finals)
 
+    def page_url(self, name: str) -> str:
+        """The page of an entity by its name, as agents may write it (``http://wiki-hops.test/wiki/<Name>``;
+        the site redirects a title with spaces to its slug, as MediaWiki does)."""
+        return f"{ORIGIN}/wiki/{name}"
+
     def world_tokens(self) -> list[str]:
         """Strings that a world-aware tokenizer keeps as one token each; empty in the full profile.
 
@@ -318,6 +323,33 @@ class WikiHops:
         tokens.update(str(n) for n in range(100))  # counts
         tokens.add(f"{ORIGIN}/wiki/")  # a page URL is then two tokens: this prefix and the name or slug
         return sorted(tokens)
+
+    def world_token_groups(self) -> dict[str, list[tuple[str, ...]]]:
+        """Interchangeable world tokens, for relabelling demonstrations (tiny profile; empty otherwise).
+
+        ``entity``: (name, slug) of every entity; ``year``; ``number``: (answer, as pages write it);
+        ``text``: occupation / industry / genre values. Swapping the members of a group consistently
+        inside one demonstration keeps every copy in it a copy (see ``WarmStartConfig.relabel``).
+        """
+        if self.profile != "tiny":
+            return {}
+        from .world import RELATION_BY_KEY
+
+        world = self.graph()
+        groups: dict[str, set[tuple[str, ...]]] = {"year": set(), "number": set(), "text": set()}
+        for entity in world.entities:
+            for key in entity.facts:
+                relation = RELATION_BY_KEY[(entity.type, key)]
+                if relation.is_entity:
+                    continue
+                answer, shown = world.answer(entity, key), world.display(entity, key)
+                if relation.target == "number":
+                    groups["number"].add((answer, shown))
+                else:
+                    groups[relation.target].add((answer,))
+        out = {"entity": [(e.name, e.slug) for e in world.entities]}
+        out.update({name: sorted(members) for name, members in groups.items()})
+        return out
 
     def __repr__(self) -> str:
         return (f"WikiHops(seed={self.seed}, num_entities={self.num_entities}, js_fraction={self.js_fraction}, "
