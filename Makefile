@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mgrpo-installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: install test test-all demo demo-oracle lint clean bench bench-quick
+.PHONY: install test test-all demo demo-oracle warm-start lint clean bench bench-quick
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,11 +24,17 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m "not gpu"
 
-# The main job: warm start, then M-GRPO / frozen-sub / single-agent at the same rollout budget
-# (configs/demo.yaml, ~20 min on 2 cores), then the episode viewer of the M-GRPO run.
+# The main job: from the committed warm start (configs/demo-warm-start, checksum-verified),
+# M-GRPO / frozen-sub / single-agent at the same rollout budget (configs/demo.yaml, 2 cores),
+# then the episode viewer of the M-GRPO run.
 demo: $(STAMP)
 	$(VENV)/bin/mgrpo compare --config configs/demo.yaml --seeds 1 --out runs/demo
 	$(VENV)/bin/mgrpo view runs/demo/seed0/mgrpo
+
+# Rebuild the demo's start models from scratch (world, tokenizer, tiny models, oracle demonstrations,
+# supervised warm start; ~25 min on 2 CPU cores) into configs/demo-warm-start with its SHA256SUMS.
+warm-start: $(STAMP)
+	$(VENV)/bin/mgrpo warm-start --config configs/demo.yaml --out configs/demo-warm-start
 
 # The scripted oracle through the same env and tools (1-2 min): the world is solvable.
 demo-oracle: $(STAMP)

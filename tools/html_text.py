@@ -231,6 +231,9 @@ def _chunks(text: str, size: int) -> list[str]:
 
 _LINK_MARKER = re.compile(r" ?\[\d+\]")
 _WORD = re.compile(r"[^\W_]+")
+# Function words say nothing about which line answers a goal ("population of X" must not prefer
+# prose that says "of" twice over the row "Population | 328,668").
+_STOP_WORDS = frozenset("a an and at by for from in is of on or the to was what when where which who how".split())
 
 
 def strip_link_markers(text: str) -> str:
@@ -243,8 +246,8 @@ def relevant_lines(doc: Document, goal: str, n: int) -> list[str]:
 
     Deep-research agents' visit tools return the evidence relevant to the visit's goal rather than a
     raw page; this is the cheapest honest version of that. Words of the page's title are not
-    evidence (every line of a page is about its subject), ``_`` separates words (``born_in`` matches
-    ``Born in``), and lines that match no goal word are never returned. Link markers are removed.
+    evidence (every line of a page is about its subject), nor are function words, ``_`` separates
+    words (``born_in`` matches ``Born in``), and lines that match no goal word are never returned. Link markers are removed.
     """
     from rank_bm25 import BM25Okapi
 
@@ -254,7 +257,7 @@ def relevant_lines(doc: Document, goal: str, n: int) -> list[str]:
     lines = [strip_link_markers(line).strip() for line in doc.text.split("\n")]
     lines = [line for line in lines if line and not line.startswith("#")]
     title = set(words(doc.title))
-    query = [w for w in words(goal) if w not in title]
+    query = [w for w in words(goal) if w not in title and w not in _STOP_WORDS]
     if not lines or not query or n < 1:
         return []
     bm25 = BM25Okapi([words(line) or ["_"] for line in lines])
