@@ -54,9 +54,11 @@ from mgrpo_algo.config import WarmStartConfig  # noqa: E402
 from mgrpo_algo.hf_policy import load_tokenizer  # noqa: E402
 from mgrpo_algo.models import ROLES, build_role_models, build_tiny_model, count_parameters  # noqa: E402
 from mgrpo_algo.warmstart import (  # noqa: E402
+    Relabeled,
     demonstrations,
     sft_sequences,
     sft_train,
+    token_groups,
     turn_exact_match,
 )
 
@@ -89,7 +91,8 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Path]:
             for role in train:
                 if role not in roles:
                     continue
-                blob: dict[str, Any] = {"tokenizer": str(tok_dir), "pad": tokenizer.pad_token_id or 0}
+                blob: dict[str, Any] = {"tokenizer": str(tok_dir), "pad": tokenizer.pad_token_id or 0,
+                                        "groups": token_groups(scenario, tokenizer)}
                 blob["train"], blob["counts"] = sft_sequences(
                     tokenizer, train[role], role=role, noise=args.noise, rng=random.Random(0),
                     max_seq_tokens=args.max_seq_tokens)
@@ -129,7 +132,7 @@ def run_config(spec: dict[str, Any]) -> list[dict[str, Any]]:
             "role": spec["role"], "hidden": spec["hidden"], "layers": spec["layers"], "lr": spec["lr"],
             "batch_tokens": spec["batch_tokens"], "params": count_parameters(model), "device": spec["device"],
             "threads": spec["threads"], "profile": spec["profile"], "warmup": spec["warmup"],
-            "min_lr_ratio": spec["min_lr_ratio"], "beta2": spec["beta2"], "epoch": epoch, "steps": stats["steps"], "tokens": stats["tokens"],
+            "min_lr_ratio": spec["min_lr_ratio"], "beta2": spec["beta2"], "relabel": spec["relabel"], "epoch": epoch, "steps": stats["steps"], "tokens": stats["tokens"],
             "loss_tokens": stats["loss_tokens"], "train_seqs": len(train), "loss": round(stats["loss"], 4),
             "train_s": round(train_s, 1), "tokens_per_s": round(stats["tokens"] / train_s, 1) if train_s else None,
         }
@@ -143,7 +146,8 @@ def run_config(spec: dict[str, Any]) -> list[dict[str, Any]]:
               f"loss {record['loss']}, {record['wall']} s", flush=True)
         records.append(record)
 
-    sft_train(model, train, cfg, pad_id=pad, progress=False, on_epoch=checkpoint)
+    shown = Relabeled(train, blob["groups"], seed=0) if spec["relabel"] else train
+    sft_train(model, shown, cfg, pad_id=pad, progress=False, on_epoch=checkpoint)
     return records
 
 
@@ -160,6 +164,8 @@ def _recipe(r: dict[str, Any]) -> str:
         parts.append(f"cos{r['min_lr_ratio']:g}")
     if r.get("beta2", 0.999) != 0.999:
         parts.append(f"b2 {r['beta2']:g}")
+    if r.get("relabel"):
+        parts.append("relabel")
     return " ".join(parts)
 
 
@@ -247,6 +253,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=0, help="linear warmup steps")
     parser.add_argument("--min-lr-ratio", type=float, default=1.0, help="cosine decay to lr x this (1: constant)")
     parser.add_argument("--beta2", type=float, default=0.999)
+    parser.add_argument("--relabel", action="store_true", help="relabel world tokens in every demonstration shown")
     args = parser.parse_args()
 
     if args.summarize:
@@ -270,7 +277,8 @@ def main() -> None:
             {"role": role, "hidden": int(size.split("x")[0]), "layers": int(size.split("x")[1]), "lr": float(lr),
              "batch_tokens": int(bt), "epochs": args.epochs, "checkpoints": {int(e) for e in args.checkpoints.split(",")},
              "device": args.device, "threads": threads, "data": str(files[role]), "out": str(out),
-             "profile": args.profile, "warmup": args.warmup, "min_lr_ratio": args.min_lr_ratio, "beta2": args.beta2}
+             "profile": args.profile, "warmup": args.warmup, "min_lr_ratio": args.min_lr_ratio, "beta2": args.beta2,
+             "relabel": args.relabel}
             for role in args.roles.split(",") for size in args.sizes.split(",") for lr in args.lrs.split(",")
             for bt in args.batch_tokens.split(",")
         ]

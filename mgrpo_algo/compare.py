@@ -186,7 +186,8 @@ def run_compare(
             run_dir, tb_dir = out / f"seed{seed}" / mode, out / "tb" / f"seed{seed}" / mode
             for folder in (run_dir, tb_dir):
                 shutil.rmtree(folder, ignore_errors=True)
-            cache_key = (tuple(sorted(paths.items())), seed)
+            # greedy evaluation of the same start gives the same episodes for every seed: evaluate it once
+            cache_key = (tuple(sorted(paths.items())), None if config.eval.temperature == 0 else seed)
             if cache_key not in before_cache:
                 t = time.perf_counter()
                 policies = _policies(config, paths, paths, seed)
