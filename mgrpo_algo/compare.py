@@ -390,7 +390,7 @@ def _gap_check(summary: Mapping[str, Any]) -> dict[str, Any]:
     """M-GRPO minus frozen-sub after EM, paired by seed: is its mean larger than its standard deviation?"""
     results = summary["results"]
     check = "mgrpo - frozen-sub after EM (paired by seed) > one standard deviation of that gap"
-    if "mgrpo" not in results or "frozen-sub" not in results:
+    if not all("per_seed" in results.get(m, {}) for m in ("mgrpo", "frozen-sub")):
         return {"check": check, "passed": None, "figures": "a mode was not run"}
     gaps = [(a["after_em"] - b["after_em"]) * 100
             for a, b in zip(results["mgrpo"]["per_seed"], results["frozen-sub"]["per_seed"], strict=True)]
@@ -404,7 +404,7 @@ def _gap_check(summary: Mapping[str, Any]) -> dict[str, Any]:
 def _delegation_check(results: Mapping[str, Any]) -> dict[str, Any]:
     """The hierarchy's main agent delegates during RL (else M-GRPO and frozen-sub are the same run)."""
     check = "the main agent delegates during RL (mean sub-agents per rollout d_k > 0)"
-    rows = [r for m in ("mgrpo", "frozen-sub") if m in results for r in results[m]["per_seed"]]
+    rows = [r for m in ("mgrpo", "frozen-sub") if m in results for r in results[m].get("per_seed", [])]
     if not rows:
         return {"check": check, "passed": None, "figures": "no hierarchy mode was run"}
     d_k = statistics.fmean(r.get("d_k_mean", 0.0) for r in rows)

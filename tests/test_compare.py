@@ -174,3 +174,28 @@ def test_evaluate_single_scores_the_single_agent_oracle(small_scenario):
     assert report.num_tasks == 6 and len(records) == 6 and report.agent == "single-agent"
     assert report.exact_match == 1.0 and report.f1 == 1.0
     assert all(r.main.agent == "single_0" for r in records) and report.tool_calls.get("search", 0) > 0
+
+
+def test_checks_are_computed_from_the_numbers():
+    def run(after, delta, d_k):
+        return {"after_em": after, "delta_em": delta, "d_k_mean": d_k}
+
+    def result(rows):
+        return {"per_seed": rows, "mean": {"after_em": sum(r["after_em"] for r in rows) / len(rows),
+                                           "delta_em": sum(r["delta_em"] for r in rows) / len(rows)},
+                "std": {"after_em": 0.0}}
+
+    summary = {"seeds": [0, 1, 2], "results": {
+        "mgrpo": result([run(0.50, 0.12, 1.5), run(0.52, 0.14, 1.6), run(0.49, 0.11, 1.4)]),
+        "frozen-sub": result([run(0.40, 0.02, 1.5), run(0.45, 0.07, 1.5), run(0.41, 0.03, 1.5)]),
+        "single-agent": result([run(0.2, 0.0, 0.0)] * 3)}}
+    checks = {c["check"].split(" ")[0]: c for c in verdict(summary)["checks"]}
+    assert [c["passed"] for c in verdict(summary)["checks"]] == [True, True, True, True]
+    # paired gaps 10, 7, 8 points: mean 8.33 > population std 1.25
+    assert "gap +8.3 ± 1.2 points over 3 seeds (+10.0, +7.0, +8.0)" in checks["mgrpo"]["figures"]
+    summary["results"]["frozen-sub"] = result([run(0.40, 0.02, 0.0), run(0.60, 0.22, 0.0), run(0.41, 0.03, 0.0)])
+    summary["results"]["mgrpo"] = result([run(0.50, 0.12, 0.0), run(0.52, 0.14, 0.0), run(0.49, 0.11, 0.0)])
+    passed = [c["passed"] for c in verdict(summary)["checks"]]
+    assert passed == [True, True, False, False]  # means 50.3 > 47.0, but gaps +10, -8, +8: 3.3 < std 8.2; no delegation
+    one_seed = {"seeds": [0], "results": {m: {**r, "per_seed": r["per_seed"][:1]} for m, r in summary["results"].items()}}
+    assert verdict(one_seed)["checks"][2]["passed"] is None  # a gap's spread needs >= 2 seeds
