@@ -312,37 +312,50 @@ def warm_start(
     """
 
     out = Path(out_dir)
-    options = {k: getattr(scenario, k) for k in ("page_chars", "search_k", "browser_mode") if hasattr(scenario, k)}
-    key = {"config": asdict(cfg), "models": {r: str(p) for r, p in model_paths.items()}, "scenario": scenario.metadata,
-           "scenario_options": options, "limits": dict(limits or {})}
-    key = json.loads(json.dumps(key, default=str))
+    keys = {role: _role_key(scenario, cfg, role, path, limits) for role, path in model_paths.items()}
     done = {role: out / role for role in model_paths}
-    if all((p / "warm_start.json").is_file() and json.loads((p / "warm_start.json").read_text())["key"] == key
-           for p in done.values()):
+    todo = [role for role in model_paths
+            if not ((done[role] / "warm_start.json").is_file()
+                    and json.loads((done[role] / "warm_start.json").read_text())["key"] == keys[role])]
+    if not todo:
         return done
-    single = set(model_paths) == {"single"}
+    chats: dict[str, Any] = {}
+    held: dict[str, Any] = {}
     with scenario.open() as world:
-        chats = demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=single, limits=limits,
-                               held_out=cfg.validation_tasks, progress=progress)
-        held = (demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=single, limits=limits,
-                               held_out=cfg.validation_tasks, validation=True) if cfg.validation_tasks else {})
-    rng = random.Random(cfg.seed)
+        # the hierarchy's demonstrations (main and sub) and the single agent's are different episodes
+        for single in sorted({role == "single" for role in todo}):
+            chats.update(demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=single, limits=limits,
+                                        held_out=cfg.validation_tasks, progress=progress))
+            if cfg.validation_tasks:
+                held.update(demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=single, limits=limits,
+                                           held_out=cfg.validation_tasks, validation=True))
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, cfg.torch_threads))
     try:
-        _fit_roles(model_paths, chats, held, cfg, rng, key, done, progress, scenario)
+        _fit_roles({role: model_paths[role] for role in todo}, chats, held, cfg, keys, done, progress, scenario)
     finally:
         torch.set_num_threads(threads)
     return done
 
 
+def _role_key(scenario: Any, cfg: WarmStartConfig, role: str, path: str, limits: Mapping[str, int] | None) -> Any:
+    """What one role's warm start depends on: a change to another role's epochs does not retrain it."""
+    options = {k: getattr(scenario, k) for k in ("page_chars", "search_k", "browser_mode", "profile") if hasattr(scenario, k)}
+    config = {**asdict(cfg), "epochs": cfg.epochs_for(role)}
+    config.pop("role_epochs")
+    key = {"role": role, "config": config, "model": str(path), "scenario": scenario.metadata,
+           "scenario_options": options, "limits": dict(limits or {})}
+    return json.loads(json.dumps(key, default=str))
+
+
 def _fit_roles(model_paths: Mapping[str, str], chats: Mapping[str, Any], held: Mapping[str, Any], cfg: WarmStartConfig,
-               rng: random.Random, key: Any, done: Mapping[str, Path], progress: bool, scenario: Any = None) -> None:
+               keys: Mapping[str, Any], done: Mapping[str, Path], progress: bool, scenario: Any = None) -> None:
     from transformers import AutoModelForCausalLM
 
     for role, path in model_paths.items():
         tokenizer = load_tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(path)
+        rng = random.Random(f"{cfg.seed}-{role}")  # per role: retraining one role changes no other
         sequences, counts = sft_sequences(tokenizer, chats[role], role=role, noise=cfg.noise, rng=rng,
                                           max_seq_tokens=cfg.max_seq_tokens)
         pad_id = tokenizer.pad_token_id or 0
@@ -362,4 +375,4 @@ def _fit_roles(model_paths: Mapping[str, str], chats: Mapping[str, Any], held: M
         target.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(target)
         tokenizer.save_pretrained(target)
-        (target / "warm_start.json").write_text(json.dumps({"key": key, "counts": counts, "metrics": metrics}, indent=2) + "\n")
+        (target / "warm_start.json").write_text(json.dumps({"key": keys[role], "counts": counts, "metrics": metrics}, indent=2) + "\n")
