@@ -128,6 +128,10 @@ class LearnerConfig:
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     """Names of the linear modules that get an adapter (peft ``target_modules``): every attention and
     MLP projection of Qwen2 / Qwen3 / Llama, all of which vLLM's LoRA kernels serve."""
+    temperature: float = 1.0
+    """The rollouts' sampling temperature T: log-probs are ``log_softmax(logits / T)``, the
+    distribution the policy sampled from (verl's actor does the same), so the first epoch's ratio is 1.
+    Not set by hand in a train config: ``RoleConfig`` copies its ``generation.temperature`` here."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)  # YAML / JSON give lists
@@ -186,6 +190,8 @@ class LearnerConfig:
         self.lora_targets = tuple(str(t) for t in self.lora_targets)
         if self.lora_rank > 0 and not self.lora_targets:
             raise ValueError("lora_targets must name at least one module when lora_rank > 0")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
 
 
 @dataclass
@@ -196,8 +202,10 @@ class GenerationConfig:
     """Tokens per turn at most. A turn is one action; tiny models need few. Longer turns cost
     generation time linearly."""
     temperature: float = 1.0
-    """Sampling temperature. Training assumes 1.0 (the learner's log-probs are log_softmax(logits));
-    evaluation may use 0 (greedy)."""
+    """Sampling temperature of the rollouts; the role's learner scores with the same T
+    (``LearnerConfig.temperature``). Above 1 it explores more: a model fitted closely to
+    demonstrations samples nearly its argmax at 1, so a group's rollouts agree and carry no
+    advantage. Evaluation has its own (``eval.temperature``, 0 = greedy)."""
     top_p: float = 1.0
     """Nucleus sampling; 1.0 keeps the full distribution the learner differentiates."""
     max_prompt_tokens: int = 3072
@@ -226,6 +234,11 @@ class RoleConfig:
     (vLLM with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True --enable-lora``), else the full weights written
     to ``weights_dir`` (the folder the server was started from) and reloaded
     (``VLLM_SERVER_DEV_MODE=1 --enable-sleep-mode``). Empty: in-process generation."""
+
+    def __post_init__(self) -> None:
+        # One place for T: the learner must score the distribution the rollouts sampled from.
+        if self.generation.temperature > 0:
+            self.learner.temperature = self.generation.temperature
 
 
 @dataclass

@@ -235,6 +235,8 @@ class RoleLearner:
             # slows the kernel down (an explicit 4-D mask instead of the causal fast path).
             logits = model(input_ids=batch.input_ids, use_cache=False, **kwargs).logits
         logits = logits[:, :length].float() if columns is None else logits.float()
+        if self.config.temperature != 1.0:
+            logits = logits / self.config.temperature  # the rollouts sampled from softmax(logits / T)
         targets = batch.targets if columns is None else batch.targets[:, columns]
         lse = torch.logsumexp(logits, dim=-1)
         logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse

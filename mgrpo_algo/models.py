@@ -1,6 +1,6 @@
 """Tiny local models: a byte-level BPE tokenizer trained on a scenario's corpus, and Qwen2 models.
 
-The embedded default of DESIGN.md ("tiny Qwen2-architecture models built and trained locally")
+The embedded default of the design (docs/design.md) ("tiny Qwen2-architecture models built and trained locally")
 without any download: :func:`train_tokenizer` trains a byte-level BPE on text the agents will read
 and write (:func:`corpus_texts`), :func:`build_tiny_model` writes a randomly initialised
 ``Qwen2ForCausalLM`` next to it, and :func:`build_role_models` does both for every role, once.

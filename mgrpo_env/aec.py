@@ -9,7 +9,7 @@ Description:
     waits while a sub-agent works, which is why this is an AEC and not a parallel env.
 
 Action space:
-    :class:`mgrpo_env.spaces.ProtocolText`: the agent's text for one turn (DESIGN.md protocol).
+    :class:`mgrpo_env.spaces.ProtocolText`: the agent's text for one turn (docs/design.md protocol).
 
 Observation space:
     ``Dict({"text": Text})``: what the agent must read next (the question or subtask at the start,

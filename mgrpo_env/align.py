@@ -1,4 +1,4 @@
-"""Trajectory alignment (DESIGN.md, "Trajectory alignment"): fixed shapes for the sub-agent batch.
+"""Trajectory alignment (docs/design.md, "The method": trajectory alignment): fixed shapes for the sub-agent batch.
 
 Rollout k of a query has d_k sub-trajectories (one per delegation; d_k varies and may be 0). The
 sub learner wants exactly ``d`` per rollout, ``d * K`` per query. :func:`plan` decides, for each

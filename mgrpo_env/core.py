@@ -111,7 +111,7 @@ def expert_scorer(judge: Any | None = None) -> ExpertScorer:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """Reward weights (DESIGN.md; the paper's values by default) and the expert scorer.
+    """Reward weights (docs/design.md; the paper's values by default) and the expert scorer.
 
     Attributes:
         main_weights: (a1, a2) for R_M = a1*r_format + a2*r_correct. Paper: (0.1, 0.9).

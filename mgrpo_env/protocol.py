@@ -1,4 +1,4 @@
-"""The agents' text protocol (DESIGN.md, "Agent protocol"): parse one turn, render observations.
+"""The agents' text protocol (docs/design.md, "The agent protocol"): parse one turn, render observations.
 
 Each turn an agent writes ``<think>...</think>`` and then exactly one action::
 

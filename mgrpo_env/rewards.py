@@ -1,4 +1,4 @@
-"""The M-GRPO reward formulas (DESIGN.md, "The method"), written once.
+"""The M-GRPO reward formulas (docs/design.md, "The method"), written once.
 
 The env pays these as PettingZoo rewards at episode end; ``mgrpo_algo.rewards`` re-exports them for
 the learners, so both sides compute the same numbers.

@@ -13,7 +13,7 @@ Observation space:
 
 Rewards:
     At the end only: R = a1*r_format + a2*r_correct if the format was valid, else 0 (the main agent's
-    formula, DESIGN.md). Components in ``info["reward_components"]``.
+    formula, docs/design.md). Components in ``info["reward_components"]``.
 
 Starting state:
     ``reset(seed=, options=)`` picks a task with ``self.np_random`` (or ``options["task_id"]`` /

@@ -107,14 +107,15 @@ def test_model_object_is_shared_and_updated_in_place(model_dir):
     assert all(k.startswith("sub/") for k in metrics)
 
 
-def test_logprobs_are_the_next_token_logprobs_and_padding_does_not_change_them(model_dir):
-    learner, seqs = make(model_dir), batch(n=4)
+@pytest.mark.parametrize("temperature", [1.0, 2.0])
+def test_logprobs_are_the_next_token_logprobs_and_padding_does_not_change_them(model_dir, temperature):
+    learner, seqs = make(model_dir, temperature=temperature), batch(n=4)
     rows = learner.logprobs(seqs)
     for s, row in zip(seqs, rows, strict=True):
         assert len(row) == s.num_tokens and row[0] == 0.0
         with torch.no_grad():
             logits = learner.model(torch.tensor([s.input_ids])).logits[0]
-        ref = torch.log_softmax(logits.float(), -1)[
+        ref = torch.log_softmax(logits.float() / temperature, -1)[  # the distribution sampled at T
             torch.arange(s.num_tokens - 1), torch.tensor(s.input_ids[1:])
         ]
         torch.testing.assert_close(torch.tensor(row[1:]), ref, atol=1e-5, rtol=0)
@@ -305,6 +306,7 @@ def test_kl_to_reference_is_logged_and_checkpointed(model_dir, tmp_path):
         ("seed", -1),
         ("dtype", "float64"),
         ("device", "gpu"),
+        ("temperature", 0.0),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(field, value):
@@ -316,3 +318,10 @@ def test_config_cross_field_checks():
     with pytest.raises(ValueError, match="compute_entropy"):
         LearnerConfig(entropy_coef=0.01, compute_entropy=False)
     assert LearnerConfig(betas=[0.9, 0.99]).betas == (0.9, 0.99)  # YAML lists become tuples
+
+
+def test_a_role_learner_scores_at_its_rollout_temperature():
+    from mgrpo_algo.config import GenerationConfig, RoleConfig
+
+    assert RoleConfig(generation=GenerationConfig(temperature=1.5)).learner.temperature == 1.5
+    assert RoleConfig(generation=GenerationConfig(temperature=0.0)).learner.temperature == 1.0  # greedy: no ratio
