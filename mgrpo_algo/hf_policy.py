@@ -24,6 +24,11 @@ Prompts (:class:`ChatPrompter`, shared with the HTTP policy):
   text, which the env counts as a malformed turn (format failure) - the agent is stopped by its
   turn limit without spending generation on it, and ``finish_reason`` says ``prompt_too_long``.
 
+KV reuse (``kv_cache_mb`` > 0, the default): each agent's keys and values are kept between its turns
+and the next turn feeds only the ids after them (:mod:`mgrpo_algo.kv_cache`); the sampled ids and
+log-probs are those of a full re-prefill. The rollout loops call :meth:`TransformersPolicy.release`
+when an agent ends.
+
 Sampling: exactly temperature then top-p, nothing else. The checkpoint's own
 ``generation_config.json`` (e.g. Qwen's top_k=20, repetition_penalty=1.05) is ignored on purpose:
 the learner assumes this distribution. Temperature and top-p are applied by the policy's own logits
@@ -72,7 +77,6 @@ def _cache_kwarg() -> str:
     from transformers.generation.utils import GenerateDecoderOnlyOutput
 
     return "cache" if "cache" in {f.name for f in fields(GenerateDecoderOnlyOutput)} else "past_key_values"
-
 
 
 def load_tokenizer(tokenizer: Any) -> Any:
