@@ -126,7 +126,7 @@ def test_a_small_budget_evicts_and_re_prefills_with_the_same_results(model, toke
     reused = chat_turns(reusing, "sub")
     assert_same(reused, chat_turns(policy(model, tokenizer, "sub", 0), "sub"))
     assert reusing.kv.stats.evictions > 0 and reusing.kv.stats.hits > 0
-    assert 0 < reusing.kv.nbytes <= reusing.kv.budget_bytes
+    assert reusing.kv.nbytes <= reusing.kv.budget_bytes
 
 
 def test_changed_weights_or_a_different_history_are_never_served_from_the_cache(model, tokenizer):
@@ -134,18 +134,22 @@ def test_changed_weights_or_a_different_history_are_never_served_from_the_cache(
 
     own = copy.deepcopy(model)
     reusing = policy(own, tokenizer, "main", 64)
-    chat_turns(reusing, "main", turns=2)
+    first = PolicyRequest(0, "main_0", "main", "", [SYSTEM, {"role": "user", "content": "question " * 30}], None, [])
+    reply = reusing([first])[0]
     assert reusing.kv.entries
     with torch.no_grad():
-        next(own.parameters()).mul_(1.5)  # an optimiser step, in place
-    # Same episode / agent keys, other prompts: nothing may be reused, and the weights changed anyway.
-    after = chat_turns(reusing, "main", turns=2)
-    assert reusing.kv.stats.invalidations == 1
-    assert_same(after, chat_turns(policy(own, tokenizer, "main", 0), "main", turns=2))
-    request = PolicyRequest(0, "main_0", "main", "", [SYSTEM, {"role": "user", "content": "other"}], None, [])
-    hits = reusing.kv.stats.hits
-    reusing([request])  # a first turn under a key that holds a cache: its ids are not a prefix
-    assert reusing.kv.stats.hits == hits
+        next(own.parameters()).mul_(1.5)  # an optimiser step, in place: the kept keys/values are stale
+    second = PolicyRequest(0, "main_0", "main", "", first.messages + [
+        {"role": "assistant", "content": reply.text}, {"role": "user", "content": "<tool_response>x y</tool_response>"}],
+        None, [reply.extra])
+    fresh = policy(own, tokenizer, "main", 0)
+    fresh.calls = reusing.calls  # call i samples with seed + i: line the two up
+    assert_same([(r.extra["completion_ids"], r.extra["logprobs"]) for r in reusing([second])],
+                [(r.extra["completion_ids"], r.extra["logprobs"]) for r in fresh([second])])
+    assert reusing.kv.stats.invalidations == 1 and reusing.kv.stats.hits == 0
+    other = PolicyRequest(0, "main_0", "main", "", [SYSTEM, {"role": "user", "content": "other"}], None, [])
+    reusing([other])  # a first turn under a key that holds a cache: its ids are not a prefix
+    assert reusing.kv.stats.hits == 0
 
 
 def test_models_with_sliding_window_layers_do_not_reuse(tokenizer, tmp_path):
