@@ -77,6 +77,10 @@ class LearnerConfig:
     entropy_coef: float = 0.0
     """Weight of the entropy bonus (paper: 0). > 0 backpropagates through the full-vocabulary entropy,
     which costs memory of the order of the logits."""
+    skip_zero_advantage: bool = True
+    """With kl_coef and entropy_coef 0, samples whose advantage is exactly 0 (a group where every
+    rollout scored the same) add no gradient: they are not run forward/backward, but stay in the loss
+    normaliser, so the update is the same. The share skipped is the metric ``zero_adv_skipped``."""
 
     # --- batching -------------------------------------------------------------------------------
     micro_batch_tokens: int = 2048
@@ -210,9 +214,14 @@ class GenerationConfig:
     """Nucleus sampling; 1.0 keeps the full distribution the learner differentiates."""
     max_prompt_tokens: int = 3072
     """Longer prompts are not generated for: the turn becomes a format failure (see hf_policy)."""
+    kv_cache_mb: float = 1024.0
+    """Memory budget of the KV caches the in-process policy keeps between an agent's turns (only the
+    new ids are fed at the next turn; past the budget the least recently used are evicted and
+    re-prefilled). 0 re-prefills every turn. Same samples and log-probs either way (mgrpo_algo.kv_cache)."""
 
     def __post_init__(self) -> None:
         _check(self.max_new_tokens >= 1, "generation.max_new_tokens", "must be >= 1")
+        _check(self.kv_cache_mb >= 0, "generation.kv_cache_mb", "must be >= 0")
         _check(self.temperature >= 0, "generation.temperature", "must be >= 0")
         _check(0 < self.top_p <= 1, "generation.top_p", "must be in (0, 1]")
         _check(self.max_prompt_tokens >= 16, "generation.max_prompt_tokens", "must be >= 16")

@@ -24,6 +24,11 @@ Prompts (:class:`ChatPrompter`, shared with the HTTP policy):
   text, which the env counts as a malformed turn (format failure) - the agent is stopped by its
   turn limit without spending generation on it, and ``finish_reason`` says ``prompt_too_long``.
 
+KV reuse (``kv_cache_mb`` > 0, the default): each agent's keys and values are kept between its turns
+and the next turn feeds only the ids after them (:mod:`mgrpo_algo.kv_cache`); the sampled ids and
+log-probs are those of a full re-prefill. The rollout loops call :meth:`TransformersPolicy.release`
+when an agent ends.
+
 Sampling: exactly temperature then top-p, nothing else. The checkpoint's own
 ``generation_config.json`` (e.g. Qwen's top_k=20, repetition_penalty=1.05) is ignored on purpose:
 the learner assumes this distribution. Temperature and top-p are applied by the policy's own logits
@@ -42,6 +47,7 @@ text); everything after it (padding) is dropped.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
@@ -52,12 +58,25 @@ import torch
 
 from mgrpo_env.rollout import PolicyRequest, PolicyResponse
 
+from .kv_cache import KVCacheManager, supports_reuse
+
 __all__ = ["STOP_TAGS", "load_tokenizer", "ChatPrompter", "StopSpec", "stop_spec", "cut_at_stop", "TransformersPolicy"]
 
 #: Closing tags that end an agent's turn (one action per turn).
 STOP_TAGS = ("</tool_call>", "</answer>", "</result>")
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
 _MARKER = "\u2063MGRPO-ASSISTANT-CONTENT\u2063"
+
+
+@functools.cache
+def _cache_kwarg() -> str:
+    """``generate``'s cache argument and output field: ``cache`` in recent transformers 5.x, before
+    that ``past_key_values``."""
+    from dataclasses import fields
+
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    return "cache" if "cache" in {f.name for f in fields(GenerateDecoderOnlyOutput)} else "past_key_values"
 
 
 def load_tokenizer(tokenizer: Any) -> Any:
@@ -269,6 +288,10 @@ class TransformersPolicy:
             prompts of similar length.
         logprobs_mode: "processed" (the sampling distribution) or "raw" (``log_softmax(logits)``).
         name: recorded as ``extra["policy"]``; default ``"hf:<name or path>"``.
+        kv_cache_mb: memory budget of the KV caches kept between an agent's turns
+            (:mod:`mgrpo_algo.kv_cache`: only the new ids are fed at the next turn; least recently
+            used caches are evicted past the budget and re-prefilled). 0 turns reuse off. Ignored
+            (always re-prefill) for models with sliding-window or linear-attention layers.
     """
 
     def __init__(
@@ -287,6 +310,7 @@ class TransformersPolicy:
         max_batch_size: int | None = None,
         logprobs_mode: str = "processed",
         name: str | None = None,
+        kv_cache_mb: float = 1024.0,
     ) -> None:
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -296,6 +320,8 @@ class TransformersPolicy:
             raise ValueError("max_new_tokens and max_prompt_tokens must be >= 1")
         if logprobs_mode not in ("processed", "raw"):
             raise ValueError(f"logprobs_mode must be 'processed' or 'raw', got {logprobs_mode!r}")
+        if kv_cache_mb < 0:
+            raise ValueError(f"kv_cache_mb must be >= 0, got {kv_cache_mb}")
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1 or None, got {max_batch_size}")
         if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
@@ -330,6 +356,19 @@ class TransformersPolicy:
         self.pad_id = int(pad if pad is not None else self.stop.token_ids[-1])
         self.calls = 0
         self._lock = threading.Lock()
+        self.kv = KVCacheManager(int(kv_cache_mb * 2**20)) if kv_cache_mb > 0 and supports_reuse(self.model) else None
+
+    def release(self, episode: int, agent: str) -> None:
+        """Free the KV cache kept for an agent that ended (called by the rollout loop)."""
+        if self.kv is not None:
+            with self._lock:
+                self.kv.release((episode, agent))
+
+    def release_all(self) -> None:
+        """Free every kept KV cache."""
+        if self.kv is not None:
+            with self._lock:
+                self.kv.clear()
 
     @property
     def device(self) -> torch.device:
@@ -355,7 +394,9 @@ class TransformersPolicy:
                 size = self.max_batch_size or len(order)
                 for start in range(0, len(order), size):
                     chunk = order[start: start + size]
-                    for i, out in zip(chunk, self._generate([prepared[i][0] for i in chunk], seed + start), strict=True):
+                    keys = [(requests[i].episode, requests[i].agent) for i in chunk]
+                    outs = self._generate([prepared[i][0] for i in chunk], seed + start, keys)
+                    for i, out in zip(chunk, outs, strict=True):
                         results[i] = out
         responses = []
         for (prompt, info), out in zip(prepared, results, strict=True):
@@ -367,20 +408,27 @@ class TransformersPolicy:
             responses.append(PolicyResponse(text, extra))
         return responses
 
-    def _generate(self, prompts: list[list[int]], seed: int) -> list[tuple[list[int], list[float], str]]:
-        """One left-padded ``generate`` over ``prompts``: (completion ids, logprobs, finish reason) each."""
+    def _generate(self, prompts: list[list[int]], seed: int,
+                  keys: list[tuple[int, str]] | None = None) -> list[tuple[list[int], list[float], str]]:
+        """One left-padded ``generate`` over ``prompts``: (completion ids, logprobs, finish reason) each.
+        With KV reuse, rows whose ``keys`` hold a cache feed only their new ids (see :mod:`.kv_cache`)."""
         from transformers import GenerationConfig, LogitsProcessorList
 
         device = self.device
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, ids in enumerate(prompts):
-            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids):] = 1
+        layout = None
+        if self.kv is not None:
+            layout = self.kv.prepare(self.model, keys or [None] * len(prompts), prompts, self.pad_id)
+            input_ids, attention, width = layout.input_ids, layout.attention_mask, layout.width
+        else:
+            width = max(len(p) for p in prompts)
+            input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+            attention = torch.zeros((len(prompts), width), dtype=torch.long)
+            for row, ids in enumerate(prompts):
+                input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+                attention[row, width - len(ids):] = 1
         new_tokens = self.max_new_tokens
-        if self.max_positions:
-            new_tokens = max(1, min(new_tokens, self.max_positions - width))
+        if self.max_positions:  # from the longest prompt, not the padded width: reuse must not change it
+            new_tokens = max(1, min(new_tokens, self.max_positions - max(len(p) for p in prompts)))
         greedy = self.temperature == 0
         config = GenerationConfig(
             do_sample=not greedy,
@@ -407,6 +455,7 @@ class TransformersPolicy:
                     generation_config=config,
                     logits_processor=LogitsProcessorList([sampler]),
                     **({"tokenizer": self.tokenizer} if self.stop.strings else {}),
+                    **({_cache_kwarg(): layout.cache} if layout is not None and layout.cache is not None else {}),
                 )
         finally:
             if saved_config is not None:
@@ -418,6 +467,8 @@ class TransformersPolicy:
         for row in range(len(prompts)):
             ids, finish = cut_at_stop(generated[row].tolist(), self.stop, self.tokenizer)
             results.append((ids, [float(x) for x in logprobs[row, : len(ids)]], finish))
+        if layout is not None and self.kv is not None:
+            self.kv.store(layout, getattr(out, _cache_kwarg(), None), prompts, [r[0] for r in results])
         return results
 
 

@@ -12,6 +12,8 @@ What ``update`` does, top to bottom:
 1. Drop samples with weight 0 (masked alignment slots) or no sampled token: they cost no compute and
    are in no denominator. The "seq-mean" denominator is the sum of weights of the remaining samples,
    i.e. the number of samples with weight > 0 (a duplicated slot is present twice and counts twice).
+   Samples with advantage exactly 0 stay in that denominator but run no forward/backward when the
+   KL and entropy terms are off (``skip_zero_advantage``): their gradient is exactly 0.
 2. Old log-probs: the current weights are the sampling policy (on-policy, as the paper's code). With
    one epoch and one minibatch they are the detached log-probs of the update's own forward (the same
    numbers as a separate no-grad pass, without its cost): the ratio is exactly 1. With more passes
@@ -310,7 +312,9 @@ class RoleLearner:
         ratio_max, adv_mean, entropy (if ``compute_entropy``), kl_ref (if ``kl_coef`` > 0),
         grad_norm (before clipping), lr, tokens (sampled tokens trained on), seq_tokens (all tokens
         of those samples), samples (weight > 0), masked_samples (dropped: weight 0 or nothing
-        sampled), micro_batches (forward/backward passes), optimizer_steps, nonfinite_steps,
+        sampled), zero_adv_skipped (share of those samples with advantage exactly 0 that ran no
+        forward/backward; see ``LearnerConfig.skip_zero_advantage``; token-mean metrics then cover the
+        samples that ran), micro_batches (forward/backward passes), optimizer_steps, nonfinite_steps,
         skipped (1 when nothing was trainable: no step), seconds, tokens_per_s (seq_tokens per
         second of this call, all passes included), step. Loss-side values are means over the
         optimiser steps of the call.
@@ -341,10 +345,18 @@ class RoleLearner:
                 }
             )
 
+        # A zero advantage zeroes a sample's policy-gradient term; with no KL or entropy term nothing
+        # else gives it a gradient, so it only needs to count in the normaliser (see _optimizer_step).
+        skip = cfg.skip_zero_advantage and cfg.kl_coef == 0 and cfg.entropy_coef == 0
+        trained = [not (skip and s.advantage == 0) for s in live]
+        counts["zero_adv_skipped"] = 1.0 - sum(trained) / len(live)
         was_training = self.model.training
         self.model.train()  # HF gradient checkpointing needs it; RL models carry no dropout (Qwen2: 0)
         try:
-            old = self._score(live, self.model) if cfg.ppo_epochs * cfg.minibatches > 1 else None
+            old = None
+            if cfg.ppo_epochs * cfg.minibatches > 1:
+                scored = iter(self._score([s for s, t in zip(live, trained, strict=True) if t], self.model))
+                old = [next(scored) if t else None for t in trained]
             ref = self._score_reference(live)
             steps: list[dict[str, float]] = []
             for epoch in range(cfg.ppo_epochs):
@@ -358,13 +370,15 @@ class RoleLearner:
                             [live[i] for i in idx],
                             None if old is None else [old[i] for i in idx],
                             None if ref is None else [ref[i] for i in idx],
+                            [trained[i] for i in idx],
                         )
                     )
         finally:
             self.model.train(was_training)
         self.step += 1
 
-        metrics = {k: float(np.mean([m[k] for m in steps])) for k in steps[0]}
+        keys = dict.fromkeys(k for m in steps for k in m)  # a step that skipped every sample has no token means
+        metrics = {k: float(np.mean([m[k] for m in steps if k in m])) for k in keys}
         metrics["ratio_max"] = max(m["ratio_max"] for m in steps)
         metrics["micro_batches"] = float(sum(m["micro_batches"] for m in steps))
         metrics["nonfinite_steps"] = float(sum(m["nonfinite_steps"] for m in steps))
@@ -380,21 +394,35 @@ class RoleLearner:
         return self._prefixed(metrics)
 
     def _optimizer_step(
-        self, samples: list[TokenSequence], old: list[Tensor] | None, ref: list[Tensor] | None
+        self, samples: list[TokenSequence], old: list[Tensor | None] | None, ref: list[Tensor] | None,
+        trained: list[bool] | None = None,
     ) -> dict[str, float]:
-        """Accumulate the minibatch's gradient over micro-batches, clip, step. Returns its metrics."""
+        """Accumulate the minibatch's gradient over micro-batches, clip, step. Returns its metrics.
+
+        Samples with ``trained[i]`` False (zero advantage, no KL / entropy term) run no forward: their
+        gradient is exactly 0, but they stay in the normaliser, so the step is the one with them."""
         cfg = self.config
+        trained = trained if trained is not None else [True] * len(samples)
+        run = [i for i, t in enumerate(trained) if t]
         batches = []
-        for group in self._micro_batches(samples):
+        for group in self._micro_batches([samples[i] for i in run]):
+            group = [run[g] for g in group]
             batches.append(
                 self._collate(
                     [samples[i] for i in group],
-                    None if old is None else [old[i] for i in group],
+                    None if old is None else [old[i] for i in group],  # type: ignore[misc]
                     None if ref is None else [ref[i] for i in group],
                 )
             )
         # The minibatch's denominator, known before any forward: micro-batch losses then sum to it.
-        normalizer = sum(loss_normalizer(b.loss_mask, cfg.aggregation, b.weights) for b in batches)
+        # Skipped samples add to it exactly as they would have (their masks are all it depends on).
+        normalizer = sum((loss_normalizer(b.loss_mask, cfg.aggregation, b.weights) for b in batches),
+                         torch.zeros((), device=self.device))
+        for i, t in enumerate(trained):
+            if not t:
+                mask = torch.as_tensor(samples[i].loss_mask[1:], dtype=torch.float32, device=self.device)[None]
+                weight = torch.tensor([float(samples[i].weight)], device=self.device)
+                normalizer = normalizer + loss_normalizer(mask, cfg.aggregation, weight)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         token_total = 0.0
@@ -430,6 +458,9 @@ class RoleLearner:
                     sums[k] = sums.get(k, 0.0) + m[k] * tokens
             ratio_max = max(ratio_max, m["ratio_max"])
 
+        if not batches:  # every sample skipped: a zero gradient still moves AdamW (momentum, decay)
+            for p in self.params:
+                p.grad = torch.zeros_like(p)
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)

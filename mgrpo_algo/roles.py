@@ -97,7 +97,7 @@ class RoleServer:
         g = GenerationConfig(**(generation or {}))
         self.policy = TransformersPolicy(self.learner.model, model, role=role, max_new_tokens=g.max_new_tokens,
                                          temperature=g.temperature, top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens,
-                                         seed=seed + 1000 * (self.state["last_applied"] + 1))
+                                         seed=seed + 1000 * (self.state["last_applied"] + 1), kv_cache_mb=g.kv_cache_mb)
         self.buffers: dict[int, dict[str, list[dict[str, Any]]]] = {}
 
     # -- rollouts -------------------------------------------------------------------------------

@@ -175,6 +175,7 @@ class Trainer:
             self.policies[role] = TransformersPolicy(
                 model, paths[role], role=role, max_new_tokens=g.max_new_tokens, temperature=g.temperature,
                 top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens, seed=config.seed + len(self.policies),
+                kv_cache_mb=g.kv_cache_mb,
             )
 
     def _served_policy(self, role: str, spec: RoleConfig, model_path: str) -> Any:

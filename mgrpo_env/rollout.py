@@ -62,7 +62,16 @@ class PolicyResponse:
 
 
 class Policy(Protocol):
+    """Maps requests to responses. A policy may also define ``release(episode, agent)``: the rollout
+    loops call it once an agent has ended, so per-agent state (an LLM's KV cache) can be freed."""
+
     def __call__(self, requests: Sequence[PolicyRequest]) -> Sequence[str | PolicyResponse]: ...
+
+
+def _release(policy: Policy, episode: int, agent: str) -> None:
+    release = getattr(policy, "release", None)
+    if release is not None:
+        release(episode, agent)
 
 
 @dataclass
@@ -127,7 +136,11 @@ def collect(
             for i in active:
                 env = envs[i]
                 while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
+                    ended = env.agent_selection
+                    role = env.infos[ended]["role"]
                     env.step(None)  # pay and retire finished agents
+                    if role in policies:
+                        _release(policies[role], i, ended)
                 if not env.agents:
                     records[i] = env.record
                     continue
@@ -238,6 +251,9 @@ def collect_single(
             done = list(pool.map(step, list(zip(active, responses, strict=True))))
             stats.step_s += time.perf_counter() - t0
             stats.env_steps += len(active)
+            for i, d in zip(active, done, strict=True):
+                if d:
+                    _release(policy, i, "single_0")
             active = [i for i, d in zip(active, done, strict=True) if not d]
     records = [env.record for env in envs]
     for env in envs:
