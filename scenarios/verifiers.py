@@ -20,9 +20,10 @@ import time
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:  # httpx loads only when a judge is built (mgrpo_env imports these verifiers)
+    import httpx
 
 from .base import Task, Verdict
 
@@ -200,6 +201,8 @@ class LLMJudge:
         self.backoff_s = backoff_s
         self.temperature = temperature
         self.max_tokens = max_tokens
+        import httpx
+
         self._client = client or httpx.Client(timeout=timeout_s)
 
     def complete(self, prompt: str) -> str:
@@ -215,6 +218,8 @@ class LLMJudge:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         url = f"{self.base_url}/chat/completions"
+        import httpx
+
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:

@@ -13,26 +13,21 @@
 This package imports nothing from mgrpo_env, mgrpo_algo or mgrpo_scenarios, and never torch.
 """
 
-from .base import BaseTool, Tool, ToolError, ToolResult, optional_int, require_str, require_str_list
-from .browser import CHROMIUM_ARGS, BrowserFetcher
-from .cache import CACHE_MODES, ResponseCache, request_key
-from .fetch import FetchResult, HttpFetcher, is_text_content_type
-from .html_text import Document, Link, html_to_document, render_page
-from .origin_map import OriginMap
-from .search import (
-    BraveSearchBackend,
-    SearchBackend,
-    SearchHit,
-    SearchTool,
-    SearxngBackend,
-    TantivyIndex,
-    dedup_url,
-    host_matches,
-    normalize_site,
-)
-from .url_policy import UrlPolicy, normalize_url, origin_of
-from .visit import BROWSER_MODES, BrowsingSession, ClickTool, VisitTool, make_browsing_tools
-from .webserver import LoopbackSite
+# Lazy (PEP 562): importing the package, or one light submodule such as .base, loads no httpx,
+# tantivy, bs4, lxml or playwright; each name is imported from its module on first use.
+_EXPORTS = {
+    "BaseTool": "base", "Tool": "base", "ToolError": "base", "ToolResult": "base", "optional_int": "base", "require_str": "base", "require_str_list": "base",
+    "CHROMIUM_ARGS": "browser", "BrowserFetcher": "browser",
+    "CACHE_MODES": "cache", "ResponseCache": "cache", "request_key": "cache",
+    "FetchResult": "fetch", "HttpFetcher": "fetch", "is_text_content_type": "fetch",
+    "Document": "html_text", "Link": "html_text", "html_to_document": "html_text", "render_page": "html_text",
+    "OriginMap": "origin_map",
+    "BraveSearchBackend": "search", "SearchBackend": "search", "SearchHit": "search", "SearchTool": "search", "SearxngBackend": "search", "TantivyIndex": "search", "dedup_url": "search", "host_matches": "search", "normalize_site": "search",
+    "UrlPolicy": "url_policy", "normalize_url": "url_policy", "origin_of": "url_policy",
+    "BROWSER_MODES": "visit", "BrowsingSession": "visit", "ClickTool": "visit", "VisitTool": "visit", "make_browsing_tools": "visit",
+    "LoopbackSite": "webserver",
+}
+
 
 __all__ = [
     # search
@@ -83,3 +78,18 @@ __all__ = [
     "LoopbackSite",
     # search: names from .search go here
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
