@@ -40,7 +40,7 @@ import httpx
 
 from .base import ToolError
 from .cache import ResponseCache
-from .fetch import REDIRECT_STATUSES, FetchResult, is_text_content_type
+from .fetch import REDIRECT_STATUSES, FetchResult, _looks_binary, is_text_content_type
 from .pinning import AsyncPinnedTransport
 from .url_policy import UrlPolicy
 
@@ -475,7 +475,9 @@ class BrowserFetcher:
                 real = origins.to_real(url)
                 try:
                     self.policy.check(url, resolve=False)  # the address rules run at connect time
-                    status, reply_headers, content = await self._fetch_pinned(method, real, headers, body, job, main)
+                    status, reply_headers, content = await self._fetch_pinned(
+                        method, real, headers, body, job, main, shown=url
+                    )
                 except ToolError as exc:
                     if exc.kind == "policy" or exc.message.startswith("cannot resolve"):
                         job.blocked.append(url)
@@ -504,12 +506,14 @@ class BrowserFetcher:
                 await route.abort("failed")
 
     async def _fetch_pinned(
-        self, method: str, url: str, headers: dict[str, str], body: bytes | None, job: _Job, main: bool
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None, job: _Job, main: bool,
+        *, shown: str,
     ) -> tuple[int, dict[str, str], bytes]:
         """``(status, headers, body)`` of one request without following redirects; ToolError on failure.
 
         The body is streamed and cut at ``max_bytes`` (a 50 MB page or a gzip bomb is never held
         whole), and the whole exchange is bounded by the job's deadline (a server that drips bytes).
+        ``url`` is where to connect; errors name ``shown`` (the URL as the agent sees it).
         """
         assert self._http is not None
 
@@ -520,23 +524,25 @@ class BrowserFetcher:
                     return response.status_code, reply, b""
                 mime = response.headers.get("content-type", "")
                 if main and mime and not is_text_content_type(mime):
-                    raise ToolError("content", f"{url} is not a text page (content-type {mime.split(';')[0]})")
+                    raise ToolError("content", f"{shown} is not a text page (content-type {mime.split(';')[0]})")
                 declared = response.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > self.max_bytes:
-                    raise ToolError("content", f"page larger than {self.max_bytes} bytes ({declared} declared) at {url}")
+                    raise ToolError("content", f"page larger than {self.max_bytes} bytes ({declared} declared) at {shown}")
                 content = bytearray()
                 async for chunk in response.aiter_bytes():
                     content += chunk
                     if len(content) > self.max_bytes:
-                        raise ToolError("content", f"page larger than {self.max_bytes} bytes at {url}")
+                        raise ToolError("content", f"page larger than {self.max_bytes} bytes at {shown}")
+                if main and _looks_binary(bytes(content), response.charset_encoding):
+                    raise ToolError("content", f"{shown} looks binary (NUL bytes), not a text page")
                 return response.status_code, reply, bytes(content)
 
         try:
             return await asyncio.wait_for(exchange(), timeout=job.remaining_ms() / 1000.0)
         except (asyncio.TimeoutError, TimeoutError, httpx.TimeoutException):
-            raise ToolError("timeout", f"{url} did not answer within {self.timeout_s:g} s") from None
+            raise ToolError("timeout", f"{shown} did not answer within {self.timeout_s:g} s") from None
         except httpx.HTTPError as exc:  # refused, reset, bad gzip, protocol errors
-            raise ToolError("http", f"cannot fetch {url}: {type(exc).__name__}: {exc}") from None
+            raise ToolError("http", f"cannot fetch {shown}: {type(exc).__name__}: {exc}") from None
 
 
 # Headers Chromium sends that the HTTP client sets itself (or must not forward).
