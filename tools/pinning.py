@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import ipaddress
 import typing
 
 import anyio
@@ -79,8 +80,11 @@ class AsyncPinnedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: SocketOptions = None,
     ) -> httpcore.AsyncNetworkStream:
-        # getaddrinfo blocks: keep it off the event loop (Chromium's route handlers share that loop).
-        addresses = await anyio.to_thread.run_sync(self.policy.connect_addresses, host, port)
+        if _is_ip_literal(host):  # no lookup: skip the thread hop (every request of a loopback site)
+            addresses = self.policy.connect_addresses(host, port)
+        else:
+            # getaddrinfo blocks: keep it off the event loop (Chromium's route handlers share that loop).
+            addresses = await anyio.to_thread.run_sync(self.policy.connect_addresses, host, port)
         error: Exception | None = None
         for address in addresses:
             try:
@@ -97,6 +101,14 @@ class AsyncPinnedBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await self.inner.sleep(seconds)
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
 
 
 def _pool_kwargs(limits: httpx.Limits, verify: bool) -> dict[str, typing.Any]:
