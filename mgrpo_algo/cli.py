@@ -242,7 +242,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     scenario = _build_scenario(args.scenario, args.set)
     if hasattr(scenario, "build"):
         print(f"world at {scenario.build()}")
-    with scenario.open() as world:
+    try:
+        # Loopback by default; another address only when asked (the site then serves every client
+        # that can reach it). Scenarios whose open() takes no host serve where they always do.
+        opened = scenario.open(host=args.host) if args.host != "127.0.0.1" else scenario.open()
+    except TypeError:
+        print(f"mgrpo: scenario {args.scenario!r} cannot serve on --host {args.host}", file=sys.stderr)
+        return 2
+    with opened as world:
         # "url" is what agents see (a stable origin for wiki-hops); "served_url" is where a browser finds it.
         shown = {"url": getattr(world, "url", None), "served_url": getattr(world, "served_url", None)}
         print(json.dumps({**shown, "tools": sorted(world.tools)}), flush=True)
@@ -323,8 +330,10 @@ def _parser() -> argparse.ArgumentParser:
     ws.add_argument("--out", required=True, help="folder for <role>/ model folders and SHA256SUMS (replaced)")
     ws.set_defaults(func=_cmd_warm_start)
 
-    sv = sub.add_parser("serve", help="serve a scenario's world on 127.0.0.1 until interrupted")
+    sv = sub.add_parser("serve", help="serve a scenario's world on 127.0.0.1 (or --host) until interrupted")
     sv.add_argument("--scenario", default="wiki-hops")
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="address to bind (default 127.0.0.1, loopback only; 0.0.0.0 serves every interface)")
     sv.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     sv.set_defaults(func=_cmd_serve)
 

@@ -537,7 +537,8 @@ class SQLiteStore(StatsStore):
 # --------------------------------------------------------------------------- factory
 
 _SPEC_FORMS = (
-    "'sqlite:PATH' (e.g. sqlite:runs/stats.db) or 'redis://HOST:PORT[/DB]' (e.g. redis://127.0.0.1:6379/0)"
+    "'sqlite:PATH' (e.g. sqlite:runs/stats.db) or 'redis://HOST:PORT[/DB]' (e.g. redis://127.0.0.1:6379/0; "
+    "a password: redis://:PASSWORD@HOST:PORT; TLS: rediss://...)"
 )
 
 

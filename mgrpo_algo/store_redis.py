@@ -44,7 +44,10 @@ class RedisStore(StatsStore):
     Writes stay idempotent across a retry (one Lua script checks and writes atomically).
 
     Args:
-        url: ``redis://HOST:PORT[/DB]`` (redis-py URL syntax, so ``rediss://`` and passwords work).
+        url: ``redis://[:PASSWORD@]HOST:PORT[/DB]`` or ``rediss://...`` (TLS), in redis-py's URL syntax,
+            passed to ``redis.Redis.from_url`` as it is: TLS options go in the query
+            (``?ssl_ca_certs=/path/ca.pem``, ``ssl_cert_reqs=required``). The password never appears in
+            ``repr`` or in error messages. A wrong or missing password fails at once (no retrying).
         namespace: prefix of every key, so that several runs can share one server.
         retry_s: how long an operation keeps retrying while the server is unreachable or loading.
         socket_timeout_s: per-command socket timeout (a hung server counts as unreachable).
@@ -77,7 +80,8 @@ class RedisStore(StatsStore):
             retry=Retry(NoBackoff(), 0),  # our own loop below retries, with a deadline
         )
         kw = self._client.connection_pool.connection_kwargs
-        self._where = f"redis://{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"  # no password
+        scheme = url.split(":", 1)[0]
+        self._where = f"{scheme}://{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"  # no password
         self._put_script = self._client.register_script(_PUT_MAIN_LUA)
         self._outage_lock = threading.Lock()
         self._down_since: float | None = None
@@ -92,6 +96,8 @@ class RedisStore(StatsStore):
         while True:
             try:
                 result = fn()
+            except self._redis.AuthenticationError as exc:  # a ConnectionError, but retrying cannot help
+                raise StoreError(f"redis at {self._where} refused the credentials: {exc}") from exc
             except errors as exc:
                 with self._outage_lock:
                     if self._down_since is None:

@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -45,14 +46,31 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def ping(port: int, timeout_s: float = 0.5) -> bytes:
-    """The raw reply of ``PING`` (``b"+PONG"`` when ready, ``b"-LOADING ..."`` while loading), or b""."""
+def ping(port: int, timeout_s: float = 0.5, *, tls: bool = False) -> bytes:
+    """The raw reply of ``PING`` (``b"+PONG"`` when ready, ``b"-LOADING ..."`` while loading,
+    ``b"-NOAUTH ..."`` from a server that wants a password), or b""."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as raw:
+            sock = raw
+            if tls:  # readiness only: the certificate is the test's own, not checked here
+                context = ssl.create_default_context()
+                context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+                sock = context.wrap_socket(raw)
             sock.sendall(b"PING\r\n")
             return sock.recv(256).strip()
     except OSError:
         return b""
+
+
+def self_signed_cert(folder: Path) -> tuple[Path, Path]:
+    """``(cert.pem, key.pem)`` for 127.0.0.1, made with the ``openssl`` command (valid one day)."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    return cert, key
 
 
 class RedisServer:
@@ -63,6 +81,8 @@ class RedisServer:
         persist_dir: folder for the append-only file; None runs without persistence
             (``--save '' --appendonly no``) in a temporary folder removed on exit.
         startup_timeout_s: how long :meth:`start` waits for the server to answer ``PING``.
+        password: ``--requirepass`` (clients must AUTH; :attr:`url` carries it).
+        tls: ``(cert, key)``: serve TLS only (``--tls-port``, no plain port; :attr:`url` is ``rediss://``).
     """
 
     def __init__(
@@ -71,8 +91,12 @@ class RedisServer:
         *,
         persist_dir: str | Path | None = None,
         startup_timeout_s: float = 10.0,
+        password: str | None = None,
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
         self.port = port
+        self.password = password
+        self.tls = tls
         self.persist = persist_dir is not None
         self._tmp = None if self.persist else tempfile.TemporaryDirectory(prefix="mgrpo-redis-")
         self.dir = Path(persist_dir) if persist_dir is not None else Path(self._tmp.name)
@@ -81,14 +105,23 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"{'rediss' if self.tls else 'redis'}://{auth}127.0.0.1:{self.port}/0"
 
     @property
     def log_path(self) -> Path:
         return self.dir / "redis.log"
 
     def _args(self) -> list[str]:
-        args = [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir)]
+        args = [REDIS_SERVER, "--bind", "127.0.0.1", "--dir", str(self.dir)]
+        if self.tls:
+            cert, key = self.tls
+            args += ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(cert),
+                     "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"]
+        else:
+            args += ["--port", str(self.port)]
+        if self.password:
+            args += ["--requirepass", self.password]
         args += ["--daemonize", "no", "--logfile", str(self.log_path), "--save", ""]
         if self.persist:
             return args + ["--appendonly", "yes", "--appendfsync", "always"]
@@ -108,7 +141,7 @@ class RedisServer:
             self.proc = subprocess.Popen(self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + self.startup_timeout_s
             while time.monotonic() < deadline and self.proc.poll() is None:
-                if ping(self.port) == b"+PONG":
+                if ping(self.port, tls=self.tls is not None).startswith((b"+PONG", b"-NOAUTH")):
                     return self
                 time.sleep(0.02)
             self.stop(kill=True)  # exited (port taken by a racer?) or never became ready

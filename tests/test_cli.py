@@ -59,3 +59,53 @@ def test_train_bad_config_exits_2_naming_the_field(tmp_path, capsys):
     assert main(["train", "--set", "mode=single-agent", "--placement", "local", "--set", f"out_dir={tmp_path}/x",
                  "--set", "warm_start.epochs=0", "--set", "scenario_kwargs={num_entities: 50}"]) == 2
     assert "two-role modes" in capsys.readouterr().err
+
+
+def _serve(scenario, *extra: str):
+    """Run ``mgrpo serve`` in a child process; (process, the JSON line it prints)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mgrpo_algo.cli", "serve", *world_args(scenario), *extra],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    line = ""
+    for line in proc.stdout:  # "world at ..." first, then the JSON line
+        if line.startswith("{"):
+            break
+    return proc, json.loads(line) if line.startswith("{") else {"error": proc.stderr.read()}
+
+
+def _stop(proc) -> None:
+    import signal
+
+    proc.send_signal(signal.SIGINT)  # the command's own Ctrl-C path: it closes the world
+    proc.wait(timeout=60)
+
+
+def _listening(pid: int) -> set[tuple[str, int]]:
+    import psutil
+
+    return {(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections("tcp") if c.status == "LISTEN"}
+
+
+def test_serve_binds_loopback_unless_told(small_scenario):
+    proc, shown = _serve(small_scenario)
+    try:
+        assert shown.get("url") == "http://wiki-hops.test", shown
+        port = int(shown["served_url"].rsplit(":", 1)[1])
+        assert shown["served_url"] == f"http://127.0.0.1:{port}"
+        assert _listening(proc.pid) == {("127.0.0.1", port)}  # loopback only, not 0.0.0.0 or ::
+    finally:
+        _stop(proc)
+    # --host is passed to the site ("localhost" is still loopback: tests bind nothing else).
+    proc, shown = _serve(small_scenario, "--host", "localhost")
+    try:
+        port = int(shown["served_url"].rsplit(":", 1)[1])
+        assert shown["served_url"] == f"http://localhost:{port}", shown
+        assert ("127.0.0.1", port) in _listening(proc.pid)
+    finally:
+        _stop(proc)

@@ -7,9 +7,12 @@ import logging
 import math
 import multiprocessing
 import random
+import shutil
 import sqlite3
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +21,7 @@ from redis_server import (  # noqa: F401 - fixtures
     persistent_redis_server_fixture,
     redis_available,
     redis_server_fixture,
+    self_signed_cert,
 )
 
 from mgrpo_algo.store import (
@@ -391,3 +395,52 @@ def test_open_store_accepts_both_forms(tmp_path):
 def test_shipped_trajectory_bytes():
     assert shipped_trajectory_bytes([]) == 0
     assert shipped_trajectory_bytes([[1] * 1500] * 3) == 3 * (4 * 1500 + 64)
+
+
+# --------------------------------------------------------------------------- Redis password and TLS
+
+
+def _redis_with(tmp_path: Path, **kwargs: Any) -> RedisServer:
+    if not redis_available():
+        pytest.skip("redis-server is not installed")
+    return RedisServer(persist_dir=None, **kwargs)
+
+
+def test_redis_password_from_the_url(tmp_path: Path) -> None:
+    with _redis_with(tmp_path, password="s3cret-pw") as server:
+        assert server.url.startswith("redis://:s3cret-pw@127.0.0.1:")
+        with open_store(server.url, retry_s=5) as store:
+            store.put_main_stats(0, batch())
+            assert store.get_main_stats(0, expected=B * K, timeout_s=1) == batch()
+            assert "s3cret-pw" not in repr(store)
+        # No password, or a wrong one: refused at once with a clear error (an outage would be retried
+        # for retry_s) that does not repeat the password.
+        bare = f"redis://127.0.0.1:{server.port}/0"
+        for url in (bare, f"redis://:wrong-pw@127.0.0.1:{server.port}/0"):
+            with RedisStore(url, retry_s=0.3) as store:
+                # An outage would end as "redis unreachable" after retry_s; this names the cause.
+                with pytest.raises(StoreError, match="refused the credentials") as info:
+                    store.put_main_stats(1, batch())
+                assert "wrong-pw" not in str(info.value)
+
+
+def test_redis_tls_from_a_rediss_url(tmp_path: Path) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed (it makes the test certificate)")
+    cert, key = self_signed_cert(tmp_path)
+    with _redis_with(tmp_path, password="tls-pw", tls=(cert, key)) as server:
+        assert server.url.startswith("rediss://:tls-pw@127.0.0.1:")
+        # The server speaks only TLS: the store's ``rediss://`` URL, with the test CA and
+        # certificate checks on (redis-py's query options), connects and authenticates.
+        verified = f"{server.url}?ssl_cert_reqs=required&ssl_ca_certs={cert}"
+        with open_store(verified, retry_s=5) as store:
+            assert repr(store).startswith("RedisStore('rediss://127.0.0.1:")
+            store.put_main_stats(0, batch())
+            assert store.get_main_stats(0, expected=B * K, timeout_s=1) == batch()
+        # Certificate checks really run: without the CA the self-signed certificate is refused...
+        with RedisStore(f"{server.url}?ssl_cert_reqs=required", retry_s=0.3) as store, pytest.raises(StoreError):
+            store.put_main_stats(1, batch())
+        # ...and a plain redis:// URL to the TLS port gets no answer.
+        plain = server.url.replace("rediss://", "redis://")
+        with RedisStore(plain, retry_s=0.3, socket_timeout_s=1.0) as store, pytest.raises(StoreError):
+            store.put_main_stats(1, batch())

@@ -9,8 +9,11 @@ one never-used context is kept ready (``prewarm``) because starting Chromium's r
 context is most of a fetch's cost.
 
 The policy applies to the top-level URL and to every request the page makes: a route handler checks
-each request and aborts what the policy refuses. Chromium does not show redirect hops to route
-handlers, so the handler fetches with redirects disabled and follows them itself, checking each hop;
+each request, aborts what the policy refuses, and makes the rest itself with the pinned HTTP client
+(:mod:`.pinning`: a name is resolved once, by the policy, and the socket goes to the address it
+checked), handing the reply to Chromium with ``route.fulfill``. Chromium's own resolver is switched
+off (``--host-resolver-rules``), so it cannot open a connection of its own. Bodies are streamed and
+cut at ``max_bytes``. The handler fetches with redirects disabled and follows them itself, checking each hop;
 for the top-level document the hop is handed back to :meth:`fetch`, which navigates to it (so the
 page's URL is the real one). Service workers are blocked and WebSockets are never connected.
 
@@ -33,9 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
 
+import httpx
+
 from .base import ToolError
 from .cache import ResponseCache
-from .fetch import REDIRECT_STATUSES, FetchResult, is_text_content_type
+from .fetch import REDIRECT_STATUSES, FetchResult, _looks_binary, is_text_content_type
+from .pinning import AsyncPinnedTransport
 from .url_policy import UrlPolicy
 
 __all__ = ["BrowserFetcher", "CHROMIUM_ARGS"]
@@ -49,6 +55,10 @@ CHROMIUM_ARGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    # Chromium resolves no name itself: every request is served by the route handler through the
+    # pinned client, so nothing (preconnect, DNS prefetch, an unrouted request) can reach an address
+    # the policy did not check.
+    "--host-resolver-rules=MAP * ~NOTFOUND",
 )
 
 
@@ -145,6 +155,7 @@ class BrowserFetcher:
         self._spares: list[_Tab] = []
         self._refills: set[asyncio.Task[None]] = set()
         self._closing: set[asyncio.Task[None]] = set()
+        self._http: httpx.AsyncClient | None = None  # the pinned client of the route handlers (worker loop)
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -161,7 +172,7 @@ class BrowserFetcher:
             hit = self.cache.get("browser", key)
             if hit is not None:
                 return FetchResult.from_cache_value(hit, time.perf_counter() - start)
-        checked = self.policy.check(url)
+        checked = key  # the address rules run when the route handler connects (pinned)
         loop = self._ensure_started()
         future = asyncio.run_coroutine_threadsafe(self._fetch_async(checked, start), loop)
         try:
@@ -245,6 +256,15 @@ class BrowserFetcher:
         async with self._launch_lock:
             if self._browser is not None and self._browser.is_connected():
                 return
+            if self._http is None:
+                self._http = httpx.AsyncClient(
+                    transport=AsyncPinnedTransport(
+                        self.policy, limits=httpx.Limits(max_connections=64, max_keepalive_connections=16)
+                    ),
+                    timeout=httpx.Timeout(self.timeout_s),
+                    follow_redirects=False,  # every hop passes the policy: _guard follows them
+                    trust_env=False,  # an environment proxy would hide the real destination
+                )
             if self._playwright is None:
                 self._playwright = await async_playwright().start()
             self._spares.clear()  # contexts of a dead browser are useless
@@ -312,6 +332,10 @@ class BrowserFetcher:
                 with contextlib.suppress(Exception):  # best effort: the browser may already be gone
                     await getattr(obj, method)()
         self._browser, self._playwright = None, None
+        if self._http is not None:
+            with contextlib.suppress(Exception):
+                await self._http.aclose()
+            self._http = None
 
     # -- one fetch (runs on the worker loop) ---------------------------------------------------
 
@@ -432,7 +456,12 @@ class BrowserFetcher:
             job.last_activity = time.monotonic()
 
     async def _guard(self, route: Any, job: _Job) -> None:
-        """Let a request through only if the policy accepts it and every redirect hop it takes."""
+        """Serve a request only if the policy accepts it and every redirect hop it takes.
+
+        The request is made here, by the pinned HTTP client (:mod:`.pinning`), and handed to
+        Chromium with ``route.fulfill``: Chromium never opens a connection itself, so a name is
+        resolved once, by the policy, and the socket goes to the address it checked.
+        """
         from playwright.async_api import Error as PlaywrightError
 
         request = route.request
@@ -440,28 +469,24 @@ class BrowserFetcher:
         origins = self.policy.origin_map
         url = origins.to_virtual(request.url)  # judged (and recorded when blocked) as the agent sees it
         try:
-            loop = asyncio.get_running_loop()
-            for hop in range(self.max_redirects + 1):
+            method, body = request.method, request.post_data_buffer
+            headers = _forward_headers(await request.all_headers())  # with cookies, unlike .headers
+            for _hop in range(self.max_redirects + 1):
+                real = origins.to_real(url)
                 try:
-                    if self.policy.needs_lookup(url):  # a DNS lookup blocks: keep it off the loop
-                        await loop.run_in_executor(None, self.policy.check, url)
-                    else:
-                        self.policy.check(url)
+                    self.policy.check(url, resolve=False)  # the address rules run at connect time
+                    status, reply_headers, content = await self._fetch_pinned(
+                        method, real, headers, body, job, main, shown=url
+                    )
                 except ToolError as exc:
-                    job.blocked.append(url)
+                    if exc.kind == "policy" or exc.message.startswith("cannot resolve"):
+                        job.blocked.append(url)
                     if main:
                         job.error = exc
-                    await route.abort("blockedbyclient")
+                    await route.abort("blockedbyclient" if exc.kind == "policy" else "failed")
                     return
-                real = origins.to_real(url)
-                override: dict[str, Any] = {}
-                if hop > 0:
-                    override = {"url": real, "method": "GET", "post_data": None}
-                elif real != request.url:
-                    override = {"url": real}  # a virtual origin: fetch the real one in its place
-                response = await route.fetch(max_redirects=0, timeout=job.remaining_ms(), **override)
-                location = response.headers.get("location")
-                if response.status not in REDIRECT_STATUSES or not location:
+                location = reply_headers.get("location")
+                if status not in REDIRECT_STATUSES or not location:
                     break
                 if main:
                     # Navigate to the hop ourselves so that the page's URL is the final one.
@@ -469,26 +494,75 @@ class BrowserFetcher:
                     await route.abort("aborted")
                     return
                 url = origins.to_virtual(urljoin(real, location))
+                method, body = "GET", None
             else:
                 await route.abort("failed")
                 return
             if main:
-                mime = response.headers.get("content-type", "")
-                if mime and not is_text_content_type(mime):
-                    job.error = ToolError(
-                        "content", f"{url} is not a text page (content-type {mime.split(';')[0]})"
-                    )
-                    await route.abort("blockedbyclient")
-                    return
-                body = await response.body()
-                if len(body) > self.max_bytes:
-                    job.error = ToolError("content", f"page larger than {self.max_bytes} bytes at {url}")
-                    await route.abort("blockedbyclient")
-                    return
-                job.has_scripts = b"<script" in body.lower()
-            await route.fulfill(response=response)
-        except PlaywrightError as exc:
-            if main and job.error is None:
-                job.error = ToolError("http", f"cannot fetch {url}: {str(exc).strip().splitlines()[0]}")
+                job.has_scripts = b"<script" in content.lower()
+            await route.fulfill(status=status, headers=reply_headers, body=content)
+        except PlaywrightError:
             with contextlib.suppress(PlaywrightError):  # the page or context is already gone
                 await route.abort("failed")
+
+    async def _fetch_pinned(
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None, job: _Job, main: bool,
+        *, shown: str,
+    ) -> tuple[int, dict[str, str], bytes]:
+        """``(status, headers, body)`` of one request without following redirects; ToolError on failure.
+
+        The body is streamed and cut at ``max_bytes`` (a 50 MB page or a gzip bomb is never held
+        whole), and the whole exchange is bounded by the job's deadline (a server that drips bytes).
+        ``url`` is where to connect; errors name ``shown`` (the URL as the agent sees it).
+        """
+        assert self._http is not None
+
+        async def exchange() -> tuple[int, dict[str, str], bytes]:
+            async with self._http.stream(method, url, headers=headers, content=body) as response:
+                reply = _reply_headers(response.headers)
+                if response.status_code in REDIRECT_STATUSES:
+                    return response.status_code, reply, b""
+                mime = response.headers.get("content-type", "")
+                if main and mime and not is_text_content_type(mime):
+                    raise ToolError("content", f"{shown} is not a text page (content-type {mime.split(';')[0]})")
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > self.max_bytes:
+                    raise ToolError("content", f"page larger than {self.max_bytes} bytes ({declared} declared) at {shown}")
+                content = bytearray()
+                async for chunk in response.aiter_bytes():
+                    content += chunk
+                    if len(content) > self.max_bytes:
+                        raise ToolError("content", f"page larger than {self.max_bytes} bytes at {shown}")
+                if main and _looks_binary(bytes(content), response.charset_encoding):
+                    raise ToolError("content", f"{shown} looks binary (NUL bytes), not a text page")
+                return response.status_code, reply, bytes(content)
+
+        try:
+            return await asyncio.wait_for(exchange(), timeout=job.remaining_ms() / 1000.0)
+        except (asyncio.TimeoutError, TimeoutError, httpx.TimeoutException):
+            raise ToolError("timeout", f"{shown} did not answer within {self.timeout_s:g} s") from None
+        except httpx.HTTPError as exc:  # refused, reset, bad gzip, protocol errors
+            raise ToolError("http", f"cannot fetch {shown}: {type(exc).__name__}: {exc}") from None
+
+
+# Headers Chromium sends that the HTTP client sets itself (or must not forward).
+_DROP_REQUEST = frozenset({"host", "content-length", "connection", "keep-alive", "accept-encoding",
+                           "transfer-encoding", "upgrade", "proxy-connection", "te", "trailer"})
+# The client hands over a decoded body of known length: its framing headers no longer apply.
+_DROP_REPLY = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"})
+
+
+def _forward_headers(headers: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST and not k.startswith(":")}
+
+
+def _reply_headers(headers: httpx.Headers) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in headers.multi_items():
+        key = key.lower()
+        if key in _DROP_REPLY:
+            continue
+        # Playwright splits a fulfilled Set-Cookie on newlines; other repeated headers join with commas.
+        joiner = "\n" if key == "set-cookie" else ", "
+        out[key] = f"{out[key]}{joiner}{value}" if key in out else value
+    return out

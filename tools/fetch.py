@@ -11,6 +11,11 @@ targets (a ``Location`` on the real origin becomes the virtual one before it is 
 absolute URLs of the real origin in the body. Cache keys and values therefore hold only the virtual
 origin, so a cache recorded against one run's loopback port replays in any other run.
 
+Every connection goes through :class:`~.pinning.PinnedTransport`: a host name is resolved once,
+by the policy, and the socket opens to an address that passed its rules (no DNS-rebinding window).
+The URL itself is checked with the static rules first (``resolve=False``); the address rules run at
+connect time, on the very answer that is connected to.
+
 Failures are :class:`ToolError` with a kind the agent can act on: ``policy``, ``http`` (4xx/5xx,
 connection refused, too many redirects), ``timeout``, ``content`` (too large, binary), ``cache``
 (a miss in replay mode).
@@ -29,6 +34,7 @@ import httpx
 
 from .base import ToolError
 from .cache import ResponseCache
+from .pinning import PinnedTransport
 from .url_policy import UrlPolicy
 
 __all__ = ["FetchResult", "HttpFetcher", "is_text_content_type", "REDIRECT_STATUSES"]
@@ -153,11 +159,12 @@ class HttpFetcher:
         self.max_redirects = max_redirects
         self.user_agent = user_agent
         self.cache = cache
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
         self._client = httpx.Client(
+            transport=PinnedTransport(policy, limits=limits),  # connects only to checked addresses
             timeout=httpx.Timeout(timeout_s),
             follow_redirects=False,  # every hop must pass the policy: we follow them ourselves
             trust_env=False,  # an environment proxy would hide the real destination from the policy
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
             headers={
                 "User-Agent": user_agent,
                 "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
@@ -172,7 +179,8 @@ class HttpFetcher:
             hit = self.cache.get("fetch", key)
             if hit is not None:
                 return FetchResult.from_cache_value(hit, time.perf_counter() - start)
-        result = self._fetch_live(self.policy.check(url), start)
+        # The address rules run when the socket opens (PinnedTransport), on the answer connected to.
+        result = self._fetch_live(key, start)
         if self.cache is not None:
             self.cache.put("fetch", key, result.to_cache())
         return result
@@ -192,7 +200,7 @@ class HttpFetcher:
                             raise ToolError(
                                 "http", f"HTTP {status} redirect without a Location for {current}"
                             )
-                        current = self.policy.check(origins.to_virtual(urljoin(real, location)))
+                        current = self.policy.check(origins.to_virtual(urljoin(real, location)), resolve=False)
                         continue
                     if status >= 300:
                         reason = f"{status} {response.reason_phrase}".strip()

@@ -233,7 +233,7 @@ _LINK_MARKER = re.compile(r" ?\[\d+\]")
 _WORD = re.compile(r"[^\W_]+")
 # Function words say nothing about which line answers a goal ("population of X" must not prefer
 # prose that says "of" twice over the row "Population | 328,668").
-_STOP_WORDS = frozenset("a an and at by for from in is of on or the to was what when where which who how".split())
+_STOP_WORDS = frozenset(["a", "an", "and", "at", "by", "for", "from", "in", "is", "of", "on", "or", "the", "to", "was", "what", "when", "where", "which", "who", "how"])
 
 
 def strip_link_markers(text: str) -> str:

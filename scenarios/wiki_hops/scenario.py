@@ -261,10 +261,14 @@ class WikiHops:
 
     # ------------------------------------------------------------------------------- world
 
-    def open(self) -> WikiWorld:
-        """Build if needed and start the world; use as ``with scenario.open() as world: ...``."""
+    def open(self, *, host: str = "127.0.0.1") -> WikiWorld:
+        """Build if needed and start the world; use as ``with scenario.open() as world: ...``.
+
+        ``host`` is the address the loopback site binds (``mgrpo serve --host``); keep the default
+        unless the site must be reachable from other machines.
+        """
         settings = PROFILES[self.profile]
-        return WikiWorld(self.build(), browser_mode=self.browser_mode, page_chars=self.page_chars,
+        return WikiWorld(self.build(), host=host, browser_mode=self.browser_mode, page_chars=self.page_chars,
                          search_k=self.search_k, cache_path=self.cache_path,
                          snippet_chars=settings["snippet_chars"], goal_lines=settings["goal_lines"],
                          links=settings["links"], evidence_only=settings["evidence_only"])
@@ -368,7 +372,7 @@ class WikiWorld:
             with its own browsing session (the fetchers, browser and index are shared).
     """
 
-    def __init__(self, root: Path, *, browser_mode: str = "auto", page_chars: int = 4000, search_k: int = 5,
+    def __init__(self, root: Path, *, host: str = "127.0.0.1", browser_mode: str = "auto", page_chars: int = 4000, search_k: int = 5,
                  cache_path: Path | None = None, snippet_chars: int = 300, goal_lines: int = 0,
                  links: bool = True, evidence_only: bool = False) -> None:
         from mgrpo_tools.browser import BrowserFetcher
@@ -390,7 +394,7 @@ class WikiWorld:
         self.browser = None
         try:
             self.cache = ResponseCache(cache_path) if cache_path is not None else None
-            self.site = LoopbackSite(root / "pages", title_prefixes=("/wiki/",)).start()
+            self.site = LoopbackSite(root / "pages", host=host, title_prefixes=("/wiki/",)).start()
             self.url = ORIGIN
             self.served_url = self.site.url
             self.policy = UrlPolicy()
