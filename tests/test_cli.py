@@ -62,28 +62,47 @@ def test_train_bad_config_exits_2_naming_the_field(tmp_path, capsys):
 
 
 def _serve(scenario, *extra: str):
-    """Run ``mgrpo serve`` in a child process; (process, the JSON line it prints)."""
+    """Run ``mgrpo serve`` in a child process; (process, the JSON line it prints).
+
+    stderr goes to a file, not a pipe: a child blocked on a full pipe would look like a hang.
+    """
     import subprocess
     import sys
+    import tempfile
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
+    err = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed with the process in _stop)
     proc = subprocess.Popen(
         [sys.executable, "-m", "mgrpo_algo.cli", "serve", *world_args(scenario), *extra],
-        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=root, stdout=subprocess.PIPE, stderr=err, text=True,
     )
+    proc.err_file = err
     line = ""
     for line in proc.stdout:  # "world at ..." first, then the JSON line
         if line.startswith("{"):
             break
-    return proc, json.loads(line) if line.startswith("{") else {"error": proc.stderr.read()}
+    if line.startswith("{"):
+        return proc, json.loads(line)
+    proc.wait()
+    err.seek(0)
+    return proc, {"error": err.read()}
 
 
 def _stop(proc) -> None:
     import signal
+    import subprocess
 
     proc.send_signal(signal.SIGINT)  # the command's own Ctrl-C path: it closes the world
-    proc.wait(timeout=60)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.err_file.seek(0)
+        raise AssertionError(f"mgrpo serve did not stop on SIGINT; its stderr:\n{proc.err_file.read()[-4000:]}") from None
+    finally:
+        proc.stdout.close()
+        proc.err_file.close()
 
 
 def _listening(pid: int) -> set[tuple[str, int]]:
