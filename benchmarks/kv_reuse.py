@@ -65,8 +65,13 @@ def multi_turn(policy: TransformersPolicy, agents: int, turns: int, first_words:
     return seconds, tokens, samples, lengths
 
 
-def iterations(tmp: Path, quick: bool) -> tuple[list[tuple[str, float, str]], dict]:
-    """One iteration per (mode, before/after), same seeds: time/iteration and its parts."""
+def iterations(tmp: Path, quick: bool, start: Path | None = None) -> tuple[list[tuple[str, float, str]], dict]:
+    """One iteration per (mode, before/after), same seeds: time/iteration and its parts.
+
+    ``start``: a folder of start models per role (the demo's warm start, tiny profile), so that the
+    hierarchy delegates as it does in the demo; None: random tiny models (the main agent then never
+    delegates and a hierarchy iteration is only the main agent's turns).
+    """
     from mgrpo_algo.config import load_config
     from mgrpo_algo.trainer import Trainer
 
@@ -77,12 +82,14 @@ def iterations(tmp: Path, quick: bool) -> tuple[list[tuple[str, float, str]], di
             roles = ("single",) if mode == "single-agent" else ("main", "sub")
             overrides = [
                 f"mode={mode}", f"out_dir={tmp / f'run-{mode}-{label}'}", f"models_dir={tmp / 'models'}",
-                f"scenario_kwargs={{num_entities: 300, seed: 0, data_dir: {tmp / 'data'}}}",
+                f"scenario_kwargs={{num_entities: 300, seed: 0, data_dir: {tmp / 'data'}"
+                + (", profile: tiny}" if start else "}"),
                 f"questions_per_iteration={b}", f"group_size={k}", "stages=[{split: stage2/train, iterations: 1}]",
                 "limits={max_main_turns: 5, max_sub_turns: 3, max_delegations: 3}", "warm_start.epochs=0",
                 "torch_threads=1", "checkpoint=false",
             ]
             for role in roles:
+                overrides += [f"{role}.model={start / role}"] if start else []
                 overrides += [f"{role}.generation.max_new_tokens={new}", f"{role}.generation.kv_cache_mb={kv}",
                               f"{role}.learner.skip_zero_advantage={skip}"]
             trainer = Trainer(load_config(None, overrides))
@@ -96,7 +103,8 @@ def iterations(tmp: Path, quick: bool) -> tuple[list[tuple[str, float, str]], di
                          f"{role} zero-adv skipped {m.get(f'{role}/zero_adv_skipped', 0.0):.2f})"))
     for label in ("before", "after"):
         ratio = raw[f"single-agent {label}"]["time/iteration"] / raw[f"mgrpo {label}"]["time/iteration"]
-        rows.append((f"single/M-GRPO iteration time {label}", ratio, f"B={b}, K={k}; target after <= 1.5"))
+        models = f"start models {start.name}" if start else "random tiny models"
+        rows.append((f"single/M-GRPO iteration time {label}", ratio, f"B={b}, K={k}, {models}; target after <= 1.5"))
     for mode in ("mgrpo", "single-agent"):
         rows.append((f"{mode} iteration speed-up", raw[f"{mode} before"]["time/iteration"] / raw[f"{mode} after"]["time/iteration"],
                      "before / after"))
@@ -123,6 +131,8 @@ def _plot(ratio: float, rates: dict[str, float], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="4 agents, ~0.5 k-token prompts, 1 repeat, B=1 K=2 iterations")
+    parser.add_argument("--start", default=str(Path(__file__).resolve().parents[1] / "configs" / "demo-warm-start"),
+                        help="start models per role for the iterations ('none': random tiny models)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     import transformers
@@ -157,7 +167,8 @@ def main() -> None:
         rows.append(("multi-turn prompt tokens reused", stats.get("reused_tokens", 0) / max(1, stats.get("reused_tokens", 0)
                                                                                         + stats.get("prefilled_tokens", 0)),
                      "share of prompt tokens served from the cache"))
-        iteration_rows, raw = iterations(Path(tmp), args.quick)
+        start = None if args.start == "none" or not Path(args.start).is_dir() else Path(args.start)
+        iteration_rows, raw = iterations(Path(tmp), args.quick, start)
         rows += iteration_rows
     RESULTS.mkdir(parents=True, exist_ok=True)
     _plot(ratio, {k: statistics.median(v) for k, v in rates.items()}, RESULTS / "kv_reuse.png")

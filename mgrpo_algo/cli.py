@@ -253,12 +253,28 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         # "url" is what agents see (a stable origin for wiki-hops); "served_url" is where a browser finds it.
         shown = {"url": getattr(world, "url", None), "served_url": getattr(world, "served_url", None)}
         print(json.dumps({**shown, "tools": sorted(world.tools)}), flush=True)
+        _interrupt_on_stop_signals()
         try:
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def _interrupt_on_stop_signals() -> None:
+    """Ctrl-C and SIGTERM end ``serve`` through KeyboardInterrupt, so the world is closed.
+
+    Set explicitly: a process started with SIGINT ignored (a parent that ignores it, nohup, some
+    job runners) inherits SIG_IGN, and Python then installs no KeyboardInterrupt handler at all.
+    """
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, interrupt)
 
 
 def _cmd_view(args: argparse.Namespace) -> int:

@@ -66,6 +66,7 @@ def _serve(scenario, *extra: str):
 
     stderr goes to a file, not a pipe: a child blocked on a full pipe would look like a hang.
     """
+    import signal
     import subprocess
     import sys
     import tempfile
@@ -76,6 +77,9 @@ def _serve(scenario, *extra: str):
     proc = subprocess.Popen(
         [sys.executable, "-m", "mgrpo_algo.cli", "serve", *world_args(scenario), *extra],
         cwd=root, stdout=subprocess.PIPE, stderr=err, text=True,
+        # Started with SIGINT ignored, as under nohup or a parent that ignores it (an earlier test of
+        # the suite did): serve must still stop on Ctrl-C and close its world.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     proc.err_file = err
     line = ""
