@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mgrpo_algo.hf_policy import ChatPrompter, StopSpec, TransformersPolicy, cut_at_stop, stop_spec
-from mgrpo_algo.models import build_tiny_model, corpus_texts, train_tokenizer
+from mgrpo_algo.models import build_tiny_model
 from mgrpo_algo.sequences import trajectory_sequence
 from mgrpo_env.rollout import PolicyRequest, collect
 
@@ -20,12 +20,6 @@ ANSWER = "<think>look it up</think><answer>Blue</answer>"
 def _request(content: str, episode: int = 0, messages=None, history=None) -> PolicyRequest:
     messages = messages or [SYSTEM, {"role": "user", "content": content}]
     return PolicyRequest(episode, "main_0", "main", content, messages, None, history or [])
-
-
-@pytest.fixture(scope="module")
-def tokenizer(small_scenario, tmp_path_factory):
-    return train_tokenizer(corpus_texts(small_scenario, max_pages=120, max_tasks=100),
-                           tmp_path_factory.mktemp("tok"), vocab_size=1024)
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,10 @@ import pytest
 import torch
 
 from mgrpo_algo.hf_policy import TransformersPolicy
-from mgrpo_algo.models import build_tiny_model, corpus_texts, train_tokenizer
+from mgrpo_algo.models import build_tiny_model
 from mgrpo_env.rollout import PolicyRequest, collect, collect_single
 
 SYSTEM = {"role": "system", "content": "You are a research agent."}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(small_scenario, tmp_path_factory):
-    return train_tokenizer(corpus_texts(small_scenario, max_pages=120, max_tasks=100),
-                           tmp_path_factory.mktemp("tok"), vocab_size=1024)
 
 
 @pytest.fixture(scope="module")
