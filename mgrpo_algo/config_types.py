@@ -43,8 +43,8 @@ def coerce(hint: Any, value: Any, name: str) -> Any:
             except ValueError:
                 continue
         raise bad()
-    if hint is bool:
-        if not isinstance(value, bool):
+    if hint in (bool, str):
+        if not isinstance(value, hint):
             raise bad()
         return value
     if hint is int:
@@ -62,10 +62,6 @@ def coerce(hint: Any, value: Any, name: str) -> Any:
             except ValueError:
                 raise bad() from None
         raise bad()
-    if hint is str:
-        if not isinstance(value, str):
-            raise bad()
-        return value
     if origin is tuple:
         if isinstance(value, str):  # e.g. lora_targets: one name; the dataclass makes it a 1-tuple
             return value

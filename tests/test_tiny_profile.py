@@ -12,12 +12,11 @@ from mgrpo_tools.html_text import Document, relevant_lines
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(small_scenario):
+    """The session's small world seen through the tiny profile (the profile changes no world data)."""
     from mgrpo_scenarios.wiki_hops import WikiHops
 
-    scenario = WikiHops(seed=0, num_entities=300, profile="tiny", data_dir=tmp_path_factory.mktemp("tiny-data"))
-    scenario.build()
-    return scenario
+    return WikiHops(seed=0, num_entities=300, profile="tiny", data_dir=small_scenario.data_dir)
 
 
 @pytest.fixture(scope="module")

@@ -29,55 +29,7 @@ _EXPORTS = {
 }
 
 
-__all__ = [
-    # search
-    "SearchHit",
-    "SearchBackend",
-    "SearchTool",
-    "TantivyIndex",
-    "SearxngBackend",
-    "BraveSearchBackend",
-    "dedup_url",
-    "host_matches",
-    "normalize_site",
-    # base
-    "BaseTool",
-    "Tool",
-    "ToolError",
-    "ToolResult",
-    "optional_int",
-    "require_str",
-    "require_str_list",
-    # cache
-    "CACHE_MODES",
-    "ResponseCache",
-    "request_key",
-    # url policy
-    "UrlPolicy",
-    "OriginMap",
-    "normalize_url",
-    "origin_of",
-    # fetching
-    "FetchResult",
-    "HttpFetcher",
-    "is_text_content_type",
-    "BrowserFetcher",
-    "CHROMIUM_ARGS",
-    # page text
-    "Document",
-    "Link",
-    "html_to_document",
-    "render_page",
-    # visit / click
-    "BROWSER_MODES",
-    "BrowsingSession",
-    "VisitTool",
-    "ClickTool",
-    "make_browsing_tools",
-    # loopback web server
-    "LoopbackSite",
-    # search: names from .search go here
-]
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> object:

@@ -33,7 +33,7 @@ Arguments:
         built-in tiny models: the same world, tasks, tools and env, but every observation compact and
         every oracle action a copy from a known place (see :data:`PROFILES`): short system prompts
         (``prompt_style``), search results without snippets, ``visit`` returning only the line
-        that matches its goal (the page when none does) and no link numbers, subtasks written as
+        that matches its goal (the page when none does) and no link numbers, visit goals written as
         ``"<relation> of <entity>"`` and pages visited by name (MediaWiki-style
         ``/wiki/<Name>``), and :meth:`WikiHops.world_tokens` for a tokenizer in which every entity
         name, slug, value and relation is one token.
@@ -305,7 +305,7 @@ class WikiHops:
         """Strings that a world-aware tokenizer keeps as one token each; empty in the full profile.
 
         Tiny profile: every entity name and page slug, every fact value as pages and answers write it,
-        every relation key (the tiny profile's subtasks are ``"<relation> of <name>"``), the numbers
+        every relation key (the sub-agent's visit goal is ``"<relation> of <name>"``), the numbers
         0-99 and the page URL prefix ``http://wiki-hops.test/wiki/``. Copying a name, a URL or a value is then a one-token copy, which a
         small model learns in minutes where a multi-token copy takes it hours (see docs/design.md,
         "The tiny profile"). Sorted, without duplicates.
