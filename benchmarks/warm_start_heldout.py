@@ -1,0 +1,64 @@
+"""Held-out turn exact match of a folder of start models, per role, on the oracle's stage-2 test turns.
+
+    .venv/bin/python benchmarks/warm_start_heldout.py [--models configs/demo-warm-start] [--split stage2/test]
+
+The metric of the warm-start sweep (``mgrpo_algo.warmstart.turn_exact_match``: the share of
+demonstrated turns that greedy decoding reproduces token for token), measured on questions no role
+was trained on, through the demo's world (tiny profile) and limits. Writes
+benchmarks/results/warm_start_heldout.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import report  # noqa: E402
+
+from mgrpo_algo.config import load_config  # noqa: E402
+from mgrpo_algo.hf_policy import load_tokenizer  # noqa: E402
+from mgrpo_algo.warmstart import demonstrations, sft_sequences, turn_exact_match  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", default=str(ROOT / "configs" / "demo-warm-start"))
+    parser.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"), help="world and limits")
+    parser.add_argument("--split", default="stage2/test")
+    parser.add_argument("--tasks", type=int, default=100)
+    args = parser.parse_args()
+    from transformers import AutoModelForCausalLM
+
+    import mgrpo_scenarios
+
+    torch.set_num_threads(2)
+    config = load_config(args.config)
+    scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
+    limits = dict(config.limits)
+    folder = Path(args.models)
+    with scenario.open() as world:
+        chats = demonstrations(scenario, world, [args.split], args.tasks, single=False, limits=limits)
+        chats.update(demonstrations(scenario, world, [args.split], args.tasks, single=True, limits=limits))
+    rows, raw = [], {}
+    for role in ("main", "sub", "single"):
+        if not (folder / role).is_dir():
+            continue
+        tokenizer = load_tokenizer(str(folder / role))
+        model = AutoModelForCausalLM.from_pretrained(folder / role)
+        sequences, _ = sft_sequences(tokenizer, chats[role], role=role, noise=0.0, rng=random.Random(0),
+                                     max_seq_tokens=4096)
+        raw[role] = turn_exact_match(model, sequences, pad_id=tokenizer.pad_token_id or 0)
+        rows.append((f"{role} turn exact match", raw[role]["turn_exact_match"],
+                     f"{raw[role]['turns']} turns of {args.split}; token accuracy {raw[role]['token_accuracy']:.3f}"))
+    report("warm_start_heldout", rows, {"models": str(folder), "split": args.split, "per_role": raw})
+
+
+if __name__ == "__main__":
+    main()
