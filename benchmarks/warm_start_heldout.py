@@ -41,7 +41,7 @@ def main() -> None:
     torch.set_num_threads(2)
     config = load_config(args.config)
     scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
-    limits = dict(config.limits)
+    limits = config.limits
     folder = Path(args.models)
     with scenario.open() as world:
         chats = demonstrations(scenario, world, [args.split], args.tasks, single=False, limits=limits)

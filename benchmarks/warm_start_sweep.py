@@ -50,7 +50,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, report  # noqa: E402
 
-from mgrpo_algo.config import WarmStartConfig  # noqa: E402
+from mgrpo_algo.config import Limits, WarmStartConfig  # noqa: E402
 from mgrpo_algo.hf_policy import load_tokenizer  # noqa: E402
 from mgrpo_algo.models import ROLES, build_role_models, build_tiny_model, count_parameters  # noqa: E402
 from mgrpo_algo.warmstart import (  # noqa: E402
@@ -62,7 +62,7 @@ from mgrpo_algo.warmstart import (  # noqa: E402
     turn_exact_match,
 )
 
-LIMITS = {"max_main_turns": 6, "max_sub_turns": 4, "max_delegations": 4}
+LIMITS = Limits(max_main_turns=6, max_sub_turns=4, max_delegations=4)
 TRAIN_SPLITS = ["stage1/train", "stage2/train"]
 HELD_OUT = {"stage1": "stage1/test", "stage2": "stage2/test"}
 CHECKPOINTS = "1,2,3,4,6,8,10,12,16,20,24,32"

@@ -26,7 +26,6 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "aligned_sub_advantages",
     "EPS",
     "ESTIMATORS",
     "Estimator",
@@ -174,44 +173,3 @@ def group_stats(rewards: ArrayLike, mask: ArrayLike | None = None, *, eps: float
         "zero_std_frac": float((std < eps).double().mean()) if num_groups else 0.0,
         "num_groups": float(num_groups),
     }
-
-
-def aligned_sub_advantages(
-    sub_rewards: Sequence[Sequence[float]], k: int, d: int, *, strategy: str, rng: np.random.Generator
-) -> tuple[list[tuple[int, int, int]], list[float], dict[str, float]]:
-    """Align each rollout's sub-agents to exactly ``d`` slots, then pool A_S per query.
-
-    Args:
-        sub_rewards: R_S of each rollout's sub-agents, rollouts task-major (rollout ``q*k + j``).
-        k: rollouts per query; d: slots per rollout; strategy, rng: :func:`mgrpo_env.align.plan`'s.
-
-    Returns:
-        ``slots``: (rollout index, slot, sub-agent index) of every unmasked slot (a duplicated
-        sub-agent appears once per slot it fills); ``advantages``: A_S of each slot, in that order;
-        ``stats``: mean R_S over the slots and the alignment counts (``num_zero``,
-        ``num_duplicated_slots``, ``num_dropped``, ``num_masked_slots``).
-    """
-    from mgrpo_env import align
-
-    if len(sub_rewards) % k:
-        raise ValueError(f"{len(sub_rewards)} rollouts is not a multiple of K={k}")
-    b = len(sub_rewards) // k
-    counts = [len(r) for r in sub_rewards]
-    rewards = np.zeros((b, k, d))
-    mask = np.zeros((b, k, d), dtype=bool)
-    slots: list[tuple[int, int, int]] = []
-    totals = {"num_zero": 0, "num_duplicated_slots": 0, "num_dropped": 0, "num_masked_slots": 0}
-    for q in range(b):
-        plan, plan_stats = align.plan_with_stats(counts[q * k : (q + 1) * k], d, strategy=strategy, rng=rng)
-        for key in totals:
-            totals[key] += getattr(plan_stats, key)
-        for j, row in enumerate(plan):
-            for s, index in enumerate(row):
-                if index is not None:
-                    rewards[q, j, s] = sub_rewards[q * k + j][index]
-                    mask[q, j, s] = True
-                    slots.append((q * k + j, s, index))
-    adv = sub_advantages(rewards, mask)
-    values = [float(adv[i // k, i % k, s]) for i, s, _ in slots]
-    stats = {"reward_mean": float(rewards[mask].mean()) if mask.any() else 0.0, **{key: float(v) for key, v in totals.items()}}
-    return slots, values, stats

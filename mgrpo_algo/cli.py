@@ -133,16 +133,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .config import load_config
     from .preflight import PreflightError, preflight
 
-    try:
-        config = load_config(args.config, args.set)
-    except (ValueError, OSError) as exc:
-        print(f"mgrpo: bad config: {exc}", file=sys.stderr)
-        return 2
     if args.placement is None and (args.store or args.staleness):
         print("mgrpo: --store and --staleness need --placement (decoupled role servers)", file=sys.stderr)
         return 2
+    # the flags are shorthands for the config's placement section
+    flags = [f"placement.{name}={value}" for name, value in
+             (("kind", args.placement), ("store", args.store), ("staleness", args.staleness or None)) if value is not None]
+    try:
+        config = load_config(args.config, [*args.set, *flags])
+    except (ValueError, OSError) as exc:
+        print(f"mgrpo: bad config: {exc}", file=sys.stderr)
+        return 2
     try:  # before any model, tokenizer or demonstration is built
-        preflight(config, store=args.store)
+        preflight(config)
     except PreflightError as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
@@ -167,18 +170,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    if args.placement is None:
-        history = Trainer(config, log=log).run()
-    else:
-        from .decoupled import DecoupledTrainer
-
-        try:
-            trainer = DecoupledTrainer(config, placement=args.placement, store=args.store, staleness=args.staleness, log=log)
-        except ValueError as exc:
-            print(f"mgrpo: {exc}", file=sys.stderr)
-            return 2
-        with trainer:
-            history = trainer.run()
+    try:
+        trainer = Trainer(config, log=log)
+    except ValueError as exc:
+        print(f"mgrpo: {exc}", file=sys.stderr)
+        return 2
+    with trainer:
+        history = trainer.run()
     for writer in writers:
         writer.close()
     print(f"{len(history)} iterations; metrics in {config.out_dir}/metrics.jsonl, episodes in {config.out_dir}/episodes.jsonl, "

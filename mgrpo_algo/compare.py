@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import TRAIN_MODES, TrainConfig, config_to_dict, single_agent_turns
+from .config import TRAIN_MODES, TrainConfig, config_to_dict
 
 __all__ = ["MODES", "check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate"]
 
@@ -120,11 +120,11 @@ def _evaluate(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *
     e = config.eval
     common = {"agent_name": name, "k": e.samples, "limit": limit or None, "seed": seed, "progress": progress}
     if "single" in policies:
-        env_kwargs = {"max_turns": single_agent_turns(config.limits), "main_weights": config.main_weights}
+        env_kwargs = {"limits": config.limits, "main_weights": config.main_weights}
         report, records = evaluate_single(scenario, e.split, policies["single"], env_kwargs=env_kwargs, **common)
     else:
         rewards = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(None))
-        report, records = evaluate_hierarchy(scenario, e.split, dict(policies), env_kwargs={**config.limits, "rewards": rewards},
+        report, records = evaluate_hierarchy(scenario, e.split, dict(policies), env_kwargs={"limits": config.limits, "rewards": rewards},
                                              **common)
     return {"em": report.exact_match, "f1": report.f1, "tasks": report.num_tasks}, records
 

@@ -7,10 +7,13 @@ Each dataclass checks its fields (and fields against each other) in ``__post_ini
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
+
+from mgrpo_env.core import Limits
+from mgrpo_env.rewards import PAPER_MAIN_WEIGHTS, PAPER_SUB_WEIGHTS
 
 from .config_types import coerce as _coerce
 
@@ -19,8 +22,12 @@ __all__ = [
     "AUTOCAST_DTYPES",
     "DTYPES",
     "EvalConfig",
-    "single_agent_turns",
     "GenerationConfig",
+    "JudgeConfig",
+    "Limits",
+    "PlacementConfig",
+    "PLACEMENTS",
+    "ServedConfig",
     "RoleConfig",
     "StageConfig",
     "TrainConfig",
@@ -228,6 +235,93 @@ class GenerationConfig:
 
 
 @dataclass
+class ServedConfig:
+    """A role's served engine: an OpenAI-compatible server (vLLM) loaded with the role's model.
+
+    After every update the weights are pushed to it (``mgrpo_algo.weight_sync``): the role's LoRA
+    adapter when ``learner.lora_rank > 0`` (vLLM with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
+    --enable-lora``), else the full weights written to ``weights_dir`` (the folder the server was
+    started from) and reloaded (``VLLM_SERVER_DEV_MODE=1 --enable-sleep-mode``).
+    """
+
+    base_url: str = ""
+    """The server's URL (``http://host:port``, with or without ``/v1``); empty: not served."""
+    model: str = ""
+    """The model name the server answers to; empty: the role's model path."""
+    weights_dir: str = ""
+    """Where full weights are written for a reload (needed when ``learner.lora_rank`` is 0)."""
+    api_key: str | None = None
+    """Bearer key of the server, if it asks for one."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.base_url)
+
+
+@dataclass
+class JudgeConfig:
+    """An LLM judge for r_expert on tasks without per-hop gold (``mgrpo_scenarios.verifiers.LLMJudge``):
+    an OpenAI-compatible server; the key may come from ``MGRPO_JUDGE_API_KEY``."""
+
+    base_url: str = ""
+    """The judge server's URL; empty: no judge (per-hop gold only; b3 = 0 where a task has none, and
+    the metrics say so: ``sub/expert_disabled``)."""
+    model: str = ""
+    api_key: str | None = None
+    timeout_s: float = 30.0
+    max_retries: int = 2
+    temperature: float = 0.0
+    max_tokens: int | None = 1024
+
+    def __post_init__(self) -> None:
+        _check(not self.base_url or bool(self.model), "expert_judge.model", "is needed with expert_judge.base_url")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.base_url)
+
+    def make(self) -> Any:
+        """The ``LLMJudge`` this section describes (None when disabled)."""
+        if not self.enabled:
+            return None
+        from mgrpo_scenarios.verifiers import LLMJudge
+
+        return LLMJudge(self.base_url, self.model, api_key=self.api_key, timeout_s=self.timeout_s,
+                        max_retries=self.max_retries, temperature=self.temperature, max_tokens=self.max_tokens)
+
+
+PLACEMENTS = ("in-process", "local", "processes", "ray")
+
+
+@dataclass
+class PlacementConfig:
+    """Where the roles run. One iteration loop drives all of them; only this changes underneath."""
+
+    kind: str = "in-process"
+    """``in-process``: learners and policies in the trainer's process (every mode). ``local``,
+    ``processes``, ``ray``: decoupled M-GRPO, each role on its own server (in this process, one
+    process per role, or Ray actors), only statistics crossing through ``store``; two-role modes only."""
+    store: str = ""
+    """The statistics store of decoupled runs: ``sqlite:PATH`` or ``redis://[:PASSWORD@]host:port``
+    (``rediss://`` for TLS). Empty: ``sqlite:<out_dir>/stats.sqlite``."""
+    staleness: int = 0
+    """0: synchronized (the sub learner applies iteration t in t, the paper's better variant). n > 0:
+    the sub learner may lag up to n iterations behind the main learner."""
+    resources: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per role ``{num_cpus, num_gpus}`` for Ray actors (e.g. ``{main: {num_gpus: 1}}``)."""
+
+    def __post_init__(self) -> None:
+        _check(self.kind in PLACEMENTS, "placement.kind", f"must be one of {PLACEMENTS}, got {self.kind!r}")
+        _check(isinstance(self.staleness, int) and self.staleness >= 0, "placement.staleness", "must be an integer >= 0")
+        _check(self.kind != "in-process" or (not self.store and not self.staleness), "placement.store",
+               "and placement.staleness need a decoupled placement.kind (local, processes, ray)")
+
+    @property
+    def decoupled(self) -> bool:
+        return self.kind != "in-process"
+
+
+@dataclass
 class RoleConfig:
     """One role (main, sub or single): its model, how it samples, how it learns."""
 
@@ -236,13 +330,9 @@ class RoleConfig:
     ``TrainConfig.models_dir`` for this role."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
-    served: dict[str, Any] = field(default_factory=dict)
-    """Roll out from a served engine instead of in-process ``generate``: ``{base_url, model}`` of an
-    OpenAI-compatible server (vLLM) loaded with this role's model. After every update the weights are
-    pushed to it (``mgrpo_algo.weight_sync``): the role's LoRA adapter when ``learner.lora_rank > 0``
-    (vLLM with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True --enable-lora``), else the full weights written
-    to ``weights_dir`` (the folder the server was started from) and reloaded
-    (``VLLM_SERVER_DEV_MODE=1 --enable-sleep-mode``). Empty: in-process generation."""
+    served: ServedConfig = field(default_factory=ServedConfig)
+    """Roll out from a served engine instead of in-process ``generate`` (see :class:`ServedConfig`);
+    empty ``base_url``: in-process generation."""
 
     def __post_init__(self) -> None:
         # One place for T: the learner must score the distribution the rollouts sampled from.
@@ -392,16 +482,18 @@ class TrainConfig:
     align_quantile: float = 0.99
     align_strategy: str = "duplicate"
     """``duplicate`` (paper), ``duplicate_balanced`` or ``mask`` (pad with weight-0 slots)."""
-    main_weights: tuple[float, float] = (0.1, 0.9)
-    """(a1, a2) of R_M. Paper: (0.1, 0.9)."""
-    sub_weights: tuple[float, float, float] = (0.1, 0.4, 0.5)
-    """(b1, b2, b3) of R_S. Paper: (0.1, 0.4, 0.5)."""
-    limits: dict[str, int] = field(default_factory=lambda: {"max_main_turns": 6, "max_sub_turns": 4, "max_delegations": 4})
-    """Env limits (``mgrpo_env.Limits`` fields); the single-agent env uses max_main_turns * max_sub_turns turns."""
-    expert_judge: dict[str, Any] = field(default_factory=dict)
-    """An LLM judge for r_expert on tasks without per-hop gold: ``{base_url, model}`` of an
-    OpenAI-compatible server (key in MGRPO_JUDGE_API_KEY). Empty: per-hop gold only; where a task
-    has none, b3 = 0 for its sub-agents and the metrics say so (``sub/expert_disabled``)."""
+    main_weights: tuple[float, float] = PAPER_MAIN_WEIGHTS
+    """(a1, a2) of R_M; the paper's by default (``mgrpo_env.rewards.PAPER_MAIN_WEIGHTS``)."""
+    sub_weights: tuple[float, float, float] = PAPER_SUB_WEIGHTS
+    """(b1, b2, b3) of R_S; the paper's by default (``mgrpo_env.rewards.PAPER_SUB_WEIGHTS``)."""
+    limits: Limits = field(default_factory=Limits)
+    """Episode limits, the env's own :class:`mgrpo_env.Limits` (defaults there); both envs take this
+    object (the single agent's turn budget is its ``single_agent_turns``)."""
+    expert_judge: JudgeConfig = field(default_factory=JudgeConfig)
+    """An LLM judge for r_expert on tasks without per-hop gold (:class:`JudgeConfig`); honoured by
+    every placement."""
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    """Where the roles run and, decoupled, the store and the staleness (:class:`PlacementConfig`)."""
     models_dir: str = "runs/models"
     """Where tiny role models are built when a role's ``model`` is empty."""
     model_sizes: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -437,11 +529,11 @@ class TrainConfig:
         _check(len(self.sub_weights) == 3, "sub_weights", "needs 3 values (b1, b2, b3)")
         _check(self.torch_threads >= 1, "torch_threads", "must be >= 1")
         _check(bool(self.stages), "stages", "needs at least one stage")
-
-
-def single_agent_turns(limits: Mapping[str, int]) -> int:
-    """The single agent's turn budget: the hierarchy's main turns times sub turns (same action budget)."""
-    return limits.get("max_main_turns", 6) * limits.get("max_sub_turns", 4)
+        _check(not self.placement.decoupled or self.mode in ("mgrpo", "frozen-sub"), "placement.kind",
+               f"{self.placement.kind!r} runs the two-role modes (mgrpo, frozen-sub), not {self.mode!r}")
+        served = [r for r in ("main", "sub", "single") if getattr(self, r).served.enabled]
+        _check(not (served and self.placement.decoupled), "placement.kind",
+               f"must be in-process for served engines (roles {served})")
 
 
 def _check(ok: bool, name: str, message: str) -> None:
@@ -478,7 +570,8 @@ def load_config(path: str | None = None, overrides: Sequence[str] = ()) -> Train
 
 def _build(cls: Any, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
-        raise ValueError(f"config field '{where or cls.__name__}' must be a mapping")
+        names = ", ".join(f.name for f in fields(cls))
+        raise ValueError(f"config field '{where.rstrip('.') or cls.__name__}' must be a mapping (a section: {names}), got {data!r}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - names)

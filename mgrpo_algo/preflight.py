@@ -5,7 +5,7 @@ before the first iteration. A mistake that makes the run impossible (an unreacha
 data file, an output folder that cannot be written, a split the scenario does not have) must be
 found before that, in well under a second, with one line naming what is wrong:
 
-    preflight(config, store="redis://127.0.0.1:1")
+    preflight(load_config(None, ["placement.kind=local", "placement.store=redis://127.0.0.1:1"]))
     # PreflightError: store redis://127.0.0.1:1 is unreachable: Error 111 connecting to 127.0.0.1:1. ...
 
 Each check is a small function raising :class:`PreflightError` (a ``ValueError``).
@@ -105,7 +105,7 @@ def check_scenario(config: TrainConfig, *, include_eval: bool = True) -> Any:
     return scenario
 
 
-def preflight(config: TrainConfig, *, store: str | None = None, check_eval: bool = False) -> None:
+def preflight(config: TrainConfig, *, check_eval: bool = False) -> None:
     """Every check above, cheapest first: folders, the store, the scenario and its splits.
 
     ``check_eval``: also require ``config.eval.split`` (``mgrpo compare`` evaluates it; ``mgrpo
@@ -114,5 +114,5 @@ def preflight(config: TrainConfig, *, store: str | None = None, check_eval: bool
     check_writable(config.out_dir, "output folder (out_dir)")
     if not all(getattr(config, role).model for role in ("main", "sub", "single")):
         check_writable(config.models_dir, "models folder (models_dir)")
-    check_store(store)
+    check_store(config.placement.store or None)
     check_scenario(config, include_eval=check_eval)

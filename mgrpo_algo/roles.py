@@ -5,7 +5,10 @@ separate servers. A :class:`RoleServer` generates its role's actions (``act``), 
 trajectories it sampled (they never leave it), and updates its learner from the rewards it is
 told. No gradient and no trajectory crosses between roles; what crosses is minimal statistics
 through the shared store (:mod:`mgrpo_algo.store`): the main server publishes, per rollout, its
-correctness and format flag; the sub server reads them to compute R_S.
+correctness and format flag; the sub server waits for them before it applies an iteration
+(synchronized) or lags behind them (stale). Rewards and advantages are not computed here: the env
+pays R_M and R_S once, the loop scores the batch once (:mod:`mgrpo_algo.scoring`), and each server
+gets its slots (keys and advantages).
 
 Fault tolerance, per iteration t:
 
@@ -27,8 +30,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 __all__ = ["RoleServer"]
 
 
@@ -41,8 +42,7 @@ class RoleServer:
         checkpoint_dir: this server's own folder (checkpoint, committed buffers, state).
         store: a store spec for :func:`mgrpo_algo.store.open_store` (``sqlite:PATH``, ``redis://...``).
         learner, generation: fields of ``LearnerConfig`` and ``GenerationConfig``.
-        sub_weights: (b1, b2, b3) of R_S (sub role).
-        align_d, align_quantile, align_strategy: trajectory alignment (sub role).
+        seed: the run's seed (the policy's sampling seed follows :func:`mgrpo_algo.trainer.policy_seed`).
         train: False for a frozen role (generates, never updates).
     """
 
@@ -55,10 +55,6 @@ class RoleServer:
         *,
         learner: dict[str, Any] | None = None,
         generation: dict[str, Any] | None = None,
-        sub_weights: tuple[float, float, float] = (0.1, 0.4, 0.5),
-        align_d: int = 0,
-        align_quantile: float = 0.99,
-        align_strategy: str = "duplicate",
         seed: int = 0,
         torch_threads: int = 1,
         train: bool = True,
@@ -71,6 +67,7 @@ class RoleServer:
         from .hf_policy import TransformersPolicy
         from .learner import RoleLearner
         from .store import open_store
+        from .trainer import policy_seed
 
         if role not in ("main", "sub"):
             raise ValueError(f"role must be 'main' or 'sub', got {role!r}")
@@ -80,13 +77,10 @@ class RoleServer:
         self.train = train
         self.dir = Path(checkpoint_dir) / role
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.sub_weights = tuple(sub_weights)
-        self.align = (align_d, align_quantile, align_strategy)
         self.store = open_store(store)
         self.store_timeout_s = store_timeout_s
-        self.rng = np.random.default_rng(seed + (0 if role == "main" else 1))
         state_file = self.dir / "server.json"
-        self.state = json.loads(state_file.read_text()) if state_file.exists() else {"last_applied": -1, "counts": [], "metrics": {}}
+        self.state = json.loads(state_file.read_text()) if state_file.exists() else {"last_applied": -1, "metrics": {}}
         learner_cfg = LearnerConfig(**(learner or {}))
         checkpoint = self.dir / "checkpoint"
         self.restored = (checkpoint / "learner.json").exists()
@@ -97,7 +91,7 @@ class RoleServer:
         g = GenerationConfig(**(generation or {}))
         self.policy = TransformersPolicy(self.learner.model, model, role=role, max_new_tokens=g.max_new_tokens,
                                          temperature=g.temperature, top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens,
-                                         seed=seed + 1000 * (self.state["last_applied"] + 1), kv_cache_mb=g.kv_cache_mb)
+                                         seed=policy_seed(seed, role, self.state["last_applied"] + 1), kv_cache_mb=g.kv_cache_mb)
         self.buffers: dict[int, dict[str, list[dict[str, Any]]]] = {}
 
     # -- rollouts -------------------------------------------------------------------------------
@@ -134,41 +128,35 @@ class RoleServer:
 
     # -- updates --------------------------------------------------------------------------------
 
-    def update_main(self, iteration: int, rollouts: list[dict[str, Any]], k: int) -> dict[str, float]:
+    def update_main(self, iteration: int, slots: list[dict[str, Any]]) -> dict[str, float]:
         """Publish the main statistics of ``iteration`` and update on them.
 
-        ``rollouts``: one dict per rollout, task-major: episode, query, rollout, reward, correct, format_ok.
+        ``slots``: :func:`mgrpo_algo.scoring.slot_payload` of the iteration's ``MainSlot``s (rollout
+        key, reward, A_M, correctness, format flag), one per rollout.
         """
-        from .advantages import main_advantages
         from .store import MainStat
 
         if iteration <= self.state["last_applied"]:
             return {**self.state["metrics"].get(str(iteration), {}), f"{self.role}/replayed": 1.0}
-        stats = [MainStat(r["query"], r["rollout"], float(r["correct"]), bool(r["format_ok"])) for r in rollouts]
+        stats = [MainStat(s["key"]["query"], s["key"]["rollout"], float(s["correct"]), bool(s["format_ok"])) for s in slots]
         self.store.put_main_stats(iteration, stats)  # first: the sub side may be waiting for it
         metrics: dict[str, float] = {}
         if self.train:
-            b = len(rollouts) // k
-            rewards = np.array([[rollouts[q * k + j]["reward"] for j in range(k)] for q in range(b)])
-            adv = main_advantages(rewards)
-            buffer = self._buffer(iteration)
-            seqs = [_sequence(buffer[_key(r["episode"], "main_0")], float(adv[r["query"], r["rollout"]]), "main")
-                    for r in rollouts]
-            metrics = self.learner.update(seqs)
-            metrics["main/reward_mean"] = float(rewards.mean())
+            metrics = self.learner.update(self._sequences(iteration, slots))
         return self._applied(iteration, metrics)
 
-    def update_sub(self, iteration: int, rollouts: list[dict[str, Any]], k: int, *, staleness: int = 0) -> dict[str, float]:
+    def update_sub(self, iteration: int, slots: list[dict[str, Any]], rollouts: int, *, staleness: int = 0) -> dict[str, float]:
         """Queue ``iteration`` and apply every pending iteration whose main statistics are in the store.
 
-        ``rollouts``: one dict per rollout: episode, query, rollout, subs (list of {agent, format_ok,
-        expert}). ``staleness`` 0 (synchronized): wait for this iteration's main statistics and apply
-        it now. n > 0 (stale): apply what is complete, and wait only for iterations older than
+        ``slots``: :func:`mgrpo_algo.scoring.slot_payload` of the iteration's aligned ``SubSlot``s
+        (rollout key, agent, A_S); ``rollouts``: how many main statistics complete the iteration.
+        ``staleness`` 0 (synchronized): wait for this iteration's main statistics and apply it now.
+        n > 0 (stale): apply what is complete, and wait only for iterations older than
         ``iteration - n``, so the sub learner lags at most n iterations.
         """
         pending = self.state.setdefault("pending", {})
         if iteration > self.state["last_applied"]:
-            pending[str(iteration)] = {"rollouts": rollouts, "k": k}
+            pending[str(iteration)] = {"slots": slots, "rollouts": rollouts}
             self._save_state()
         return self._apply_pending(iteration, staleness)
 
@@ -179,15 +167,14 @@ class RoleServer:
         metrics: dict[str, float] = {}
         for it in sorted(int(i) for i in pending):
             entry = pending[str(it)]
-            expected = len(entry["rollouts"])
             must = it <= iteration - staleness  # older than the allowed lag: wait for it
             try:
-                main = self.store.get_main_stats(it, expected=expected, timeout_s=self.store_timeout_s if must else 0.0)
+                self.store.get_main_stats(it, expected=entry["rollouts"], timeout_s=self.store_timeout_s if must else 0.0)
             except StoreTimeout:
                 if must:
                     raise
                 break  # stale mode: not in yet; later iterations cannot be either (main publishes in order)
-            metrics = self._apply_sub(it, entry["rollouts"], entry["k"], main)
+            metrics = self._apply_sub(it, entry["slots"])
             metrics["sub/applied_iteration"] = float(it)
             metrics["sub/lag"] = float(iteration - it)
         return metrics
@@ -196,37 +183,23 @@ class RoleServer:
         """Apply every pending iteration (end of a stale run)."""
         return self._apply_pending(last_iteration, 0)
 
-    def _apply_sub(self, iteration: int, rollouts: list[dict[str, Any]], k: int, main: list[Any]) -> dict[str, float]:
-        from mgrpo_env import align
-        from mgrpo_env.rewards import sub_reward
-
-        from .advantages import aligned_sub_advantages
-
+    def _apply_sub(self, iteration: int, slots: list[dict[str, Any]]) -> dict[str, float]:
         pending = self.state.setdefault("pending", {})
         if iteration <= self.state["last_applied"]:
             pending.pop(str(iteration), None)
             return {}
-        correct = {(m.query, m.rollout): m.correct for m in main}
-        counts = [len(r["subs"]) for r in rollouts]
-        self.state["counts"] = (self.state["counts"] + counts)[-10_000:]
-        d_fixed, quantile, strategy = self.align
-        d = d_fixed or align.choose_d(self.state["counts"], quantile)
-        b1, b2, b3 = self.sub_weights
-        sub_rewards = [
-            [sub_reward(sub["format_ok"], correct[(r["query"], r["rollout"])], sub["expert"] or 0.0,
-                        (b1, b2, b3) if sub["expert"] is not None else (b1, b2, 0.0))  # no expert: b3 = 0
-             for sub in r["subs"]]
-            for r in rollouts
-        ]
-        slots, values, stats = aligned_sub_advantages(sub_rewards, k, d, strategy=strategy, rng=self.rng)
-        metrics: dict[str, float] = {"sub/reward_mean": stats["reward_mean"], "align/d": float(d)}
-        if self.train and slots:
-            buffer = self._buffer(iteration)
-            seqs = [_sequence(buffer[_key(rollouts[i]["episode"], rollouts[i]["subs"][sub]["agent"])], a, "sub")
-                    for (i, _, sub), a in zip(slots, values, strict=True)]
-            metrics.update(self.learner.update(seqs))
+        metrics: dict[str, float] = {}
+        if self.train:  # an empty batch too: the learner reports it skipped, as in process
+            metrics = self.learner.update(self._sequences(iteration, slots))
         pending.pop(str(iteration), None)
         return self._applied(iteration, metrics)
+
+    def _sequences(self, iteration: int, slots: list[dict[str, Any]]) -> list[Any]:
+        """The training sequences of ``slots``, from the trajectories this server kept."""
+        from .trainer import slot_sequence
+
+        buffer = self._buffer(iteration)
+        return [slot_sequence(buffer[_key(s["key"]["index"], s["agent"])], s["advantage"], self.role) for s in slots]
 
     def _applied(self, iteration: int, metrics: dict[str, float]) -> dict[str, float]:
         """Checkpoint, then record the iteration as applied (in that order: a crash in between redoes
@@ -258,13 +231,6 @@ class RoleServer:
 
 def _key(episode: int, agent: str) -> str:
     return f"{episode}/{agent}"
-
-
-def _sequence(turns: list[dict[str, Any]], advantage: float, role: str) -> Any:
-    from .sequences import TokenSequence, trajectory_sequence
-
-    ids, mask, logps = trajectory_sequence(turns)
-    return TokenSequence(ids, mask, advantage, sampled_logprobs=logps, role=role)
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -1,106 +1,60 @@
-"""The M-GRPO trainer and its two baselines, top to bottom like CleanRL.
+"""The M-GRPO iteration loop, one for every mode and every placement, top to bottom like CleanRL.
 
 One iteration::
 
-    tasks    = B questions of the current curriculum stage
-    records  = collect(tasks, K rollouts)                  # env + tools + batched policies
-    R_M      = [B, K] main rewards        -> A_M = main_advantages(R_M)
-    plan     = align.plan(d_k per rollout, d)               # exactly d sub slots per rollout
-    R_S      = [B, K, d] sub rewards      -> A_S = sub_advantages(R_S, mask)
-    main learner.update(main sequences with A_M)
-    sub learner.update(sub sequences with A_S)              # not in frozen-sub mode
+    tasks    = B questions of the current curriculum stage      (rng keyed by seed and iteration)
+    records  = collect(tasks, K rollouts)                       # env + tools; the env pays R_M and R_S
+    d        = align_d, or chosen from the sub-agent counts seen
+    batch    = score_batch(records)                             # A_M per query; sub slots aligned, A_S pooled
+    roles.update(batch)                                         # each role's learner, wherever it runs
     log main/..., sub/..., align/..., time/...
 
 Modes: ``mgrpo`` (both roles learn), ``frozen-sub`` (only the main agent learns), ``single-agent``
-(one agent with all the tools; GRPO with R = a1*format + a2*correct). Policies share their role
-learner's model object, so rollouts always use the current weights without any copy.
+(one agent with all the tools; GRPO with R = a1*format + a2*correct).
+
+Placement (``TrainConfig.placement``) only changes what is underneath ``roles``: ``in-process``
+(:class:`InProcessRoles`: learners and policies here; policies share their learner's model object,
+so rollouts always use the current weights without a copy) or a decoupled one
+(:class:`mgrpo_algo.decoupled.RoleServers`: each role on its own server). The loop, the scoring, the
+seeds and the metrics are the same code in both, so the same seed gives the same run.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-import transformers
 
 import mgrpo_scenarios
-from mgrpo_env import align
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.rollout import CollectStats, collect, collect_single
 
-from .advantages import aligned_sub_advantages, group_stats, main_advantages
-from .config import RoleConfig, TrainConfig, config_to_dict, single_agent_turns
-from .hf_policy import TransformersPolicy
-from .learner import RoleLearner
+from .config import TrainConfig, config_to_dict
+from .scoring import COUNT_WINDOW, ScoredBatch, alignment_width, annotate, score_batch
 from .sequences import TokenSequence, trajectory_sequence
 
-__all__ = ["Trainer", "score_iteration", "role_model_paths"]
+__all__ = ["Trainer", "InProcessRoles", "policy_seed", "role_model_paths", "iteration_rngs"]
+
+#: Sampling-seed offset of each role's policy (main and single 0, sub 1): the roles draw apart.
+_ROLE_SEED = {"main": 0, "single": 0, "sub": 1}
 
 
-def score_iteration(
-    records: list[EpisodeRecord], k: int, d: int, strategy: str, rng: np.random.Generator, *, single: bool = False
-) -> tuple[list[TokenSequence], list[TokenSequence], dict[str, float]]:
-    """Records of B x K rollouts (task-major) -> main and sub training sequences, plus metrics.
-
-    Main: A_M per query over its K rollouts. Sub: each rollout's sub-agents aligned to exactly d
-    slots (duplicated / dropped at random; a rollout with no sub-agent gets d masked slots), A_S
-    pooled per query over its unmasked d*K slots. A duplicated slot yields the same sequence twice.
-    """
-    if len(records) % k:
-        raise ValueError(f"{len(records)} records is not a multiple of K={k}")
-    b = len(records) // k
-    agent = "single_0" if single else "main_0"
-    main_r = np.array([[records[q * k + j].rewards[agent] for j in range(k)] for q in range(b)], dtype=np.float64)
-    a_main = main_advantages(main_r)
-    main_seqs = [
-        _sequence(records[q * k + j].main, float(a_main[q, j]), "single" if single else "main", records[q * k + j])
-        for q in range(b)
-        for j in range(k)
-    ]
-    for q in range(b):  # kept with the episode (episodes.jsonl, mgrpo view)
-        for j in range(k):
-            records[q * k + j].components.setdefault(agent, {})["advantage"] = float(a_main[q, j])
-    stats = group_stats(main_r)
-    role = "single" if single else "main"
-    metrics = {
-        f"{role}/reward_mean": float(main_r.mean()),
-        f"{role}/accuracy": float(np.mean([r.correct for r in records])),
-        f"{role}/format_ok": float(np.mean([r.main.format_ok for r in records])),
-        f"{role}/zero_std_groups": stats["zero_std_frac"],
-    }
-    if single:
-        return main_seqs, [], metrics
-    counts = [r.num_subs for r in records]
-    slots, values, align_stats = aligned_sub_advantages([[s.reward for s in r.subs] for r in records], k, d,
-                                                        strategy=strategy, rng=rng)
-    sub_seqs = [_sequence(records[i].subs[sub], a, "sub", records[i]) for (i, _, sub), a in zip(slots, values, strict=True)]
-    for (i, _, sub), a in zip(slots, values, strict=True):  # a duplicated slot repeats its original's advantage
-        comp = records[i].components.setdefault(records[i].subs[sub].agent, {})
-        comp["advantage"] = a
-        comp["aligned_slots"] = comp.get("aligned_slots", 0) + 1
-    metrics.update(
-        {
-            "sub/reward_mean": align_stats.pop("reward_mean"),
-            "sub/expert_mean": float(np.mean([s.expert or 0.0 for r in records for s in r.subs])) if any(counts) else 0.0,
-            "sub/format_ok": float(np.mean([s.format_ok for r in records for s in r.subs])) if any(counts) else 0.0,
-            "align/d": float(d),
-            "align/d_k_mean": float(np.mean(counts)),
-            **{f"align/{key}": value for key, value in align_stats.items()},
-        }
-    )
-    return main_seqs, sub_seqs, metrics
+def policy_seed(seed: int, role: str, iteration: int) -> int:
+    """The sampling seed of a role's policy built before ``iteration`` (a resumed server starts
+    at its next iteration): one formula for every placement, so they sample alike."""
+    return seed + _ROLE_SEED[role] + 1000 * iteration
 
 
-def _sequence(trajectory: Any, advantage: float, role: str, record: EpisodeRecord) -> TokenSequence:
-    ids, mask, logps = trajectory_sequence([t.extra for t in trajectory.turns])
-    return TokenSequence(ids, mask, advantage, sampled_logprobs=logps, role=role,
-                         meta={"episode": record.episode_id, "agent": trajectory.agent, "reward": trajectory.reward})
+def iteration_rngs(seed: int, iteration: int) -> tuple[np.random.Generator, np.random.Generator]:
+    """(task sampling, alignment) generators of one iteration, keyed by (seed, iteration): a resumed
+    or restarted run draws what the uninterrupted run drew."""
+    return np.random.default_rng([seed, iteration, 0]), np.random.default_rng([seed, iteration, 1])
 
 
 def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> dict[str, str]:
@@ -130,71 +84,88 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
     return explicit
 
 
-class Trainer:
-    """Runs a :class:`TrainConfig`: builds the roles, then every stage's iterations."""
+def trained_roles(config: TrainConfig) -> list[str]:
+    """The roles whose learner updates in ``config.mode``."""
+    return {"mgrpo": ["main", "sub"], "frozen-sub": ["main"], "single-agent": ["single"]}[config.mode]
 
-    def __init__(self, config: TrainConfig, *, log: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.config = config
+
+def slot_sequence(turn_extras: list[dict[str, Any]], advantage: float, role: str, **meta: Any) -> TokenSequence:
+    """A trajectory's training sequence (its sampled ids, nothing re-tokenised) with its advantage."""
+    ids, mask, logps = trajectory_sequence(turn_extras)
+    return TokenSequence(ids, mask, advantage, sampled_logprobs=logps, role=role, meta=meta)
+
+
+class InProcessRoles:
+    """Learners and policies in this process (placement ``in-process``; every mode)."""
+
+    start_iteration = 0
+
+    def __init__(self, config: TrainConfig, paths: dict[str, str], out: Path) -> None:
+        import torch
+        import transformers
+
+        from .hf_policy import TransformersPolicy
+        from .learner import RoleLearner
+
         transformers.utils.logging.disable_progress_bar()  # per-shard bars drown the training log
         torch.set_num_threads(config.torch_threads)
         torch.manual_seed(config.seed)
-        self.rng = np.random.default_rng(config.seed)
-        self.scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
-        self.out = Path(config.out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "config.json").write_text(json.dumps(config_to_dict(config), indent=2, default=str) + "\n")
-        self._log_extra = log
-        judge = None
-        if config.expert_judge:
-            from mgrpo_scenarios.verifiers import LLMJudge
-
-            judge = LLMJudge(**config.expert_judge)
-        self.reward_config = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(judge))
-        self._warned_no_expert = False
-        self.iteration = 0
-        self.observed_counts: list[int] = []
-        self.learners: dict[str, RoleLearner] = {}
+        self.config, self.out = config, out
+        self.learners: dict[str, Any] = {}
         self.policies: dict[str, Any] = {}
         self.syncs: dict[str, Any] = {}
-        self.served_weights: dict[str, str] = {}
-        roles = ["single"] if config.mode == "single-agent" else ["main", "sub"]
-        paths = self._model_paths(roles)
-        for role in roles:
-            spec: RoleConfig = getattr(config, role)
-            trains = not (config.mode == "frozen-sub" and role == "sub")
-            if trains:
-                learner = RoleLearner(role, paths[role], spec.learner)
-                self.learners[role] = learner
-                model: Any = learner.model
-            else:
-                model = paths[role]
+        for role in paths:
+            spec = getattr(config, role)
+            model: Any = paths[role]
+            if role in trained_roles(config):
+                self.learners[role] = RoleLearner(role, paths[role], spec.learner)
+                model = self.learners[role].model
             g = spec.generation
-            if spec.served:
-                self.policies[role] = self._served_policy(role, spec, paths[role])
+            if spec.served.enabled:
+                self.policies[role] = self._served_policy(role, paths[role])
                 continue
             self.policies[role] = TransformersPolicy(
                 model, paths[role], role=role, max_new_tokens=g.max_new_tokens, temperature=g.temperature,
-                top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens, seed=config.seed + len(self.policies),
+                top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens, seed=policy_seed(config.seed, role, 0),
                 kv_cache_mb=g.kv_cache_mb,
             )
 
-    def _served_policy(self, role: str, spec: RoleConfig, model_path: str) -> Any:
+    def _served_policy(self, role: str, model_path: str) -> Any:
         """An OpenAI-compatible policy on the role's served engine, and the weight sync that keeps it current."""
         from .http_policy import OpenAICompatiblePolicy
         from .weight_sync import WeightSync
 
-        served = dict(spec.served)
-        unknown = set(served) - {"base_url", "model", "weights_dir", "api_key"}
-        if unknown or "base_url" not in served:
-            raise ValueError(f"config field '{role}.served' needs base_url (and model, weights_dir); unknown: {sorted(unknown)}")
-        g = spec.generation
-        self.syncs[role] = WeightSync(served["base_url"], api_key=served.get("api_key"))
-        self.served_weights[role] = served.get("weights_dir", "")
+        spec = getattr(self.config, role)
+        served, g = spec.served, spec.generation
+        self.syncs[role] = WeightSync(served.base_url, api_key=served.api_key)
         return OpenAICompatiblePolicy(
-            served["base_url"], served.get("model", model_path), role=role, tokenizer=model_path,
+            served.base_url, served.model or model_path, role=role, tokenizer=model_path,
             max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
-            max_prompt_tokens=g.max_prompt_tokens, api_key=served.get("api_key"),
+            max_prompt_tokens=g.max_prompt_tokens, api_key=served.api_key,
         )
+
+    def collect(self, iteration: int, run: Callable[[dict[str, Any]], list[EpisodeRecord]]) -> list[EpisodeRecord]:
+        return run(self.policies)
+
+    def update(self, iteration: int, batch: ScoredBatch, records: list[EpisodeRecord]) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        main_role = "single" if "single" in self.policies else "main"
+        if main_role in self.learners:
+            metrics.update(self.learners[main_role].update([
+                slot_sequence([t.extra for t in records[m.key.index].main.turns], m.advantage, main_role,
+                              episode=records[m.key.index].episode_id, agent=m.agent, reward=m.reward)
+                for m in batch.main
+            ]))
+        if "sub" in self.learners:
+            metrics.update(self.learners["sub"].update([
+                slot_sequence([t.extra for t in records[s.key.index].subs[s.sub].turns], s.advantage, "sub",
+                              episode=records[s.key.index].episode_id, agent=s.agent, reward=s.reward)
+                for s in batch.sub
+            ]))
+        for role in self.syncs:
+            if role in self.learners:
+                metrics.update(self._push_weights(role))
+        return metrics
 
     def _push_weights(self, role: str) -> dict[str, float]:
         """After an update: the served engine samples from the new weights (LoRA adapter or full reload)."""
@@ -205,85 +176,148 @@ class Trainer:
             folder = learner.save_adapter(self.out / "adapters" / name)
             self.policies[role].model = sync.sync_lora(folder, name)
         else:
-            weights = self.served_weights[role]
+            weights = getattr(self.config, role).served.weights_dir
             if not weights:
                 raise ValueError(f"config field '{role}.served.weights_dir' is needed to push full weights")
             learner.model.save_pretrained(weights)
             sync.sync_full()
         return {f"{role}/weight_sync_s": time.perf_counter() - t0}
 
-    def _model_paths(self, roles: list[str]) -> dict[str, str]:
-        return role_model_paths(self.config, self.scenario, roles)
+    def end_stage(self, stage_index: int) -> None:
+        if self.config.checkpoint:
+            for role, learner in self.learners.items():
+                learner.save(self.out / "checkpoints" / f"stage{stage_index + 1}" / role)
+
+    def finish(self, last_iteration: int) -> None:
+        """Nothing is pending in process."""
+
+    def placement_metrics(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        """Nothing to stop in process."""
+
+
+class Trainer:
+    """Runs a :class:`TrainConfig`: builds the roles where ``config.placement`` says, then every
+    stage's iterations. A decoupled placement resumes after the last iteration its servers applied."""
+
+    def __init__(self, config: TrainConfig, *, log: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.config = config
+        self.scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
+        self.out = Path(config.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._log_extra = log
+        placement = config.placement
+        if placement.decoupled and not placement.store:
+            placement.store = f"sqlite:{self.out / 'stats.sqlite'}"
+        (self.out / "config.json").write_text(json.dumps(config_to_dict(config), indent=2, default=str) + "\n")
+        # the env pays R_M and R_S once, with the judge wherever the roles run
+        self.reward_config = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(config.expert_judge.make()))
+        self._warned_no_expert = False
+        roles = ["single"] if config.mode == "single-agent" else ["main", "sub"]
+        paths = role_model_paths(config, self.scenario, roles)
+        if placement.decoupled:
+            from .decoupled import RoleServers
+
+            self.roles: Any = RoleServers(config, paths, self.out)
+        else:
+            self.roles = InProcessRoles(config, paths, self.out)
+        self.iteration = self.roles.start_iteration
+        self.observed_counts: list[int] = []
+        state = self.out / "loop_state.json"
+        if self.iteration and state.exists():  # a resumed run chooses d from the counts seen before
+            self.observed_counts = json.loads(state.read_text())["observed_counts"]
+
+    @property
+    def learners(self) -> dict[str, Any]:
+        """The in-process learners by role (empty when the roles run on servers)."""
+        return getattr(self.roles, "learners", {})
+
+    @property
+    def policies(self) -> dict[str, Any]:
+        return getattr(self.roles, "policies", {})
 
     def run(self) -> list[dict[str, Any]]:
         history = []
+        done = 0
         with self.scenario.open() as world:
             for stage_index, stage in enumerate(self.config.stages):
                 tasks = list(self.scenario.tasks(stage.split))
                 for _ in range(stage.iterations):
-                    history.append(self.train_iteration(world, tasks, stage.split))
-                if self.config.checkpoint:
-                    for role, learner in self.learners.items():
-                        learner.save(self.out / "checkpoints" / f"stage{stage_index + 1}" / role)
+                    if done >= self.iteration:  # a resumed run skips the iterations already applied
+                        history.append(self.train_iteration(world, tasks, stage.split))
+                    done += 1
+                self.roles.end_stage(stage_index)
+        self.roles.finish(self.iteration - 1)
         return history
 
     def train_iteration(self, world: Any, tasks: list[Any], split: str) -> dict[str, Any]:
-        cfg = self.config
+        cfg, t = self.config, self.iteration
         t_start = time.perf_counter()
-        chosen = self.rng.choice(len(tasks), size=min(cfg.questions_per_iteration, len(tasks)), replace=False)
-        batch = [tasks[i] for i in chosen]
+        task_rng, align_rng = iteration_rngs(cfg.seed, t)
+        batch = [tasks[i] for i in task_rng.choice(len(tasks), size=min(cfg.questions_per_iteration, len(tasks)), replace=False)]
         stats = CollectStats()
-        seed = cfg.seed + self.iteration * 10_000
+        seed = cfg.seed + t * 10_000
         single = cfg.mode == "single-agent"
-        if single:
-            turns = single_agent_turns(cfg.limits)
-            records = collect_single(
-                self.scenario, batch, cfg.group_size, self.policies["single"], world=world, seed=seed,
-                max_workers=cfg.max_workers, env_kwargs={"max_turns": turns, "main_weights": cfg.main_weights}, stats=stats,
-            )
-        else:
-            records = collect(
-                self.scenario, batch, cfg.group_size, self.policies, world=world, seed=seed, max_workers=cfg.max_workers,
-                env_kwargs={**cfg.limits, "rewards": self.reward_config}, stats=stats,
-            )
+
+        def run(policies: dict[str, Any]) -> list[EpisodeRecord]:
+            if single:
+                return collect_single(
+                    self.scenario, batch, cfg.group_size, policies["single"], world=world, seed=seed,
+                    max_workers=cfg.max_workers, env_kwargs={"limits": cfg.limits, "main_weights": cfg.main_weights},
+                    stats=stats,
+                )
+            return collect(self.scenario, batch, cfg.group_size, policies, world=world, seed=seed, max_workers=cfg.max_workers,
+                           env_kwargs={"limits": cfg.limits, "rewards": self.reward_config}, stats=stats)
+
+        records = self.roles.collect(t, run)
         t_collected = time.perf_counter()
-        self.observed_counts += [r.num_subs for r in records]
-        d = cfg.align_d or align.choose_d(self.observed_counts, cfg.align_quantile)
-        main_seqs, sub_seqs, metrics = score_iteration(records, cfg.group_size, d, cfg.align_strategy, self.rng, single=single)
-        sources = [c.get("expert_source") for r in records for a, c in r.components.items() if a.startswith("sub_")]
-        if sources:
-            metrics["sub/expert_disabled"] = sources.count("none") / len(sources)
-            if metrics["sub/expert_disabled"] and not self._warned_no_expert:
-                print("note: r_expert is off (b3 = 0) for sub-agents of tasks without per-hop gold answers; "
-                      "set expert_judge to score them with an LLM judge", flush=True)
-                self._warned_no_expert = True
+        self.observed_counts = (self.observed_counts + [r.num_subs for r in records])[-COUNT_WINDOW:]
+        d = 0 if single else alignment_width(self.observed_counts, cfg.align_d, cfg.align_quantile)
+        scored = score_batch(records, cfg.group_size, d, strategy=cfg.align_strategy, rng=align_rng, single=single)
+        annotate(records, scored)
+        metrics: dict[str, Any] = dict(scored.metrics)
+        if metrics.get("sub/expert_disabled") and not self._warned_no_expert:
+            print("note: r_expert is off (b3 = 0) for sub-agents of tasks without per-hop gold answers; "
+                  "set expert_judge to score them with an LLM judge", flush=True)
+            self._warned_no_expert = True
         t_scored = time.perf_counter()
-        role = "single" if single else "main"
-        metrics.update(self.learners[role].update(main_seqs))
-        if "sub" in self.learners:
-            metrics.update(self.learners["sub"].update(sub_seqs))
-        for served_role in self.syncs:
-            if served_role in self.learners:
-                metrics.update(self._push_weights(served_role))
+        metrics.update(self.roles.update(t, scored, records))
         t_updated = time.perf_counter()
         write_jsonl(self.out / "episodes.jsonl", records, append=True)
-        metrics.update(
-            {
-                "iteration": self.iteration,
-                "split": split,
-                "rollouts": len(records),
-                "time/generation": stats.policy_s,
-                "time/tools": stats.tool_s,
-                "time/env_steps": stats.step_s,
-                "time/collect": t_collected - t_start,
-                "time/scoring": t_scored - t_collected,
-                "time/update": t_updated - t_scored,
-                "time/iteration": t_updated - t_start,
-            }
-        )
+        metrics.update(self.roles.placement_metrics())
+        metrics.update({
+            "iteration": t,
+            "split": split,
+            "rollouts": len(records),
+            "time/generation": stats.policy_s,
+            "time/tools": stats.tool_s,
+            "time/env_steps": stats.step_s,
+            "time/collect": t_collected - t_start,
+            "time/scoring": t_scored - t_collected,
+            "time/update": t_updated - t_scored,
+            "time/iteration": t_updated - t_start,
+        })
         with (self.out / "metrics.jsonl").open("a") as fh:
             fh.write(json.dumps(metrics) + "\n")
+        _write_json(self.out / "loop_state.json", {"iteration": t, "observed_counts": self.observed_counts})
         if self._log_extra is not None:
             self._log_extra(metrics)
         self.iteration += 1
         return metrics
+
+    def close(self) -> None:
+        self.roles.close()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)

@@ -30,7 +30,7 @@ from mgrpo_env.policies import OraclePolicy
 from mgrpo_env.rollout import collect, collect_single
 from mgrpo_env.spaces import ProtocolText
 
-from .config import WarmStartConfig, single_agent_turns
+from .config import Limits, WarmStartConfig
 from .hf_policy import ChatPrompter, load_tokenizer
 
 __all__ = ["WarmStartConfig", "Relabeled", "token_groups", "lr_factor", "demonstrations", "padded_batch", "sft_sequences", "sft_train", "token_budget_batches", "turn_exact_match",
@@ -38,7 +38,7 @@ __all__ = ["WarmStartConfig", "Relabeled", "token_groups", "lr_factor", "demonst
 
 
 def demonstrations(
-    scenario: Any, world: Any, splits: Sequence[str], max_tasks: int, *, single: bool, limits: Mapping[str, int] | None = None,
+    scenario: Any, world: Any, splits: Sequence[str], max_tasks: int, *, single: bool, limits: Limits | None = None,
     held_out: int = 0, validation: bool = False, progress: bool = False,
 ) -> dict[str, list[list[dict[str, str]]]]:
     """Oracle chats per role: {"main": [...], "sub": [...]} or {"single": [...]}, correct episodes only.
@@ -48,7 +48,8 @@ def demonstrations(
     """
     chats: dict[str, list[list[dict[str, str]]]] = {"single": []} if single else {"main": [], "sub": []}
     single_policy = OraclePolicy(scenario, "single") if single else None
-    single_env = {"max_turns": max(single_agent_turns(limits or {}), 24)}  # room for the oracle's longest chains
+    limits = limits or Limits()
+    single_env = {"limits": limits, "max_turns": max(limits.single_agent_turns, 24)}  # room for the oracle's longest chains
     policies = {} if single else {"main": OraclePolicy(scenario, "main"), "sub": OraclePolicy(scenario, "sub")}
     for split in splits:
         every = list(scenario.tasks(split))
@@ -62,7 +63,7 @@ def demonstrations(
                 records = collect_single(scenario, chunk, 1, single_policy, world=world, env_kwargs=single_env)
                 chats["single"] += [r.main.messages for r in records if r.correct]
             else:
-                records = collect(scenario, chunk, 1, policies, world=world, env_kwargs=dict(limits or {}))
+                records = collect(scenario, chunk, 1, policies, world=world, env_kwargs={"limits": limits})
                 for r in records:
                     if r.correct:
                         chats["main"].append(r.main.messages)
@@ -303,7 +304,7 @@ def turn_exact_match(model: Any, sequences: list[tuple[list[int], list[int]]], *
 
 def warm_start(
     scenario: Any, model_paths: Mapping[str, str], out_dir: str | Path, cfg: WarmStartConfig, *,
-    limits: Mapping[str, int] | None = None, progress: bool = True,
+    limits: Limits | None = None, progress: bool = True,
 ) -> dict[str, Path]:
     """Warm-start every role of ``model_paths`` into ``out_dir/<role>``; reused when already done.
 
@@ -338,13 +339,13 @@ def warm_start(
     return done
 
 
-def _role_key(scenario: Any, cfg: WarmStartConfig, role: str, path: str, limits: Mapping[str, int] | None) -> Any:
+def _role_key(scenario: Any, cfg: WarmStartConfig, role: str, path: str, limits: Limits | None) -> Any:
     """What one role's warm start depends on: a change to another role's epochs does not retrain it."""
     options = {k: getattr(scenario, k) for k in ("page_chars", "search_k", "browser_mode", "profile") if hasattr(scenario, k)}
     config = {**asdict(cfg), "epochs": cfg.epochs_for(role)}
     config.pop("role_epochs")
     key = {"role": role, "config": config, "model": str(path), "scenario": scenario.metadata,
-           "scenario_options": options, "limits": dict(limits or {})}
+           "scenario_options": options, "limits": asdict(limits or Limits())}
     return json.loads(json.dumps(key, default=str))
 
 

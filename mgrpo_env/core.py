@@ -17,6 +17,7 @@ from mgrpo_scenarios.verifiers import normalize_answer, token_f1
 
 from .episode import ToolCall
 from .protocol import ParsedAction
+from .rewards import PAPER_MAIN_WEIGHTS, PAPER_SUB_WEIGHTS
 
 __all__ = [
     "Limits",
@@ -38,6 +39,8 @@ class Limits:
 
     Attributes:
         max_main_turns: actions of the main agent (each delegation is one); then the episode is truncated.
+            The defaults here are the project's only turn-limit defaults (train configs and the
+            single-agent env take this object).
         max_sub_turns: actions of one sub-agent; then it stops and the main agent is told.
         max_delegations: sub-agents per episode (agents ``sub_0 .. sub_{N-1}``).
         max_action_chars: longer actions are a format failure ("too_long").
@@ -49,6 +52,12 @@ class Limits:
     max_delegations: int = 4
     max_action_chars: int = 4000
     max_observation_chars: int = 6000
+
+    @property
+    def single_agent_turns(self) -> int:
+        """The single agent's action budget: the hierarchy's main turns times sub turns (each main
+        turn may delegate a whole sub-agent), so the baseline is not starved of tool calls."""
+        return self.max_main_turns * self.max_sub_turns
 
     def __post_init__(self) -> None:
         for name in ("max_main_turns", "max_sub_turns", "max_action_chars", "max_observation_chars"):
@@ -122,8 +131,8 @@ class RewardConfig:
             b3 is set to 0 for that sub-agent and ``infos`` say so (``expert_source: "none"``).
     """
 
-    main_weights: tuple[float, float] = (0.1, 0.9)
-    sub_weights: tuple[float, float, float] = (0.1, 0.4, 0.5)
+    main_weights: tuple[float, float] = PAPER_MAIN_WEIGHTS
+    sub_weights: tuple[float, float, float] = PAPER_SUB_WEIGHTS
     expert: ExpertScorer | None = hop_expert_score
 
 

@@ -23,8 +23,10 @@ Episode end:
     Terminated on ``<answer>``; truncated after ``max_turns`` actions.
 
 Arguments:
-    scenario, split, seed, scenario_kwargs, world, tasks, max_turns (16), max_action_chars,
-    max_observation_chars, main_weights ((0.1, 0.9)), render_mode ("ansi": ``render()`` returns the
+    scenario, split, seed, scenario_kwargs, world, tasks, limits (the AEC env's :class:`Limits`: the
+    turn budget is its ``single_agent_turns``, main x sub turns, 48 by default), max_turns,
+    max_action_chars, max_observation_chars (override the limits), main_weights (the paper's
+    (0.1, 0.9)), render_mode ("ansi": ``render()`` returns the
     last turn as text; "human": it is printed after every reset and step).
 
 Registration:
@@ -47,9 +49,10 @@ import gymnasium as gym
 from mgrpo_scenarios import Scenario, Task
 
 from . import rewards as reward_fns
-from .core import WorldHandle, call_tool, pick_task, resolve_scenario, safe_verify, split_tasks
+from .core import Limits, WorldHandle, call_tool, pick_task, resolve_scenario, safe_verify, split_tasks
 from .episode import AgentTrajectory, EpisodeRecord, Turn
 from .protocol import SINGLE_TOOLS, format_error, format_tool_response, parse_action, system_prompt
+from .rewards import PAPER_MAIN_WEIGHTS
 from .spaces import action_space, observation_space, sanitize
 
 __all__ = ["SingleAgentEnv", "single_agent_env"]
@@ -67,12 +70,18 @@ class SingleAgentEnv(gym.Env):
         scenario_kwargs: dict[str, Any] | None = None,
         world: Any | None = None,
         tasks: Sequence[Task] | None = None,
-        max_turns: int = 16,
-        max_action_chars: int = 4000,
-        max_observation_chars: int = 6000,
-        main_weights: tuple[float, float] = (0.1, 0.9),
+        limits: Limits | None = None,
+        max_turns: int | None = None,
+        max_action_chars: int | None = None,
+        max_observation_chars: int | None = None,
+        main_weights: tuple[float, float] = PAPER_MAIN_WEIGHTS,
         render_mode: str | None = None,
     ) -> None:
+        # the hierarchy's Limits object: its single_agent_turns and character limits; keywords override
+        self.limits = limits if limits is not None else Limits()
+        max_turns = self.limits.single_agent_turns if max_turns is None else max_turns
+        max_action_chars = self.limits.max_action_chars if max_action_chars is None else max_action_chars
+        max_observation_chars = self.limits.max_observation_chars if max_observation_chars is None else max_observation_chars
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:

@@ -177,14 +177,14 @@ def test_group_stats():
     assert all(isinstance(v, float) for v in group_stats(torch.rand(2, 3, 4)).values())
 
 
-def test_aligned_sub_advantages_by_hand():
+def test_score_sub_by_hand():
     import numpy as np
 
-    from mgrpo_algo.advantages import aligned_sub_advantages
+    from mgrpo_algo.scoring import RolloutKey, score_sub
 
     # one query, K = 2: rollout 0 has subs with R_S 1.0 and 0.5, rollout 1 has none; d = 2
-    slots, values, stats = aligned_sub_advantages([[1.0, 0.5], []], 2, 2, strategy="duplicate", rng=np.random.default_rng(0))
-    assert slots == [(0, 0, 0), (0, 1, 1)]  # rollout 1's two slots are masked
+    slots, values, stats = score_sub([[1.0, 0.5], []], 2, 2, strategy="duplicate", rng=np.random.default_rng(0))
+    assert slots == [(RolloutKey(0, 0, 0), 0, 0, 1.0), (RolloutKey(0, 0, 0), 1, 1, 0.5)]  # rollout 1's slots are masked
     # pooled over the two unmasked slots: mean 0.75, population std 0.25 -> +1, -1
     assert values == pytest.approx([1.0, -1.0])
     assert stats["reward_mean"] == 0.75 and stats["num_masked_slots"] == 2 and stats["num_zero"] == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 from redis_server import persistent_redis_server_fixture  # noqa: F401
@@ -14,9 +15,10 @@ from mgrpo_algo.decoupled import DecoupledTrainer
 from mgrpo_algo.store import open_store
 
 B, K, ITERATIONS = 2, 2, 3
+WARM = Path(__file__).resolve().parents[1] / "configs" / "demo-warm-start"
 
 
-def make_config(tmp_path, scenario, out: str, iterations: int = ITERATIONS, mode: str = "mgrpo"):
+def make_config(tmp_path, scenario, out: str, iterations: int = ITERATIONS, mode: str = "mgrpo", extra=()):
     return load_config(None, [
         f"mode={mode}", f"out_dir={tmp_path / out}", f"models_dir={tmp_path / 'models'}", "warm_start.epochs=0",
         f"scenario_kwargs={{num_entities: 300, data_dir: {scenario.data_dir}}}",
@@ -24,7 +26,7 @@ def make_config(tmp_path, scenario, out: str, iterations: int = ITERATIONS, mode
         "model_sizes={main: {hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1}, "
         "sub: {hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1}}",
         "main.generation.max_new_tokens=16", "sub.generation.max_new_tokens=16",
-        "limits={max_main_turns: 3, max_sub_turns: 2, max_delegations: 2}",
+        "limits={max_main_turns: 3, max_sub_turns: 2, max_delegations: 2}", *extra,
     ])
 
 
@@ -148,3 +150,44 @@ def test_bad_arguments(small_scenario, tmp_path):
         DecoupledTrainer(make_config(tmp_path, small_scenario, "x", mode="single-agent"))
     with pytest.raises(ValueError, match="placement"):
         DecoupledTrainer(make_config(tmp_path, small_scenario, "y"), placement="cluster")
+
+
+# Keys only a decoupled run logs (where the roles live), never a number the two runs should share.
+PLACEMENT_ONLY = {"restarts", "main/store_bytes_written", "main/store_bytes_read", "sub/store_bytes_written",
+                  "sub/store_bytes_read", "sub/applied_iteration", "sub/lag"}
+
+
+def test_decoupled_local_equals_in_process(small_scenario, tmp_path):
+    """One loop, the placement swapped underneath: same seed -> same metrics and same parameters."""
+    import torch
+    from safetensors.torch import load_file
+
+    from mgrpo_algo.trainer import Trainer
+
+    def config(out: str):
+        # the demo's warm-started models: they delegate, so the sub learner has slots to train on
+        return make_config(tmp_path, small_scenario, out, extra=[
+            f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}, profile: tiny}}",
+            f"main.model={WARM}/main", f"sub.model={WARM}/sub", "limits={max_main_turns: 4, max_sub_turns: 3, max_delegations: 2}",
+            "main.generation.max_new_tokens=64", "sub.generation.max_new_tokens=64"])
+
+    in_process = Trainer(config("in-process"))
+    history_a = in_process.run()
+    with DecoupledTrainer(config("decoupled"), placement="local") as trainer:
+        history_b = trainer.run()
+    assert len(history_a) == len(history_b) == ITERATIONS
+
+    def clocked(key: str) -> bool:
+        return key.startswith("time/") or key.endswith(("/seconds", "/tokens_per_s"))
+
+    for a, b in zip(history_a, history_b, strict=True):
+        shared = {k for k in a if not clocked(k)}
+        assert {k for k in b if not clocked(k)} - PLACEMENT_ONLY == shared
+        assert {k: a[k] for k in shared} == {k: b[k] for k in shared}
+    assert sum(h["sub/samples"] for h in history_a) > 0  # the sub learner did update
+    for role in ("main", "sub"):
+        served = load_file(str(tmp_path / "decoupled" / "servers" / role / "checkpoint" / "model" / "model.safetensors"))
+        local = in_process.learners[role].model.state_dict()
+        assert in_process.learners[role].step == ITERATIONS
+        for name, tensor in served.items():
+            assert torch.equal(local[name], tensor), f"{role}: {name} differs"

@@ -26,7 +26,8 @@ def test_eval_missing_data_is_one_line_naming_the_path_exit_2(tmp_path):
 @pytest.mark.parametrize(
     ("override", "field", "expected"),
     [("group_size=abc", "group_size", "int"), ("main.learner.lr=fast", "main.learner.lr", "float"),
-     ("checkpoint=1", "checkpoint", "bool"), ("limits=3", "limits", "dict[str, int]"),
+     ("checkpoint=1", "checkpoint", "bool"), ("limits=3", "limits", "a mapping (a section: max_main_turns"),
+     ("limits.max_main_turns=many", "limits.max_main_turns", "int"),
      ("main.learner.max_grad_norm=x", "main.learner.max_grad_norm", "float or None")],
 )
 def test_set_with_a_wrong_type_names_field_and_type(override, field, expected, capsys):

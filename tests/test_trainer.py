@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from mgrpo_algo.config import load_config
-from mgrpo_algo.trainer import Trainer, score_iteration
+from mgrpo_algo.scoring import annotate, score_batch
+from mgrpo_algo.trainer import InProcessRoles, Trainer
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, Turn
 
 
@@ -23,16 +24,40 @@ def _record(main_reward: float, sub_rewards: list[float], correct: bool) -> Epis
     return EpisodeRecord("e", {"id": "t"}, main=_traj("main_0", "main", main_reward, [7]), subs=subs, correct=correct, rewards=rewards)
 
 
-def test_score_iteration_by_hand():
+def _sequences(records, batch):
+    """The in-process backend's training sequences of a scored batch (learners not needed)."""
+    roles = InProcessRoles.__new__(InProcessRoles)
+    seqs = {}
+
+    class Capture:
+        def __init__(self, role):
+            self.role = role
+
+        def update(self, sequences):
+            seqs[self.role] = sequences
+            return {}
+
+    roles.learners, roles.policies, roles.syncs = {"main": Capture("main"), "sub": Capture("sub")}, {"main": None, "sub": None}, {}
+    roles.update(0, batch, records)
+    return seqs["main"], seqs["sub"]
+
+
+def test_score_batch_by_hand():
     # one query, K = 2 rollouts: rollout 0 has one sub (reward 1.0), rollout 1 has none
     records = [_record(1.0, [1.0], True), _record(0.0, [], False)]
-    main, sub, metrics = score_iteration(records, k=2, d=2, strategy="duplicate", rng=np.random.default_rng(0))
+    batch = score_batch(records, k=2, d=2, strategy="duplicate", rng=np.random.default_rng(0))
+    annotate(records, batch)
     # A_M: rewards [1, 0], mean 0.5, population std 0.5 -> [+1, -1]
-    assert [s.advantage for s in main] == [pytest.approx(1.0), pytest.approx(-1.0)]
+    assert [s.advantage for s in batch.main] == [pytest.approx(1.0), pytest.approx(-1.0)]
+    assert [(s.key.query, s.key.rollout, s.key.index) for s in batch.main] == [(0, 0, 0), (0, 1, 1)]
     # alignment: rollout 0's single sub is duplicated into 2 slots, rollout 1 has 2 masked slots;
     # pooled sub rewards [1, 1] have zero std -> advantage 0 for both copies
-    assert len(sub) == 2 and all(s.advantage == 0.0 for s in sub)
+    assert [(s.key.index, s.slot, s.sub, s.agent) for s in batch.sub] == [(0, 0, 0, "sub_0"), (0, 1, 0, "sub_0")]
+    assert all(s.advantage == 0.0 for s in batch.sub)
+    main, sub = _sequences(records, batch)
+    assert [m.advantage for m in main] == [pytest.approx(1.0), pytest.approx(-1.0)]
     assert sub[0].input_ids == sub[1].input_ids == [1, 2, 10]
+    metrics = batch.metrics
     assert metrics["align/num_masked_slots"] == 2 and metrics["align/num_duplicated_slots"] == 1
     assert metrics["main/accuracy"] == 0.5 and metrics["main/reward_mean"] == 0.5
     # the advantages travel with the episodes (episodes.jsonl, mgrpo view)
@@ -40,12 +65,28 @@ def test_score_iteration_by_hand():
     assert records[0].components["sub_0"] == {"advantage": 0.0, "aligned_slots": 2}
 
 
-def test_score_iteration_sub_advantages_pool_over_the_query():
+def test_score_batch_sub_advantages_pool_over_the_query():
     records = [_record(1.0, [1.0, 0.5], True), _record(0.1, [0.1, 0.1], False)]
-    _, sub, _ = score_iteration(records, k=2, d=2, strategy="duplicate", rng=np.random.default_rng(0))
+    batch = score_batch(records, k=2, d=2, strategy="duplicate", rng=np.random.default_rng(0))
     rewards = np.array([1.0, 0.5, 0.1, 0.1])
     expected = (rewards - rewards.mean()) / rewards.std()
-    assert [s.advantage for s in sub] == pytest.approx(expected.tolist(), abs=1e-6)
+    assert [s.advantage for s in batch.sub] == pytest.approx(expected.tolist(), abs=1e-6)
+    assert [s.reward for s in batch.sub] == [1.0, 0.5, 0.1, 0.1]  # read from the env's R_S, not recomputed
+
+
+def test_score_batch_groups_per_query_not_per_batch():
+    # two queries, K = 2. Per query: A_M = [+1, -1] in both, whatever the other query's scale; pooled
+    # over the batch the second query's rollouts would all be negative.
+    records = [_record(1.0, [1.0, 0.0], True), _record(0.8, [0.6], True),
+               _record(0.2, [0.3, 0.1], False), _record(0.1, [0.2], False)]
+    batch = score_batch(records, k=2, d=2, strategy="duplicate", rng=np.random.default_rng(0))
+    assert [s.advantage for s in batch.main] == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-6)
+    # A_S pooled per query over its d*K = 4 slots (rollout 1's single sub fills both of its slots)
+    for q, pool in ((0, [1.0, 0.0, 0.6, 0.6]), (1, [0.3, 0.1, 0.2, 0.2])):
+        values = np.array(pool)
+        expected = (values - values.mean()) / values.std()
+        got = [s.advantage for s in batch.sub if s.key.query == q]
+        assert got == pytest.approx(expected.tolist(), abs=1e-6)
 
 
 @pytest.mark.parametrize("mode", ["mgrpo", "frozen-sub", "single-agent"])

@@ -1,0 +1,219 @@
+"""Batch scoring: B x K finished rollouts -> the main batch and the aligned sub batch, with advantages.
+
+The one place where rewards become advantages, for every trainer and every placement::
+
+    R_M [B, K]            -> A_M per query over its K rollouts       (score_main)
+    R_S per sub-agent     -> d slots per rollout (alignment)          (score_sub)
+                          -> A_S pooled per query over its d*K slots
+
+Rewards are not computed here: the env pays R_M and R_S (with their components) at episode end, once.
+Scoring only reads them. A rollout is addressed by its :class:`RolloutKey` (query q, rollout j,
+position ``index`` in the task-major record list); nothing downstream does ``q*k+j`` arithmetic.
+
+Pure: records in, typed slots and metrics out. The caller builds training sequences from the slots
+(in process from the records' token extras, on a role server from the trajectories it kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mgrpo_env import align
+from mgrpo_env.episode import EpisodeRecord
+
+from .advantages import group_stats, main_advantages, sub_advantages
+
+__all__ = [
+    "COUNT_WINDOW",
+    "RolloutKey",
+    "MainSlot",
+    "SubSlot",
+    "ScoredBatch",
+    "alignment_width",
+    "annotate",
+    "rollout_keys",
+    "score_main",
+    "score_sub",
+    "score_batch",
+    "slot_payload",
+    "slot_from_payload",
+]
+
+#: Sub-agent counts kept to choose d (``align_d: 0``): the last this many rollouts.
+COUNT_WINDOW = 10_000
+
+
+@dataclass(frozen=True)
+class RolloutKey:
+    """Where a rollout is: query ``query``, rollout ``rollout`` of its group, ``index`` in the batch."""
+
+    index: int
+    query: int
+    rollout: int
+
+
+@dataclass(frozen=True)
+class MainSlot:
+    """One main (or single-agent) training sample: a rollout's main trajectory and its A_M."""
+
+    key: RolloutKey
+    agent: str
+    reward: float
+    advantage: float
+    correct: float
+    format_ok: bool
+
+
+@dataclass(frozen=True)
+class SubSlot:
+    """One aligned sub-agent slot: ``slot`` of rollout ``key`` holds sub-agent ``agent`` (its
+    ``sub``-th delegation). A duplicated sub-agent fills several slots, each a sample."""
+
+    key: RolloutKey
+    slot: int
+    sub: int
+    agent: str
+    reward: float
+    advantage: float
+
+
+@dataclass
+class ScoredBatch:
+    """What one iteration trains on: typed slots and the scoring metrics."""
+
+    main: list[MainSlot]
+    sub: list[SubSlot]
+    d: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def rollout_keys(n: int, k: int) -> list[RolloutKey]:
+    """The keys of ``n`` task-major rollouts in groups of ``k`` (rollout j of query q at q*k + j)."""
+    if k < 1 or n % k:
+        raise ValueError(f"{n} rollouts is not a multiple of K={k}")
+    return [RolloutKey(i, i // k, i % k) for i in range(n)]
+
+
+def score_main(rewards: Sequence[float], k: int) -> tuple[list[RolloutKey], list[float], dict[str, float]]:
+    """A_M of task-major rewards R_M: (keys, advantages, group stats)."""
+    keys = rollout_keys(len(rewards), k)
+    grid = np.asarray(rewards, dtype=np.float64).reshape(len(rewards) // k, k)
+    adv = main_advantages(grid)
+    return keys, [float(adv[key.query, key.rollout]) for key in keys], group_stats(grid)
+
+
+def score_sub(
+    sub_rewards: Sequence[Sequence[float]], k: int, d: int, *, strategy: str, rng: np.random.Generator
+) -> tuple[list[tuple[RolloutKey, int, int, float]], list[float], dict[str, float]]:
+    """Align each rollout's sub-agents to exactly ``d`` slots, then pool A_S per query.
+
+    Args:
+        sub_rewards: R_S of each rollout's sub-agents (in delegation order), rollouts task-major.
+        k: rollouts per query; d: slots per rollout; strategy, rng: :func:`mgrpo_env.align.plan`'s.
+
+    Returns:
+        ``slots``: (rollout key, slot, sub-agent index, R_S) of every unmasked slot, in order (a
+        duplicated sub-agent appears once per slot it fills; a rollout with no sub-agent gets d
+        masked slots, which are not listed); ``advantages``: A_S of each slot; ``stats``: mean R_S
+        over the slots and the alignment counts.
+    """
+    keys = rollout_keys(len(sub_rewards), k)
+    b = len(keys) // k
+    rewards = np.zeros((b, k, d))
+    mask = np.zeros((b, k, d), dtype=bool)
+    slots: list[tuple[RolloutKey, int, int, float]] = []
+    totals = {"num_zero": 0, "num_duplicated_slots": 0, "num_dropped": 0, "num_masked_slots": 0}
+    for q in range(b):
+        group = keys[q * k: (q + 1) * k]
+        plan, plan_stats = align.plan_with_stats([len(sub_rewards[key.index]) for key in group], d, strategy=strategy, rng=rng)
+        for name in totals:
+            totals[name] += getattr(plan_stats, name)
+        for key, row in zip(group, plan, strict=True):
+            for s, sub in enumerate(row):
+                if sub is not None:
+                    value = float(sub_rewards[key.index][sub])
+                    rewards[q, key.rollout, s] = value
+                    mask[q, key.rollout, s] = True
+                    slots.append((key, s, sub, value))
+    adv = sub_advantages(rewards, mask)
+    values = [float(adv[key.query, key.rollout, s]) for key, s, _, _ in slots]
+    stats = {"reward_mean": float(rewards[mask].mean()) if mask.any() else 0.0, **{n: float(v) for n, v in totals.items()}}
+    return slots, values, stats
+
+
+def alignment_width(observed_counts: Sequence[int], align_d: int, quantile: float) -> int:
+    """d: ``align_d`` when set, else the smallest d covering ``quantile`` of the last
+    :data:`COUNT_WINDOW` observed sub-agent counts (:func:`mgrpo_env.align.choose_d`)."""
+    return align_d or align.choose_d(list(observed_counts)[-COUNT_WINDOW:], quantile)
+
+
+def score_batch(
+    records: Sequence[EpisodeRecord], k: int, d: int, *, strategy: str, rng: np.random.Generator, single: bool = False
+) -> ScoredBatch:
+    """Records of B x K rollouts (task-major) -> the iteration's :class:`ScoredBatch`.
+
+    Main: A_M per query over its K rollouts. Sub (not for ``single``): each rollout's sub-agents
+    aligned to ``d`` slots, A_S pooled per query over its unmasked slots. Reads the rewards the env
+    paid (``record.rewards``, ``trajectory.reward``); computes none.
+    """
+    agent = "single_0" if single else "main_0"
+    role = "single" if single else "main"
+    keys, a_main, stats = score_main([r.rewards[agent] for r in records], k)
+    main = [
+        MainSlot(key, agent, float(records[key.index].rewards[agent]), a, float(records[key.index].correct),
+                 bool(records[key.index].main.format_ok))
+        for key, a in zip(keys, a_main, strict=True)
+    ]
+    metrics = {
+        f"{role}/reward_mean": float(np.mean([s.reward for s in main])),
+        f"{role}/accuracy": float(np.mean([s.correct for s in main])),
+        f"{role}/format_ok": float(np.mean([s.format_ok for s in main])),
+        f"{role}/zero_std_groups": stats["zero_std_frac"],
+    }
+    if single:
+        return ScoredBatch(main, [], 0, metrics)
+    placed, a_sub, align_stats = score_sub([[s.reward for s in r.subs] for r in records], k, d, strategy=strategy, rng=rng)
+    sub = [SubSlot(key, s, i, records[key.index].subs[i].agent, reward, a)
+           for (key, s, i, reward), a in zip(placed, a_sub, strict=True)]
+    subs = [s for r in records for s in r.subs]
+    metrics.update({
+        "sub/reward_mean": align_stats.pop("reward_mean"),
+        "sub/expert_mean": float(np.mean([s.expert or 0.0 for s in subs])) if subs else 0.0,
+        "sub/format_ok": float(np.mean([s.format_ok for s in subs])) if subs else 0.0,
+        "align/d": float(d),
+        "align/d_k_mean": float(np.mean([r.num_subs for r in records])),
+        **{f"align/{name}": value for name, value in align_stats.items()},
+    })
+    sources = [c.get("expert_source") for r in records for a, c in r.components.items() if a.startswith("sub_")]
+    if sources:
+        metrics["sub/expert_disabled"] = sources.count("none") / len(sources)
+    return ScoredBatch(main, sub, d, metrics)
+
+
+def annotate(records: Sequence[EpisodeRecord], batch: ScoredBatch) -> None:
+    """Write each trajectory's advantage into its record's components (episodes.jsonl, ``mgrpo view``);
+    a duplicated sub-agent repeats its original's advantage and counts its ``aligned_slots``."""
+    for m in batch.main:
+        records[m.key.index].components.setdefault(m.agent, {})["advantage"] = m.advantage
+    for s in batch.sub:
+        comp = records[s.key.index].components.setdefault(s.agent, {})
+        comp["advantage"] = s.advantage
+        comp["aligned_slots"] = comp.get("aligned_slots", 0) + 1
+
+
+def slot_payload(slots: Sequence[Any]) -> list[dict[str, Any]]:
+    """Slots as plain dicts (JSON and pickle friendly) for a role server; :func:`slot_from_payload` reverses it."""
+    from dataclasses import asdict
+
+    return [{"type": type(s).__name__, **asdict(s)} for s in slots]
+
+
+def slot_from_payload(data: dict[str, Any]) -> MainSlot | SubSlot:
+    """A slot back from :func:`slot_payload`'s dict."""
+    fields = {n: v for n, v in data.items() if n != "type"}
+    fields["key"] = RolloutKey(**fields["key"])
+    return MainSlot(**fields) if data["type"] == "MainSlot" else SubSlot(**fields)
