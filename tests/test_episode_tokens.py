@@ -148,3 +148,28 @@ def test_trajectory_sequence_refuses_compact_turns_that_do_not_fit():
         trajectory_sequence([compact[0], {**compact[1], "prompt_shared": 3}])
     with pytest.raises(ValueError, match="no completion_ids"):
         trajectory_sequence([compact[0], {k: v for k, v in compact[1].items() if k != "completion_ids"}])
+
+
+def test_real_policy_episodes_are_stored_compact_and_read_back_equal(tokenizer, small_scenario, small_world, tmp_path):
+    """TransformersPolicy through the env: its nesting prompts are written compact, read back equal,
+    and the stored (compact) extras give the trainer the same sequence as the in-memory ones."""
+    torch = pytest.importorskip("torch")
+    from mgrpo_algo.hf_policy import TransformersPolicy
+    from mgrpo_algo.models import build_tiny_model
+    from mgrpo_env.rollout import collect
+
+    model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=0)
+    policies = {role: TransformersPolicy(model, tokenizer, role=role, max_new_tokens=8, seed=i)
+                for i, role in enumerate(("main", "sub"))}
+    tasks = list(small_scenario.tasks("stage2/test"))[:1]
+    with torch.no_grad():
+        records = collect(small_scenario, tasks, 2, policies, world=small_world, env_kwargs={"max_main_turns": 3})
+    path = tmp_path / "episodes.jsonl"
+    write_jsonl(path, records)
+    assert list(read_jsonl(path)) == records
+    for record, line in zip(records, path.read_text().splitlines(), strict=True):
+        stored = [t["extra"] for t in json.loads(line)["main"]["turns"]]
+        assert len(stored) == 3 and "prompt_ids" in stored[0]
+        assert all("prompt_shared" in e and "prompt_ids" not in e for e in stored[1:])
+        assert trajectory_sequence(stored) == trajectory_sequence([t.extra for t in record.main.turns])
+        assert len(line) < len(json.dumps(asdict(record)))
