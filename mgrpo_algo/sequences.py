@@ -10,6 +10,11 @@ The next turn's prompt is the previous prompt + its completion + the tokenised t
 prompts of one agent nest. :func:`trajectory_sequence` turns an agent's turns into one training
 sequence - the last prompt plus the last completion - with a loss mask that is 1 exactly on the
 sampled positions. Nothing is re-tokenised: the trainer's ids are the sampled ids.
+
+Stored turns may be compact (:func:`mgrpo_env.episode.compact_token_extras`): instead of
+``prompt_ids`` a turn holds ``prompt_shared`` (n, the length of the previous turn's prompt +
+completion) and ``prompt_new_ids`` (the rest of its prompt). :func:`trajectory_sequence` takes either
+form, mixed too, so compact buffers build sequences without being expanded first.
 """
 
 from __future__ import annotations
@@ -63,8 +68,10 @@ class TokenSequence:
 def trajectory_sequence(turns: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[int], list[float]]:
     """One agent's turn extras -> (input_ids, loss_mask, sampled_logprobs), all of the same length.
 
-    Turns without ``completion_ids`` (e.g. from a scripted policy) are not allowed: a sequence is
-    either fully token-tracked or not trainable.
+    Each turn gives its whole prompt (``prompt_ids``) or the compact form (``prompt_shared`` +
+    ``prompt_new_ids``, see the module docstring); both give the same sequence. Turns without
+    ``completion_ids`` (e.g. from a scripted policy) are not allowed: a sequence is either fully
+    token-tracked or not trainable.
 
     Raises:
         ValueError: no turns, a turn without ids, or prompts that do not nest (a later prompt does
@@ -76,13 +83,22 @@ def trajectory_sequence(turns: Sequence[Mapping[str, Any]]) -> tuple[list[int], 
     mask: list[int] = []
     logps: list[float] = []
     for i, turn in enumerate(turns):
-        prompt = turn.get("prompt_ids")
         completion = turn.get("completion_ids")
-        if prompt is None or completion is None:
-            raise ValueError(f"turn {i} has no prompt_ids/completion_ids: not produced by a token-tracking policy")
-        if list(prompt[: len(ids)]) != ids:
-            raise ValueError(f"turn {i}'s prompt does not extend the previous turns' tokens (re-tokenised?)")
-        new_context = list(prompt[len(ids):])
+        if "prompt_shared" in turn:
+            # Compact: the first ``prompt_shared`` ids are the previous prompt + completion, i.e. all of
+            # ``ids`` so far; only the count needs checking (a first turn is never compact).
+            if i == 0 or turn["prompt_shared"] != len(ids):
+                raise ValueError(f"turn {i} shares {turn['prompt_shared']} prompt ids but {len(ids)} precede it")
+            new_context = list(turn.get("prompt_new_ids") or [])
+        else:
+            prompt = turn.get("prompt_ids")
+            if prompt is None or completion is None:
+                raise ValueError(f"turn {i} has no prompt_ids/completion_ids: not produced by a token-tracking policy")
+            if list(prompt[: len(ids)]) != ids:
+                raise ValueError(f"turn {i}'s prompt does not extend the previous turns' tokens (re-tokenised?)")
+            new_context = list(prompt[len(ids):])
+        if completion is None:
+            raise ValueError(f"turn {i} has no completion_ids: not produced by a token-tracking policy")
         ids.extend(new_context)
         mask.extend([0] * len(new_context))
         logps.extend([0.0] * len(new_context))
