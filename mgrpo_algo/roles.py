@@ -108,8 +108,11 @@ class RoleServer:
 
     def commit(self, iteration: int) -> int:
         """Write iteration's trajectories to disk (atomic); returns how many trajectories."""
+        from mgrpo_env.episode import compact_token_extras
+
         buffer = self.buffers.get(iteration, {})
-        _write_json(self.dir / "buffers" / f"{iteration}.json", buffer)
+        # each turn's new prompt ids only (linear in turns); trajectory_sequence reads the compact form as is
+        _write_json(self.dir / "buffers" / f"{iteration}.json", {key: compact_token_extras(turns) for key, turns in buffer.items()})
         return len(buffer)
 
     def discard(self, iteration: int) -> None:
