@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from common import report  # noqa: E402
 
-from mgrpo_algo.config import load_config  # noqa: E402
-from mgrpo_algo.decoupled import DecoupledTrainer  # noqa: E402
-from mgrpo_algo.store import shipped_trajectory_bytes  # noqa: E402
-from mgrpo_algo.trainer import Trainer  # noqa: E402
+from mgrpo_algo.core.config import load_config  # noqa: E402
+from mgrpo_algo.distributed.store import shipped_trajectory_bytes  # noqa: E402
+from mgrpo_algo.training.decoupled import DecoupledTrainer  # noqa: E402
+from mgrpo_algo.training.trainer import Trainer  # noqa: E402
 
 
 def config(tmp: str, out: str, iterations: int):

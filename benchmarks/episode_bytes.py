@@ -8,9 +8,9 @@ full profile (the observations real LLMs see: 4,000-character visit pages, 5 sea
 tool calls: it searches an entity, visits its page, searches the next one, ..., and answers at turn N.
 The action texts are scripted (a random tiny model writes no tool calls, so its episodes would be
 format errors, not tool responses), but each turn's ``extra`` is what
-:class:`~mgrpo_algo.hf_policy.TransformersPolicy` attaches had it sampled that text:
+:class:`~mgrpo_algo.policies.hf_policy.TransformersPolicy` attaches had it sampled that text:
 
-* ``prompt_ids`` from the policy's own :class:`~mgrpo_algo.hf_policy.ChatPrompter` (first turn: the
+* ``prompt_ids`` from the policy's own :class:`~mgrpo_algo.policies.hf_policy.ChatPrompter` (first turn: the
   chat template; later turns: the previous prompt + completion + the template's continuation with
   the tool response), with a byte-level BPE trained on the world (vocabulary 2,048, ChatML template);
 * ``completion_ids``: the action's ids (ending with its stop tag, where ``cut_at_stop`` ends them);
@@ -37,8 +37,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import report  # noqa: E402
 
-from mgrpo_algo.hf_policy import ChatPrompter, _cache_kwarg  # noqa: E402
-from mgrpo_algo.sequences import trajectory_sequence  # noqa: E402
+from mgrpo_algo.core.sequences import trajectory_sequence  # noqa: E402
+from mgrpo_algo.policies.hf_policy import ChatPrompter, _cache_kwarg  # noqa: E402
 from mgrpo_env.episode import EpisodeRecord, read_jsonl, write_jsonl  # noqa: E402
 from mgrpo_env.rollout import PolicyRequest, PolicyResponse, collect_single  # noqa: E402
 
@@ -126,7 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 and 6 turns (CI smoke)")
     args = parser.parse_args()
-    from mgrpo_algo.models import build_tiny_model, corpus_texts, train_tokenizer
+    from mgrpo_algo.policies.models import build_tiny_model, corpus_texts, train_tokenizer
     from mgrpo_scenarios.wiki_hops import WikiHops
 
     torch.set_num_threads(1)

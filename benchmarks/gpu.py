@@ -34,9 +34,9 @@ import transformers
 sys.path.insert(0, str(Path(__file__).parent))
 from common import report  # noqa: E402
 
-from mgrpo_algo.config import LearnerConfig, load_config  # noqa: E402
-from mgrpo_algo.learner import RoleLearner  # noqa: E402
-from mgrpo_algo.sequences import TokenSequence  # noqa: E402
+from mgrpo_algo.core.config import LearnerConfig, load_config  # noqa: E402
+from mgrpo_algo.core.sequences import TokenSequence  # noqa: E402
+from mgrpo_algo.learning.learner import RoleLearner  # noqa: E402
 
 QWEN2_05B = {
     "vocab_size": 151936, "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
@@ -140,7 +140,7 @@ def generation_rows(args: argparse.Namespace) -> list[tuple[str, object, str]]:
 
 
 def iteration_rows(args: argparse.Namespace) -> list[tuple[str, object, str]]:
-    from mgrpo_algo.trainer import Trainer
+    from mgrpo_algo.training.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
         role = [f"{r}.learner.{k}={v}" for r in ("main", "sub")

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/kv_reuse.py [--quick]
 
-1. Multi-turn rollouts: B agents run 6-turn chats through :class:`~mgrpo_algo.hf_policy.TransformersPolicy`
+1. Multi-turn rollouts: B agents run 6-turn chats through :class:`~mgrpo_algo.policies.hf_policy.TransformersPolicy`
    (the tiny random Qwen2 of ``vs_trl.py``: hidden 128, 4 layers, vocab 1024, one torch thread). The
    first prompt is ~1 k tokens and every turn appends the completion and a ~180-token tool response,
    so prompts grow to ~2 k tokens. The same chats run with KV reuse (``kv_cache_mb=1024``) and with a
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, report  # noqa: E402
 from vs_trl import tiny_model_dir  # noqa: E402
 
-from mgrpo_algo.hf_policy import TransformersPolicy  # noqa: E402
+from mgrpo_algo.policies.hf_policy import TransformersPolicy  # noqa: E402
 from mgrpo_env.rollout import PolicyRequest  # noqa: E402
 
 WORDS = ["the", "river", "city", "of", "an", "old", "painter", "was", "founded", "near", "a", "bridge", "by", "two", "brothers", "who", "sold", "maps", "in", "year", "population", "museum", "station", "capital"]
@@ -72,8 +72,8 @@ def iterations(tmp: Path, quick: bool, start: Path | None = None) -> tuple[list[
     hierarchy delegates as it does in the demo; None: random tiny models (the main agent then never
     delegates and a hierarchy iteration is only the main agent's turns).
     """
-    from mgrpo_algo.config import load_config
-    from mgrpo_algo.trainer import Trainer
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.training.trainer import Trainer
 
     b, k, new = (1, 2, 24) if quick else (2, 4, 64)
     rows, raw = [], {}

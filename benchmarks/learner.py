@@ -27,10 +27,10 @@ import transformers
 sys.path.insert(0, str(Path(__file__).parent))
 from common import report  # noqa: E402
 
-from mgrpo_algo.config import LearnerConfig, load_config  # noqa: E402
-from mgrpo_algo.learner import RoleLearner  # noqa: E402
-from mgrpo_algo.sequences import TokenSequence  # noqa: E402
-from mgrpo_algo.trainer import Trainer  # noqa: E402
+from mgrpo_algo.core.config import LearnerConfig, load_config  # noqa: E402
+from mgrpo_algo.core.sequences import TokenSequence  # noqa: E402
+from mgrpo_algo.learning.learner import RoleLearner  # noqa: E402
+from mgrpo_algo.training.trainer import Trainer  # noqa: E402
 
 
 def _model(hidden: int, layers: int = 4, vocab: int = 2048) -> transformers.PreTrainedModel:

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/rollout_vs_generate.py [--quick]
 
 ``collect`` over the real env (wiki-hops, 300-entity world built in a temporary folder, cached
-tools) with a :class:`~mgrpo_algo.hf_policy.TransformersPolicy` for both roles (the tiny random
+tools) with a :class:`~mgrpo_algo.policies.hf_policy.TransformersPolicy` for both roles (the tiny random
 Qwen2 of ``vs_trl.py``: hidden 128, 4 layers, vocab 1024, one torch thread). Every ``generate``
 the policy makes is recorded (batch size, padded prompt width, steps run); the raw baseline replays
 exactly those shapes with ``model.generate`` on random prompt ids (sampling, no stop token, no
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import report  # noqa: E402
 from vs_trl import tiny_model_dir  # noqa: E402
 
-from mgrpo_algo.hf_policy import TransformersPolicy  # noqa: E402
+from mgrpo_algo.policies.hf_policy import TransformersPolicy  # noqa: E402
 from mgrpo_env.rollout import CollectStats, collect  # noqa: E402
 from mgrpo_scenarios.wiki_hops import WikiHops  # noqa: E402
 

@@ -23,10 +23,10 @@ import transformers
 sys.path.insert(0, str(Path(__file__).parent))
 from common import median_ms, report  # noqa: E402
 
-from mgrpo_algo.advantages import main_advantages, sub_advantages  # noqa: E402
-from mgrpo_algo.config import LearnerConfig  # noqa: E402
-from mgrpo_algo.learner import RoleLearner  # noqa: E402
-from mgrpo_algo.sequences import TokenSequence  # noqa: E402
+from mgrpo_algo.core.advantages import main_advantages, sub_advantages  # noqa: E402
+from mgrpo_algo.core.config import LearnerConfig  # noqa: E402
+from mgrpo_algo.core.sequences import TokenSequence  # noqa: E402
+from mgrpo_algo.learning.learner import RoleLearner  # noqa: E402
 
 
 def _model(hidden: int, layers: int, vocab: int = 1024) -> transformers.PreTrainedModel:

@@ -47,7 +47,7 @@ REWARD_MOD = 7
 
 def tiny_model_dir(out: str | Path, *, vocab: int = 1024, hidden: int = 128, layers: int = 4) -> Path:
     """Train a byte-level BPE on the repository's text and save a random Qwen2 model with it in ``out``."""
-    from mgrpo_algo.models import build_tiny_model, train_tokenizer
+    from mgrpo_algo.policies.models import build_tiny_model, train_tokenizer
 
     texts = [p.read_text(errors="ignore") for d in ("mgrpo_algo", "mgrpo_env", "docs") for p in sorted((ROOT / d).rglob("*.*"))
              if p.suffix in (".py", ".md")]
@@ -99,11 +99,11 @@ def run_ours(model_dir: str, prompts: list[str], k: int, t: int, steps: int) -> 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from mgrpo_algo.advantages import main_advantages
-    from mgrpo_algo.config import LearnerConfig
-    from mgrpo_algo.hf_policy import StopSpec, TransformersPolicy
-    from mgrpo_algo.learner import RoleLearner
-    from mgrpo_algo.sequences import TokenSequence
+    from mgrpo_algo.core.advantages import main_advantages
+    from mgrpo_algo.core.config import LearnerConfig
+    from mgrpo_algo.core.sequences import TokenSequence
+    from mgrpo_algo.learning.learner import RoleLearner
+    from mgrpo_algo.policies.hf_policy import StopSpec, TransformersPolicy
     from mgrpo_env.rollout import PolicyRequest
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

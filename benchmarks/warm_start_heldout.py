@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/warm_start_heldout.py [--models configs/demo-warm-start] [--split stage2/test]
 
-The metric of the warm-start sweep (``mgrpo_algo.warmstart.turn_exact_match``: the share of
+The metric of the warm-start sweep (``mgrpo_algo.learning.warmstart.turn_exact_match``: the share of
 demonstrated turns that greedy decoding reproduces token for token), measured on questions no role
 was trained on, through the demo's world (tiny profile) and limits. Writes
 benchmarks/results/warm_start_heldout.json.
@@ -20,9 +20,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import report  # noqa: E402
 
-from mgrpo_algo.config import load_config  # noqa: E402
-from mgrpo_algo.hf_policy import load_tokenizer  # noqa: E402
-from mgrpo_algo.warmstart import demonstrations, sft_sequences, turn_exact_match  # noqa: E402
+from mgrpo_algo.core.config import load_config  # noqa: E402
+from mgrpo_algo.learning.warmstart import demonstrations, sft_sequences, turn_exact_match  # noqa: E402
+from mgrpo_algo.policies.hf_policy import load_tokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

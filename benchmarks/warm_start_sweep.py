@@ -50,10 +50,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, report  # noqa: E402
 
-from mgrpo_algo.config import Limits, WarmStartConfig  # noqa: E402
-from mgrpo_algo.hf_policy import load_tokenizer  # noqa: E402
-from mgrpo_algo.models import ROLES, build_role_models, build_tiny_model, count_parameters  # noqa: E402
-from mgrpo_algo.warmstart import (  # noqa: E402
+from mgrpo_algo.core.config import Limits, WarmStartConfig  # noqa: E402
+from mgrpo_algo.learning.warmstart import (  # noqa: E402
     Relabeled,
     demonstrations,
     sft_sequences,
@@ -61,6 +59,8 @@ from mgrpo_algo.warmstart import (  # noqa: E402
     token_groups,
     turn_exact_match,
 )
+from mgrpo_algo.policies.hf_policy import load_tokenizer  # noqa: E402
+from mgrpo_algo.policies.models import ROLES, build_role_models, build_tiny_model, count_parameters  # noqa: E402
 
 LIMITS = Limits(max_main_turns=6, max_sub_turns=4, max_delegations=4)
 TRAIN_SPLITS = ["stage1/train", "stage2/train"]

@@ -64,7 +64,7 @@ def _role_model(folder: Path, role: str) -> str | None:
 
 def _checkpoint_policies(spec: str, temperature: float, max_new_tokens: int) -> dict[str, Any]:
     """Policies for ``--agent FOLDER`` (with main/ and sub/ models) or ``--agent main=PATH,sub=PATH``."""
-    from .hf_policy import TransformersPolicy
+    from .policies.hf_policy import TransformersPolicy
 
     if "=" in spec:
         paths = dict(part.split("=", 1) for part in spec.split(","))
@@ -82,7 +82,7 @@ def _checkpoint_policies(spec: str, temperature: float, max_new_tokens: int) -> 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from mgrpo_env.episode import write_jsonl
 
-    from .evaluate import evaluate, evaluate_hierarchy, oracle_agent, write_report
+    from .experiments.evaluate import evaluate, evaluate_hierarchy, oracle_agent, write_report
 
     pairs = list(args.set) + ([f"data={args.data}"] if args.data else [])
     scenario = _build_scenario(args.scenario, pairs)
@@ -130,8 +130,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .config import load_config
-    from .preflight import PreflightError, preflight
+    from .core.config import load_config
+    from .training.preflight import PreflightError, preflight
 
     if args.placement is None and (args.store or args.staleness):
         print("mgrpo: --store and --staleness need --placement (decoupled role servers)", file=sys.stderr)
@@ -151,8 +151,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 2
     from torch.utils.tensorboard import SummaryWriter
 
-    from .compare import log_scalars
-    from .trainer import Trainer
+    from .experiments.compare import log_scalars
+    from .training.trainer import Trainer
 
     # tensorboard --logdir OUT_DIR/tb; flushed every few seconds, so a crashed run keeps its scalars.
     # Opened at the first iteration: a run refused before it starts leaves no empty log folder.
@@ -187,9 +187,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     import shlex
 
-    from .compare import check_compare, format_table, run_compare
-    from .config import load_config
-    from .preflight import PreflightError, check_writable, preflight
+    from .core.config import load_config
+    from .experiments.compare import check_compare, format_table, run_compare
+    from .training.preflight import PreflightError, check_writable, preflight
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     try:
@@ -217,10 +217,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_warm_start(args: argparse.Namespace) -> int:
     import mgrpo_scenarios
 
-    from .config import load_config
-    from .models import ROLES
-    from .prebuilt import export_models
-    from .trainer import role_model_paths
+    from .core.config import load_config
+    from .policies.models import ROLES
+    from .policies.prebuilt import export_models
+    from .training.trainer import role_model_paths
 
     try:
         config = load_config(args.config, args.set)
@@ -276,7 +276,7 @@ def _interrupt_on_stop_signals() -> None:
 
 
 def _cmd_view(args: argparse.Namespace) -> int:
-    from .view import write_view
+    from .experiments.view import write_view
 
     try:
         out, shown, total = write_view(args.run_dir, args.out, max_episodes=args.max_episodes)
@@ -314,7 +314,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.set_defaults(func=_cmd_eval)
 
     tr = sub.add_parser("train", help="train with M-GRPO or a baseline (mode in the config)")
-    tr.add_argument("--config", default=None, help="YAML file of mgrpo_algo.config.TrainConfig fields")
+    tr.add_argument("--config", default=None, help="YAML file of mgrpo_algo.core.config.TrainConfig fields")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field, dotted for nested ones (main.learner.lr=1e-4)")
     tr.add_argument("--placement", choices=("local", "processes", "ray"), default=None,
@@ -328,7 +328,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=_cmd_train)
 
     cp = sub.add_parser("compare", help="M-GRPO vs frozen-sub vs single-agent at the same rollout budget, over seeds")
-    cp.add_argument("--config", default=None, help="YAML file of mgrpo_algo.config.TrainConfig fields (eval: held-out settings)")
+    cp.add_argument("--config", default=None, help="YAML file of mgrpo_algo.core.config.TrainConfig fields (eval: held-out settings)")
     cp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field, dotted for nested ones (eval.limit=50)")
     cp.add_argument("--seeds", type=int, default=3, help="seeds per mode: config seed, seed + 1, ...")

@@ -20,7 +20,7 @@ first turn, a turn after one without ids, and a turn whose prompt does not nest 
 :meth:`EpisodeRecord.from_dict` (hence ``read_jsonl``) expands them with
 :func:`expand_token_extras`, so a record reads back equal to the one written; files with full
 ``prompt_ids`` everywhere (written before this form existed) read as they are.
-:func:`mgrpo_algo.sequences.trajectory_sequence` accepts either form.
+:func:`mgrpo_algo.core.sequences.trajectory_sequence` accepts either form.
 """
 
 from __future__ import annotations
@@ -86,16 +86,11 @@ def compact_token_extras(extras: Sequence[Mapping[str, Any]]) -> list[dict[str, 
         ValueError: a compact turn whose shared length does not match the previous turn.
     """
     out: list[dict[str, Any]] = []
-    previous: list[int] | None = None
-    for i, extra in enumerate(extras):
-        prompt = _full_prompt(extra, previous, i)
-        if (SHARED not in extra and prompt is not None and previous is not None
-                and prompt[: len(previous)] == previous):
-            new = {SHARED: len(previous), NEW_IDS: prompt[len(previous):]}
-            out.append(_replace_key(extra, "prompt_ids", new))
+    for extra, prompt, previous in _turn_prompts(extras):
+        if SHARED not in extra and prompt is not None and previous is not None and prompt[: len(previous)] == previous:
+            out.append(_replace_key(extra, "prompt_ids", {SHARED: len(previous), NEW_IDS: prompt[len(previous):]}))
         else:
             out.append(dict(extra))
-        previous = _next_prefix(prompt, extra)
     return out
 
 
@@ -106,16 +101,17 @@ def expand_token_extras(extras: Sequence[Mapping[str, Any]]) -> list[dict[str, A
     Raises:
         ValueError: a compact turn whose shared length does not match the previous turn.
     """
-    out: list[dict[str, Any]] = []
+    return [_replace_key(extra, SHARED, {"prompt_ids": prompt}, drop=(NEW_IDS,)) if SHARED in extra else dict(extra)
+            for extra, prompt, _ in _turn_prompts(extras)]
+
+
+def _turn_prompts(extras: Sequence[Mapping[str, Any]]) -> Iterator[tuple[Mapping[str, Any], list[int] | None, list[int] | None]]:
+    """(extra, its whole prompt ids, the previous turn's prompt + completion) for each turn, oldest first."""
     previous: list[int] | None = None
     for i, extra in enumerate(extras):
         prompt = _full_prompt(extra, previous, i)
-        if SHARED in extra:
-            out.append(_replace_key(extra, SHARED, {"prompt_ids": prompt}, drop=(NEW_IDS,)))
-        else:
-            out.append(dict(extra))
+        yield extra, prompt, previous
         previous = _next_prefix(prompt, extra)
-    return out
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The M-GRPO reward formulas (docs/design.md, "The method"), written once.
 
-The env pays these as PettingZoo rewards at episode end; ``mgrpo_algo.rewards`` re-exports them for
+The env pays these as PettingZoo rewards at episode end; ``mgrpo_algo.core.rewards`` re-exports them for
 the learners, so both sides compute the same numbers.
 
 Main agent:  R_M = a1 * r_format + a2 * r_correct                       if its format is valid, else 0.

@@ -35,7 +35,7 @@ def small_world(small_scenario):
 @pytest.fixture(scope="module")
 def tokenizer(small_scenario, tmp_path_factory):
     """A byte-level BPE trained on the small world's pages and tasks (policy and KV-cache tests)."""
-    from mgrpo_algo.models import corpus_texts, train_tokenizer
+    from mgrpo_algo.policies.models import corpus_texts, train_tokenizer
 
     return train_tokenizer(corpus_texts(small_scenario, max_pages=120, max_tasks=100),
                            tmp_path_factory.mktemp("tok"), vocab_size=1024)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from mgrpo_algo.learner import RoleLearner
-from mgrpo_algo.sequences import TokenSequence
+from mgrpo_algo.core.sequences import TokenSequence
+from mgrpo_algo.learning.learner import RoleLearner
 
 
 def padded_logprobs(learner: RoleLearner, seqs: list[TokenSequence]) -> torch.Tensor:

@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mgrpo_algo import advantages as adv_mod
-from mgrpo_algo.advantages import (
+from mgrpo_algo.core import advantages as adv_mod
+from mgrpo_algo.core.advantages import (
     ESTIMATORS,
     get_estimator,
     group_stats,
@@ -180,7 +180,7 @@ def test_group_stats():
 def test_score_sub_by_hand():
     import numpy as np
 
-    from mgrpo_algo.scoring import RolloutKey, score_sub
+    from mgrpo_algo.core.scoring import RolloutKey, score_sub
 
     # one query, K = 2: rollout 0 has subs with R_S 1.0 and 0.5, rollout 1 has none; d = 2
     slots, values, stats = score_sub([[1.0, 0.5], []], 2, 2, strategy="duplicate", rng=np.random.default_rng(0))

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import mgrpo_scenarios
-from mgrpo_algo.evaluate import evaluate
+from mgrpo_algo.experiments.evaluate import evaluate
 from mgrpo_scenarios import Scenario, Task
 from mgrpo_scenarios.benchmarks import (
     Gaia,
@@ -399,7 +399,7 @@ def test_judge_decides_what_exact_match_rejects(web):
 
 def test_cli_eval_with_model_agents_three_runs(web, tmp_path, small_scenario, capsys):
     from mgrpo_algo.cli import main
-    from mgrpo_algo.models import build_role_models
+    from mgrpo_algo.policies.models import build_role_models
 
     sizes = {r: {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1} for r in ("main", "sub")}
     build_role_models(small_scenario, tmp_path / "agent", sizes, vocab_size=512, roles=["main", "sub"])

@@ -6,7 +6,7 @@ import json
 import re
 
 from mgrpo_algo.cli import main
-from mgrpo_algo.models import build_role_models
+from mgrpo_algo.policies.models import build_role_models
 
 
 def world_args(scenario) -> list[str]:

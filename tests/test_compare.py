@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mgrpo_algo.cli import main
-from mgrpo_algo.compare import AGGREGATED, MODES, aggregate, verdict
+from mgrpo_algo.experiments.compare import AGGREGATED, MODES, aggregate, verdict
 
 TINY = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
 
@@ -81,7 +81,7 @@ def test_modes_share_the_budget_and_mgrpo_and_frozen_sub_share_their_start(compa
 
 
 def test_eval_episodes_are_readable_by_the_viewer(compared):
-    from mgrpo_algo.view import load_episodes
+    from mgrpo_algo.experiments.view import load_episodes
 
     out, _ = compared
     records, total = load_episodes(out / "seed0" / "mgrpo" / "eval_after.jsonl")
@@ -118,7 +118,7 @@ def test_png_report_and_tensorboard(compared):
 
 
 def test_the_reproduce_config_loads_back(compared):
-    from mgrpo_algo.config import load_config
+    from mgrpo_algo.core.config import load_config
 
     out, _ = compared
     config = load_config(str(out / "config.yaml"))
@@ -166,7 +166,7 @@ def test_aggregate_and_verdict_from_numbers():
 
 
 def test_evaluate_single_scores_the_single_agent_oracle(small_scenario):
-    from mgrpo_algo.evaluate import evaluate_single
+    from mgrpo_algo.experiments.evaluate import evaluate_single
     from mgrpo_env.policies import OraclePolicy
 
     report, records = evaluate_single(small_scenario, "stage2/test", OraclePolicy(small_scenario, "single"), limit=3, k=2,

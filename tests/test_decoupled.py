@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from redis_server import persistent_redis_server_fixture  # noqa: F401
 
-from mgrpo_algo.config import load_config
-from mgrpo_algo.decoupled import DecoupledTrainer
-from mgrpo_algo.store import open_store
+from mgrpo_algo.core.config import load_config
+from mgrpo_algo.distributed.store import open_store
+from mgrpo_algo.training.decoupled import DecoupledTrainer
 
 B, K, ITERATIONS = 2, 2, 3
 WARM = Path(__file__).resolve().parents[1] / "configs" / "demo-warm-start"
@@ -162,7 +162,7 @@ def test_decoupled_local_equals_in_process(small_scenario, tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from mgrpo_algo.trainer import Trainer
+    from mgrpo_algo.training.trainer import Trainer
 
     def config(out: str):
         # the demo's warm-started models: they delegate, so the sub learner has slots to train on

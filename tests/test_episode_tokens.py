@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 import pytest
 
-from mgrpo_algo.sequences import trajectory_sequence
+from mgrpo_algo.core.sequences import trajectory_sequence
 from mgrpo_env.episode import (
     AgentTrajectory,
     EpisodeRecord,
@@ -154,8 +154,8 @@ def test_real_policy_episodes_are_stored_compact_and_read_back_equal(tokenizer, 
     """TransformersPolicy through the env: its nesting prompts are written compact, read back equal,
     and the stored (compact) extras give the trainer the same sequence as the in-memory ones."""
     torch = pytest.importorskip("torch")
-    from mgrpo_algo.hf_policy import TransformersPolicy
-    from mgrpo_algo.models import build_tiny_model
+    from mgrpo_algo.policies.hf_policy import TransformersPolicy
+    from mgrpo_algo.policies.models import build_tiny_model
     from mgrpo_env.rollout import collect
 
     model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=0)

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from mgrpo_algo.cli import main
-from mgrpo_algo.config import load_config
-from mgrpo_algo.preflight import PreflightError, check_store, check_writable, preflight
+from mgrpo_algo.core.config import load_config
+from mgrpo_algo.training.preflight import PreflightError, check_store, check_writable, preflight
 
 
 def test_eval_missing_data_is_one_line_naming_the_path_exit_2(tmp_path):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mgrpo_algo.config import LearnerConfig
-from mgrpo_algo.learner import RoleLearner
-from mgrpo_algo.sequences import TokenSequence
+from mgrpo_algo.core.config import LearnerConfig
+from mgrpo_algo.core.sequences import TokenSequence
+from mgrpo_algo.learning.learner import RoleLearner
 
 pytestmark = [
     pytest.mark.gpu,
@@ -63,7 +63,7 @@ def test_gpu_benchmark_quick_runs():
 
 def test_sampler_reads_the_last_cpu_tokens_against_cuda_logprobs():
     # generate() hands the sequences back on the CPU while the recorded log-probs live on the GPU
-    from mgrpo_algo.hf_policy import _Sampler
+    from mgrpo_algo.policies.hf_policy import _Sampler
 
     sampler = _Sampler(1.0, 1.0, "processed")
     scores = torch.randn(2, 10, device="cuda")

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from mgrpo_algo.hf_policy import ChatPrompter, StopSpec, TransformersPolicy, cut_at_stop, stop_spec
-from mgrpo_algo.models import build_tiny_model
-from mgrpo_algo.sequences import trajectory_sequence
+from mgrpo_algo.core.sequences import trajectory_sequence
+from mgrpo_algo.policies.hf_policy import ChatPrompter, StopSpec, TransformersPolicy, cut_at_stop, stop_spec
+from mgrpo_algo.policies.models import build_tiny_model
 from mgrpo_env.rollout import PolicyRequest, collect
 
 SYSTEM = {"role": "system", "content": "You are a research agent."}

@@ -8,10 +8,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mgrpo_algo.hf_policy import ChatPrompter
-from mgrpo_algo.http_policy import OpenAICompatiblePolicy, PolicyError, completions_url
-from mgrpo_algo.models import train_tokenizer
-from mgrpo_algo.sequences import trajectory_sequence
+from mgrpo_algo.core.sequences import trajectory_sequence
+from mgrpo_algo.policies.hf_policy import ChatPrompter
+from mgrpo_algo.policies.http_policy import OpenAICompatiblePolicy, PolicyError, completions_url
+from mgrpo_algo.policies.models import train_tokenizer
 from mgrpo_env.rollout import PolicyRequest
 
 ACTION = '<think>search</think><tool_call>{"name": "search", "arguments": {"queries": ["Velmora"]}}</tool_call>'

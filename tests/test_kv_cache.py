@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from mgrpo_algo.hf_policy import TransformersPolicy
-from mgrpo_algo.models import build_tiny_model
+from mgrpo_algo.policies.hf_policy import TransformersPolicy
+from mgrpo_algo.policies.models import build_tiny_model
 from mgrpo_env.rollout import PolicyRequest, collect, collect_single
 
 SYSTEM = {"role": "system", "content": "You are a research agent."}

@@ -9,10 +9,10 @@ import pytest
 import torch
 from learner_helpers import padded_logprobs, padded_loss_mask
 
-from mgrpo_algo.config import LearnerConfig
-from mgrpo_algo.learner import RoleLearner
-from mgrpo_algo.losses import clipped_pg_loss
-from mgrpo_algo.sequences import TokenSequence
+from mgrpo_algo.core.config import LearnerConfig
+from mgrpo_algo.core.losses import clipped_pg_loss
+from mgrpo_algo.core.sequences import TokenSequence
+from mgrpo_algo.learning.learner import RoleLearner
 
 VOCAB = 128
 
@@ -321,7 +321,7 @@ def test_config_cross_field_checks():
 
 
 def test_a_role_learner_scores_at_its_rollout_temperature():
-    from mgrpo_algo.config import GenerationConfig, RoleConfig
+    from mgrpo_algo.core.config import GenerationConfig, RoleConfig
 
     assert RoleConfig(generation=GenerationConfig(temperature=1.5)).learner.temperature == 1.5
     assert RoleConfig(generation=GenerationConfig(temperature=0.0)).learner.temperature == 1.0  # greedy: no ratio

@@ -8,9 +8,9 @@ import random
 import pytest
 import torch
 
-from mgrpo_algo.config import LearnerConfig
-from mgrpo_algo.learner import RoleLearner
-from mgrpo_algo.sequences import TokenSequence
+from mgrpo_algo.core.config import LearnerConfig
+from mgrpo_algo.core.sequences import TokenSequence
+from mgrpo_algo.learning.learner import RoleLearner
 
 VOCAB = 96
 

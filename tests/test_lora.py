@@ -11,14 +11,14 @@ import pytest
 import torch
 from learner_helpers import padded_logprobs, padded_loss_mask
 
-from mgrpo_algo.config import LearnerConfig
-from mgrpo_algo.learner import RoleLearner
-from mgrpo_algo.losses import clipped_pg_loss
-from mgrpo_algo.sequences import TokenSequence
+from mgrpo_algo.core.config import LearnerConfig
+from mgrpo_algo.core.losses import clipped_pg_loss
+from mgrpo_algo.core.sequences import TokenSequence
+from mgrpo_algo.learning.learner import RoleLearner
 
 peft = pytest.importorskip("peft")
 
-from mgrpo_algo import lora  # noqa: E402
+from mgrpo_algo.learning import lora  # noqa: E402
 
 VOCAB = 128
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -211,7 +211,7 @@ def test_config_validates_autocast_and_lora(overrides, match):
 
 
 def test_config_accepts_autocast_and_lora_from_yaml():
-    from mgrpo_algo.config import load_config
+    from mgrpo_algo.core.config import load_config
 
     config = load_config(None, ["main.learner.autocast_dtype=bfloat16", "main.learner.lora_rank=8",
                                 "main.learner.lora_targets=[q_proj, v_proj]", "main.learner.device=cuda"])

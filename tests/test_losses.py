@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from mgrpo_algo import losses as losses_mod
-from mgrpo_algo.losses import (
+from mgrpo_algo.core import losses as losses_mod
+from mgrpo_algo.core.losses import (
     AGGREGATIONS,
     aggregate,
     clipped_pg_loss,

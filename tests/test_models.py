@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mgrpo_algo.models import (
+from mgrpo_algo.policies.models import (
     CHAT_TEMPLATE,
     PROTOCOL_TAGS,
     SPECIAL_TOKENS,

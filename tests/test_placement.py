@@ -1,6 +1,6 @@
 """Role-server placement: the same toy behaves the same in "local", "processes" and "ray".
 
-The toy is ``mgrpo_algo.placement._EchoCounter``. It lives in the package, not in ``tests/``: a
+The toy is ``mgrpo_algo.distributed.probe.EchoServer``. It lives in the package, not in ``tests/``: a
 ``spawn``-ed child gets the parent's ``sys.path`` but a Ray worker does not (it gets the driver's
 working directory only), so a class importable from the installed package is the one way that works in
 every placement, on every node, without ``sys.path`` tricks. The Ray tests share one 2-CPU local
@@ -19,14 +19,14 @@ import time
 
 import pytest
 
-from mgrpo_algo.placement import (
+from mgrpo_algo.distributed.placement import (
     PLACEMENTS,
     RemoteError,
     RoleCallTimeout,
     RoleServerDied,
-    _EchoCounter,
     spawn,
 )
+from mgrpo_algo.distributed.probe import EchoServer
 
 REMOTE = [p for p in PLACEMENTS if p != "local"]
 
@@ -72,7 +72,7 @@ def handles():
 
 
 def toy(handles, placement, start=0, **options):
-    handle = spawn(_EchoCounter, {"start": start}, placement=placement, name=f"toy{len(handles)}", **options)
+    handle = spawn(EchoServer, {"start": start}, placement=placement, name=f"toy{len(handles)}", **options)
     handles.append(handle)
     return handle
 
@@ -95,7 +95,7 @@ def test_same_results_in_every_placement(handles, placement):
     handle = toy(handles, placement, start=10)
     got = [handle.call("incr"), handle.call("incr", by=5), handle.call("get"),
            handle.call("echo", 1, "a", [2.5], k={"x": None}), handle.call("sleep", 0.01), handle.call("noop")]
-    ref = _EchoCounter(start=10)
+    ref = EchoServer(start=10)
     assert got == [ref.incr(), ref.incr(by=5), ref.get(), ref.echo(1, "a", [2.5], k={"x": None}), 0.01, None]
     assert handle.alive() and handle.placement == placement and handle.name == "toy0"
     assert handle.pid is None if placement == "local" else handle.call("getpid") == handle.pid
@@ -122,7 +122,7 @@ def test_remote_exception_carries_type_and_traceback(handles, placement):
 
 def test_constructor_error_is_raised_by_spawn(placement):
     with pytest.raises(RemoteError) as info:
-        spawn(_EchoCounter, {"fail_on_start": True}, placement=placement, name="bad")
+        spawn(EchoServer, {"fail_on_start": True}, placement=placement, name="bad")
     assert (info.value.method, info.value.type_name) == ("__init__", "RuntimeError")
     assert "asked to fail on start" in info.value.remote_traceback
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("mgrpo-role:")]
@@ -217,7 +217,7 @@ def test_timeout_leaves_the_server_usable(handles, remote):
 
 def test_close_runs_the_objects_close_and_leaves_no_process(placement, tmp_path):
     marker = tmp_path / "closed.txt"
-    with spawn(_EchoCounter, {"marker_path": str(marker)}, placement=placement, name="c") as handle:
+    with spawn(EchoServer, {"marker_path": str(marker)}, placement=placement, name="c") as handle:
         pid = handle.call("getpid")
         assert handle.call("incr") == 1
     assert marker.read_text() == f"closed {pid}\n"
@@ -253,7 +253,7 @@ def test_ray_resources_are_reserved_per_role(handles, ray_cluster):
     toy(handles, "ray", num_cpus=1)
     toy(handles, "ray", num_cpus=1)  # the two roles fill the 2-CPU cluster
     with pytest.raises(RoleCallTimeout, match="num_cpus=1"):
-        spawn(_EchoCounter, {}, placement="ray", name="third", num_cpus=1, start_timeout_s=1.5)
+        spawn(EchoServer, {}, placement="ray", name="third", num_cpus=1, start_timeout_s=1.5)
     handles.pop().close()  # frees a CPU
     deadline = time.monotonic() + 20
     while ray_cluster.available_resources().get("CPU", 0) < 1 and time.monotonic() < deadline:
@@ -273,10 +273,10 @@ def test_processes_pickling_errors_stay_local(handles):
 def test_child_exiting_during_start_raises_died():
     t0 = time.perf_counter()
     with pytest.raises(RoleServerDied) as info:
-        spawn(_EchoCounter, {"exit_on_start": 3}, placement="processes", name="quitter")
+        spawn(EchoServer, {"exit_on_start": 3}, placement="processes", name="quitter")
     assert info.value.exitcode == 3 and time.perf_counter() - t0 < 10
 
 
 def test_bad_placement_lists_the_valid_ones():
     with pytest.raises(ValueError, match="local, processes, ray"):
-        spawn(_EchoCounter, {}, placement="threads", name="x")
+        spawn(EchoServer, {}, placement="threads", name="x")

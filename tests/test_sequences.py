@@ -2,7 +2,7 @@
 
 import pytest
 
-from mgrpo_algo.sequences import TokenSequence, trajectory_sequence
+from mgrpo_algo.core.sequences import TokenSequence, trajectory_sequence
 
 
 def test_nested_turns_give_one_sequence_with_a_mask_on_sampled_tokens():

@@ -24,7 +24,7 @@ from redis_server import (  # noqa: F401 - fixtures
     self_signed_cert,
 )
 
-from mgrpo_algo.store import (
+from mgrpo_algo.distributed.store import (
     MainStat,
     SQLiteStore,
     StoreError,
@@ -32,7 +32,7 @@ from mgrpo_algo.store import (
     open_store,
     shipped_trajectory_bytes,
 )
-from mgrpo_algo.store_redis import RedisStore
+from mgrpo_algo.distributed.store_redis import RedisStore
 
 B, K = 2, 3  # queries x rollouts per iteration in most tests
 
@@ -324,7 +324,7 @@ def test_redis_restart_while_a_reader_waits(persistent_redis_server, caplog):
             except Exception as exc:  # noqa: BLE001 - reported below
                 result["error"] = exc
 
-        with caplog.at_level(logging.WARNING, logger="mgrpo_algo.store"):
+        with caplog.at_level(logging.WARNING, logger="mgrpo_algo.distributed.store"):
             thread = threading.Thread(target=wait)
             thread.start()
             time.sleep(0.2)

@@ -91,7 +91,7 @@ def test_tiny_oracle_solves_one_hop_questions_by_name(tiny, tiny_world):
 
 
 def test_world_tokens_make_names_values_and_urls_one_token(tiny, tmp_path):
-    from mgrpo_algo.models import train_tokenizer
+    from mgrpo_algo.policies.models import train_tokenizer
 
     tokens = tiny.world_tokens()
     entity = tiny.graph().entities[7]
@@ -108,7 +108,7 @@ def test_world_tokens_make_names_values_and_urls_one_token(tiny, tmp_path):
 
 
 def test_relabeled_keeps_copies_consistent():
-    from mgrpo_algo.warmstart import Relabeled
+    from mgrpo_algo.learning.warmstart import Relabeled
 
     groups = [[(10, 11), (20, 21), (30, 31)], [(100,), (200,)]]  # (name, slug) pairs; values
     ids, mask = [1, 10, 2, 11, 100, 10, 3], [0, 0, 0, 1, 0, 1, 1]
@@ -124,8 +124,8 @@ def test_relabeled_keeps_copies_consistent():
 
 
 def test_lr_schedule_and_role_epochs():
-    from mgrpo_algo.config import WarmStartConfig
-    from mgrpo_algo.warmstart import lr_factor
+    from mgrpo_algo.core.config import WarmStartConfig
+    from mgrpo_algo.learning.warmstart import lr_factor
 
     assert [lr_factor(s, 100, 10, 0.1) for s in (0, 9)] == [pytest.approx(0.1), pytest.approx(1.0)]
     assert lr_factor(10, 100, 10, 0.1) == pytest.approx(1.0) and lr_factor(100, 100, 10, 0.1) == pytest.approx(0.1)
@@ -140,9 +140,9 @@ def test_lr_schedule_and_role_epochs():
 def test_sft_train_runs_the_schedule_and_fractional_epochs(tmp_path):
     import torch
 
-    from mgrpo_algo.config import WarmStartConfig
-    from mgrpo_algo.models import build_tiny_model, train_tokenizer
-    from mgrpo_algo.warmstart import sft_train
+    from mgrpo_algo.core.config import WarmStartConfig
+    from mgrpo_algo.learning.warmstart import sft_train
+    from mgrpo_algo.policies.models import build_tiny_model, train_tokenizer
 
     tokenizer = train_tokenizer(["a b c d e f g"] * 10, vocab_size=300)
     model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1)

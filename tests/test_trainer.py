@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from mgrpo_algo.config import load_config
-from mgrpo_algo.scoring import annotate, score_batch
-from mgrpo_algo.trainer import InProcessRoles, Trainer
+from mgrpo_algo.core.config import load_config
+from mgrpo_algo.core.scoring import annotate, score_batch
+from mgrpo_algo.training.trainer import InProcessRoles, Trainer
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, Turn
 
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from mgrpo_algo.config import WarmStartConfig
-from mgrpo_algo.hf_policy import ChatPrompter, load_tokenizer
-from mgrpo_algo.models import build_role_models
-from mgrpo_algo.warmstart import demonstrations, sft_sequences, turn_exact_match, warm_start
+from mgrpo_algo.core.config import WarmStartConfig
+from mgrpo_algo.learning.warmstart import demonstrations, sft_sequences, turn_exact_match, warm_start
+from mgrpo_algo.policies.hf_policy import ChatPrompter, load_tokenizer
+from mgrpo_algo.policies.models import build_role_models
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from mgrpo_algo.weight_sync import WeightSync, WeightSyncError, server_root
+from mgrpo_algo.policies.weight_sync import WeightSync, WeightSyncError, server_root
 
 
 class FakeServer:
@@ -153,8 +153,8 @@ def test_sync_lora_unloads_then_loads_with_the_documented_bodies(server, tmp_pat
 
 
 def test_policy_samples_from_the_synced_adapter(server, tmp_path):
-    from mgrpo_algo.http_policy import OpenAICompatiblePolicy, PolicyError
-    from mgrpo_algo.models import train_tokenizer
+    from mgrpo_algo.policies.http_policy import OpenAICompatiblePolicy, PolicyError
+    from mgrpo_algo.policies.models import train_tokenizer
     from mgrpo_env.rollout import PolicyRequest
 
     tokenizer = train_tokenizer(["<answer>1911</answer> Who founded Velmora Press?"] * 20, tmp_path / "tok",
@@ -175,8 +175,8 @@ def test_learner_adapter_directory_is_what_gets_loaded(server, tmp_path):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from mgrpo_algo.config import LearnerConfig
-    from mgrpo_algo.learner import RoleLearner
+    from mgrpo_algo.core.config import LearnerConfig
+    from mgrpo_algo.learning.learner import RoleLearner
 
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

@@ -1,7 +1,7 @@
 """Prebuilt start models: a warm start trained once, kept with the project, verified on every load.
 
 ``mgrpo warm-start --config FILE --out DIR`` (``make warm-start``) trains the config's warm start
-(:func:`mgrpo_algo.trainer.role_model_paths`) and exports each role's folder to ``DIR/<role>`` with a
+(:func:`mgrpo_algo.training.trainer.role_model_paths`) and exports each role's folder to ``DIR/<role>`` with a
 ``DIR/SHA256SUMS`` file. A config that names such a folder as a role's ``model`` loads it like any
 ``from_pretrained`` folder; :func:`verify_folder` checks it against the checksums first, so a
 corrupted or hand-edited start model is refused with the file that differs, never silently used.

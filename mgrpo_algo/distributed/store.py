@@ -40,6 +40,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from pkgutil import resolve_name
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -542,6 +543,11 @@ _SPEC_FORMS = (
 )
 
 
+#: Store backends other than SQLite, as "module:class", imported on first use: a backend module imports
+#: this one (for the base class and the record types), never the reverse, so there is no import cycle.
+STORE_BACKENDS: dict[str, str] = {"redis": "mgrpo_algo.distributed.store_redis:RedisStore"}
+
+
 def open_store(spec: str, **kwargs: Any) -> StatsStore:
     """Open a store from a spec string: ``"sqlite:PATH"`` or ``"redis://HOST:PORT[/DB]"``.
 
@@ -564,7 +570,5 @@ def open_store(spec: str, **kwargs: Any) -> StatsStore:
                 raise ValueError("bad host or db")
         except ValueError as exc:
             raise ValueError(f"malformed redis store spec {spec!r} ({exc}); use {_SPEC_FORMS}") from None
-        from .store_redis import RedisStore
-
-        return RedisStore(spec, **kwargs)
+        return resolve_name(STORE_BACKENDS["redis"])(spec, **kwargs)
     raise ValueError(f"unknown store spec {spec!r}; use {_SPEC_FORMS}")

@@ -1,7 +1,7 @@
 """One role's learner: a causal LM, its AdamW optimiser and the clipped policy-gradient update.
 
 M-GRPO trains each role (main agent, sub-agent) with its own learner; no gradient crosses roles.
-A learner takes the role's :class:`~mgrpo_algo.sequences.TokenSequence` batch and makes one update::
+A learner takes the role's :class:`~mgrpo_algo.core.sequences.TokenSequence` batch and makes one update::
 
     learner = RoleLearner("main", "path/to/model", LearnerConfig())
     metrics = learner.update(sequences)          # {"main/loss": ..., "main/clipfrac": ..., ...}
@@ -30,7 +30,7 @@ logits at position t predict token t+1); the loss mask is shifted the same way, 
 Mixed precision and LoRA (``LearnerConfig.autocast_dtype`` / ``lora_rank``): every forward runs
 under ``torch.autocast`` in the configured dtype (parameters and AdamW keep ``dtype``; log-probs and
 the loss are float32; float16 adds a ``GradScaler``). With ``lora_rank > 0`` the model is wrapped in
-a peft adapter named after the role (:mod:`mgrpo_algo.lora`): the base is frozen, the optimiser holds
+a peft adapter named after the role (:mod:`mgrpo_algo.learning.lora`): the base is frozen, the optimiser holds
 only the adapter, the adapter is activated around each forward (so roles can share one base model
 object), and with ``kl_coef > 0`` the reference is the same model with adapters disabled (no copy).
 A LoRA checkpoint holds the unmerged base in ``model/`` and the adapter in ``adapter/`` (peft
@@ -57,9 +57,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .config import LearnerConfig
-from .losses import clipped_pg_loss, loss_normalizer
-from .sequences import TokenSequence
+from ..core.config import LearnerConfig
+from ..core.losses import clipped_pg_loss, loss_normalizer
+from ..core.sequences import TokenSequence
 
 __all__ = ["RoleLearner"]
 
@@ -582,7 +582,7 @@ class RoleLearner:
 
     def save_adapter(self, path: str | os.PathLike) -> Path:
         """Write this role's LoRA adapter alone (peft format) to ``path``: the directory to hand to
-        ``mgrpo_algo.weight_sync.WeightSync.sync_lora`` after an update."""
+        ``mgrpo_algo.policies.weight_sync.WeightSync.sync_lora`` after an update."""
         if self.adapter is None:
             raise ValueError("save_adapter needs lora_rank > 0")
         from .lora import save_adapter

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TokenSequence", "trajectory_sequence"]
+__all__ = ["TokenSequence", "trajectory_sequence", "slot_sequence"]
 
 
 @dataclass
@@ -109,3 +109,9 @@ def trajectory_sequence(turns: Sequence[Mapping[str, Any]]) -> tuple[list[int], 
         mask.extend([1] * len(completion))
         logps.extend(float(x) for x in sampled)
     return ids, mask, logps
+
+
+def slot_sequence(turn_extras: Sequence[Mapping[str, Any]], advantage: float, role: str, **meta: Any) -> TokenSequence:
+    """A trajectory's training sample: its sampled ids (nothing re-tokenised) with its advantage."""
+    ids, mask, logps = trajectory_sequence(turn_extras)
+    return TokenSequence(ids, mask, advantage, sampled_logprobs=logps, role=role, meta=meta)

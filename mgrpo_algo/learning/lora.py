@@ -31,7 +31,7 @@ Checkpoints (``RoleLearner.save``): ``model/`` holds the *unmerged* frozen base 
 plain Hugging Face names (a normal ``from_pretrained`` directory, see :func:`base_state_dict`), and
 ``adapter/`` the role's adapter in peft's format (``adapter_config.json`` +
 ``adapter_model.safetensors``, :func:`save_adapter`). That adapter directory is exactly what vLLM's
-``/v1/load_lora_adapter`` takes (``mgrpo_algo.weight_sync.WeightSync.sync_lora``). Merged weights
+``/v1/load_lora_adapter`` takes (``mgrpo_algo.policies.weight_sync.WeightSync.sync_lora``). Merged weights
 (for serving without LoRA) are one call away: :func:`merged_state_dict`.
 """
 

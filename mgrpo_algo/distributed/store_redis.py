@@ -1,6 +1,6 @@
 """The Redis backend of the stats store (scale-out: role servers on several machines share it).
 
-See :mod:`mgrpo_algo.store` for the contract; this module holds only what is Redis-specific.
+See :mod:`mgrpo_algo.distributed.store` for the contract; this module holds only what is Redis-specific.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .store import (
 __all__ = ["RedisStore"]
 
 T = TypeVar("T")
-logger = logging.getLogger("mgrpo_algo.store")
+logger = logging.getLogger("mgrpo_algo.distributed.store")
 
 
 _PUT_MAIN_LUA = """

@@ -4,10 +4,10 @@ This is the paper's deployment (section 4.2): the main agent and the sub-agents 
 separate servers. A :class:`RoleServer` generates its role's actions (``act``), keeps the token
 trajectories it sampled (they never leave it), and updates its learner from the rewards it is
 told. No gradient and no trajectory crosses between roles; what crosses is minimal statistics
-through the shared store (:mod:`mgrpo_algo.store`): the main server publishes, per rollout, its
+through the shared store (:mod:`mgrpo_algo.distributed.store`): the main server publishes, per rollout, its
 correctness and format flag; the sub server waits for them before it applies an iteration
 (synchronized) or lags behind them (stale). Rewards and advantages are not computed here: the env
-pays R_M and R_S once, the loop scores the batch once (:mod:`mgrpo_algo.scoring`), and each server
+pays R_M and R_S once, the loop scores the batch once (:mod:`mgrpo_algo.core.scoring`), and each server
 gets its slots (keys and advantages).
 
 Fault tolerance, per iteration t:
@@ -40,9 +40,9 @@ class RoleServer:
         role: "main" or "sub".
         model: path or name of the role's model (``from_pretrained``); the tokenizer comes from it.
         checkpoint_dir: this server's own folder (checkpoint, committed buffers, state).
-        store: a store spec for :func:`mgrpo_algo.store.open_store` (``sqlite:PATH``, ``redis://...``).
+        store: a store spec for :func:`mgrpo_algo.distributed.store.open_store` (``sqlite:PATH``, ``redis://...``).
         learner, generation: fields of ``LearnerConfig`` and ``GenerationConfig``.
-        seed: the run's seed (the policy's sampling seed follows :func:`mgrpo_algo.trainer.policy_seed`).
+        seed: the run's seed (the policy's sampling seed follows :func:`mgrpo_algo.training.trainer.policy_seed`).
         train: False for a frozen role (generates, never updates).
     """
 
@@ -63,11 +63,11 @@ class RoleServer:
         import torch
         import transformers
 
-        from .config import GenerationConfig, LearnerConfig
-        from .hf_policy import TransformersPolicy
-        from .learner import RoleLearner
-        from .store import open_store
-        from .trainer import policy_seed
+        from ..core.config import GenerationConfig, LearnerConfig
+        from ..core.seeding import policy_seed
+        from ..distributed.store import open_store
+        from ..learning.learner import RoleLearner
+        from ..policies.hf_policy import TransformersPolicy
 
         if role not in ("main", "sub"):
             raise ValueError(f"role must be 'main' or 'sub', got {role!r}")
@@ -134,10 +134,10 @@ class RoleServer:
     def update_main(self, iteration: int, slots: list[dict[str, Any]]) -> dict[str, float]:
         """Publish the main statistics of ``iteration`` and update on them.
 
-        ``slots``: :func:`mgrpo_algo.scoring.slot_payload` of the iteration's ``MainSlot``s (rollout
+        ``slots``: :func:`mgrpo_algo.core.scoring.slot_payload` of the iteration's ``MainSlot``s (rollout
         key, reward, A_M, correctness, format flag), one per rollout.
         """
-        from .store import MainStat
+        from ..distributed.store import MainStat
 
         if iteration <= self.state["last_applied"]:
             return {**self.state["metrics"].get(str(iteration), {}), f"{self.role}/replayed": 1.0}
@@ -151,7 +151,7 @@ class RoleServer:
     def update_sub(self, iteration: int, slots: list[dict[str, Any]], rollouts: int, *, staleness: int = 0) -> dict[str, float]:
         """Queue ``iteration`` and apply every pending iteration whose main statistics are in the store.
 
-        ``slots``: :func:`mgrpo_algo.scoring.slot_payload` of the iteration's aligned ``SubSlot``s
+        ``slots``: :func:`mgrpo_algo.core.scoring.slot_payload` of the iteration's aligned ``SubSlot``s
         (rollout key, agent, A_S); ``rollouts``: how many main statistics complete the iteration.
         ``staleness`` 0 (synchronized): wait for this iteration's main statistics and apply it now.
         n > 0 (stale): apply what is complete, and wait only for iterations older than
@@ -164,7 +164,7 @@ class RoleServer:
         return self._apply_pending(iteration, staleness)
 
     def _apply_pending(self, iteration: int, staleness: int) -> dict[str, float]:
-        from .store import StoreTimeout
+        from ..distributed.store import StoreTimeout
 
         pending = self.state.setdefault("pending", {})
         metrics: dict[str, float] = {}
@@ -199,7 +199,7 @@ class RoleServer:
 
     def _sequences(self, iteration: int, slots: list[dict[str, Any]]) -> list[Any]:
         """The training sequences of ``slots``, from the trajectories this server kept."""
-        from .trainer import slot_sequence
+        from ..core.sequences import slot_sequence
 
         buffer = self._buffer(iteration)
         return [slot_sequence(buffer[_key(s["key"]["index"], s["agent"])], s["advantage"], self.role) for s in slots]

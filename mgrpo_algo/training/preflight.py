@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .config import TrainConfig
+from ..core.config import TrainConfig
 
 __all__ = ["PreflightError", "preflight", "check_store", "check_writable", "check_scenario"]
 
@@ -69,7 +69,7 @@ def check_store(spec: str | None, timeout_s: float = 2.0) -> None:
     if spec.startswith("sqlite:") and spec[len("sqlite:"):]:
         check_writable(Path(spec[len("sqlite:"):]).expanduser().parent, f"store {spec}: folder")
         return
-    from .store import open_store
+    from ..distributed.store import open_store
 
     try:
         open_store(spec)  # raises ValueError naming the accepted forms

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import TRAIN_MODES, TrainConfig, config_to_dict
+from ..core.config import TRAIN_MODES, TrainConfig, config_to_dict
 
 __all__ = ["MODES", "check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate"]
 
@@ -96,7 +96,7 @@ def _roles(mode: str) -> list[str]:
 
 def _policies(config: TrainConfig, models: Mapping[str, Any], tokenizers: Mapping[str, str], seed: int) -> dict[str, Any]:
     """Evaluation policies: eval temperature and token budget, the role's top-p and prompt limit."""
-    from .hf_policy import TransformersPolicy
+    from ..policies.hf_policy import TransformersPolicy
 
     out = {}
     for role, model in models.items():
@@ -159,8 +159,8 @@ def run_compare(
 
     from mgrpo_env.episode import write_jsonl
 
+    from ..training.trainer import role_model_paths
     from .plots import plot_curves
-    from .trainer import role_model_paths
 
     transformers.utils.logging.disable_progress_bar()  # per-shard bars of every model load drown the bars here
     modes = list(modes)
@@ -241,7 +241,7 @@ def _train_and_evaluate(
 
     from mgrpo_env.episode import write_jsonl
 
-    from .trainer import Trainer
+    from ..training.trainer import Trainer
 
     cfg = copy.deepcopy(config)
     cfg.mode, cfg.seed, cfg.out_dir = mode, seed, str(run_dir)
@@ -313,7 +313,7 @@ def _train_and_evaluate(
 
 def _trained_policies(cfg: TrainConfig, trainer: Any, paths: Mapping[str, str], seed: int) -> dict[str, Any]:
     """Evaluation policies over the trainer's current in-memory models (a frozen role keeps its start)."""
-    from .hf_policy import TransformersPolicy
+    from ..policies.hf_policy import TransformersPolicy
 
     models: dict[str, Any] = {}
     for role, policy in trainer.policies.items():

@@ -18,14 +18,14 @@ Prompts (:class:`ChatPrompter`, shared with the HTTP policy):
   Llama-style templates work too. When the completion already ends with the token the
   continuation starts with (the model sampled ``<|im_end|>``), it is not repeated. The ids never
   come from re-tokenising earlier text, so prompts nest exactly and
-  :func:`mgrpo_algo.sequences.trajectory_sequence` accepts them.
+  :func:`mgrpo_algo.core.sequences.trajectory_sequence` accepts them.
 - a prompt longer than ``max_prompt_tokens`` is not cut (cutting would break the nesting the
   trainer relies on, and hide the problem): the policy does not generate and answers the empty
   text, which the env counts as a malformed turn (format failure) - the agent is stopped by its
   turn limit without spending generation on it, and ``finish_reason`` says ``prompt_too_long``.
 
 KV reuse (``kv_cache_mb`` > 0, the default): each agent's keys and values are kept between its turns
-and the next turn feeds only the ids after them (:mod:`mgrpo_algo.kv_cache`); the sampled ids and
+and the next turn feeds only the ids after them (:mod:`mgrpo_algo.policies.kv_cache`); the sampled ids and
 log-probs are those of a full re-prefill. The rollout loops call :meth:`TransformersPolicy.release`
 when an agent ends.
 
@@ -40,7 +40,7 @@ exactly what a learner computes as ``log_softmax(logits / T)``. ``"raw"`` gives
 ``logprobs`` are ``log_softmax(logits)``.
 
 Stopping: on the ids of ``</tool_call>``, ``</answer>``, ``</result>`` when each is one token (as with
-:mod:`mgrpo_algo.models` tokenizers), plus ``<|im_end|>`` and the eos ids; tags that are several
+:mod:`mgrpo_algo.policies.models` tokenizers), plus ``<|im_end|>`` and the eos ids; tags that are several
 tokens in a hub tokenizer become HF ``stop_strings``. The completion keeps the stop token (and its
 text); everything after it (padding) is dropped.
 """
@@ -289,7 +289,7 @@ class TransformersPolicy:
         logprobs_mode: "processed" (the sampling distribution) or "raw" (``log_softmax(logits)``).
         name: recorded as ``extra["policy"]``; default ``"hf:<name or path>"``.
         kv_cache_mb: memory budget of the KV caches kept between an agent's turns
-            (:mod:`mgrpo_algo.kv_cache`: only the new ids are fed at the next turn; least recently
+            (:mod:`mgrpo_algo.policies.kv_cache`: only the new ids are fed at the next turn; least recently
             used caches are evicted past the budget and re-prefilled). 0 turns reuse off. Ignored
             (always re-prefill) for models with sliding-window or linear-attention layers.
     """

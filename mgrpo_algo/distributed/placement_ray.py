@@ -1,6 +1,6 @@
 """The Ray placement of role servers: each role a Ray actor with its own resources.
 
-See :mod:`mgrpo_algo.placement` for the handle contract; this module is imported only when
+See :mod:`mgrpo_algo.distributed.placement` for the handle contract; this module is imported only when
 ``placement="ray"`` is used.
 """
 

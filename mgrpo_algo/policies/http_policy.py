@@ -1,7 +1,7 @@
 """A policy served by an OpenAI-compatible ``/v1/completions`` endpoint (vLLM), token-in/token-out.
 
 :class:`OpenAICompatiblePolicy` builds the prompt ids itself (the same
-:class:`mgrpo_algo.hf_policy.ChatPrompter` as the in-process policy, so turns nest), sends them
+:class:`mgrpo_algo.policies.hf_policy.ChatPrompter` as the in-process policy, so turns nest), sends them
 as token ids, and reads back the exact sampled ids and their log-probabilities. One HTTP request
 per agent request, run concurrently in a thread pool (the server batches them).
 
@@ -34,7 +34,7 @@ tokenizer's decoding of the completion ids (special tokens kept), so text and id
 Log-probabilities: vLLM reports them under its ``--logprobs-mode`` (default ``raw_logprobs``:
 ``log_softmax(logits)`` before temperature and top-p). Start the server with
 ``--logprobs-mode processed_logprobs`` to get the sampling distribution's, as
-:class:`mgrpo_algo.hf_policy.TransformersPolicy` does by default. vLLM clamps ``-inf`` to -9999.
+:class:`mgrpo_algo.policies.hf_policy.TransformersPolicy` does by default. vLLM clamps ``-inf`` to -9999.
 
 Errors: connection errors, timeouts, HTTP 408/429/5xx and unparsable bodies are retried
 ``max_retries`` times with exponential backoff; other HTTP statuses (a 400 for a bad field, 404 for

@@ -22,7 +22,7 @@ Two paths, both documented by vLLM:
    Start the server from the directory the learner writes to, in development mode:
    ``VLLM_SERVER_DEV_MODE=1 vllm serve MODEL_DIR --enable-sleep-mode``. After an update the learner
    overwrites ``MODEL_DIR`` (``save_pretrained``, safetensors; for a LoRA role
-   ``mgrpo_algo.lora.merged_state_dict``), then, as the docs' level-2 example::
+   ``mgrpo_algo.learning.lora.merged_state_dict``), then, as the docs' level-2 example::
 
        POST /sleep?level=2                 discard weights and KV cache (frees the GPU memory)
        POST /wake_up?tags=weights          reallocate the weights only

@@ -15,7 +15,7 @@ Modes: ``mgrpo`` (both roles learn), ``frozen-sub`` (only the main agent learns)
 Placement (``TrainConfig.placement``) only changes what is underneath ``roles``: ``in-process``
 (:class:`InProcessRoles`: learners and policies here; policies share their learner's model object,
 so rollouts always use the current weights without a copy) or a decoupled one
-(:class:`mgrpo_algo.decoupled.RoleServers`: each role on its own server). The loop, the scoring, the
+(:class:`mgrpo_algo.training.decoupled.RoleServers`: each role on its own server). The loop, the scoring, the
 seeds and the metrics are the same code in both, so the same seed gives the same run.
 """
 
@@ -26,49 +26,33 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from pkgutil import resolve_name
 from typing import Any
-
-import numpy as np
 
 import mgrpo_scenarios
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.rollout import CollectStats, collect, collect_single
 
-from .config import TrainConfig, config_to_dict
-from .scoring import COUNT_WINDOW, ScoredBatch, alignment_width, annotate, score_batch
-from .sequences import TokenSequence, trajectory_sequence
+from ..core.config import TrainConfig, config_to_dict
+from ..core.scoring import COUNT_WINDOW, ScoredBatch, alignment_width, annotate, score_batch
+from ..core.seeding import iteration_rngs, policy_seed
+from ..core.sequences import slot_sequence
 
-__all__ = ["Trainer", "InProcessRoles", "policy_seed", "role_model_paths", "iteration_rngs"]
-
-#: Sampling-seed offset of each role's policy (main and single 0, sub 1): the roles draw apart.
-_ROLE_SEED = {"main": 0, "single": 0, "sub": 1}
-
-
-def policy_seed(seed: int, role: str, iteration: int) -> int:
-    """The sampling seed of a role's policy built before ``iteration`` (a resumed server starts
-    at its next iteration): one formula for every placement, so they sample alike."""
-    return seed + _ROLE_SEED[role] + 1000 * iteration
-
-
-def iteration_rngs(seed: int, iteration: int) -> tuple[np.random.Generator, np.random.Generator]:
-    """(task sampling, alignment) generators of one iteration, keyed by (seed, iteration): a resumed
-    or restarted run draws what the uninterrupted run drew."""
-    return np.random.default_rng([seed, iteration, 0]), np.random.default_rng([seed, iteration, 1])
-
+__all__ = ["Trainer", "InProcessRoles", "ROLE_BACKENDS", "role_model_paths", "trained_roles"]
 
 def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> dict[str, str]:
     """The model path of each role: the configured one, or the tiny model built (and warm-started
     when ``warm_start.epochs > 0``) under ``models_dir``; built once and reused."""
     explicit = {role: getattr(config, role).model for role in roles}
-    from .prebuilt import verify_folder
+    from ..policies.prebuilt import verify_folder
 
     for path in explicit.values():
         if path and Path(path).is_dir():
             verify_folder(path)  # a prebuilt start model (SHA256SUMS beside it) must match its checksums
     missing = [role for role, path in explicit.items() if not path]
     if missing:
-        from .models import build_role_models
+        from ..policies.models import build_role_models
 
         built = build_role_models(
             scenario, config.models_dir, {r: config.model_sizes.get(r, {}) for r in missing}, seed=config.model_seed,
@@ -76,7 +60,7 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
         )
         paths = {role: str(built[role]) for role in missing}
         if config.warm_start.epochs > 0:
-            from .warmstart import warm_start
+            from ..learning.warmstart import warm_start
 
             warm = warm_start(scenario, paths, Path(config.models_dir) / "warm", config.warm_start, limits=config.limits)
             paths = {role: str(path) for role, path in warm.items()}
@@ -89,12 +73,6 @@ def trained_roles(config: TrainConfig) -> list[str]:
     return {"mgrpo": ["main", "sub"], "frozen-sub": ["main"], "single-agent": ["single"]}[config.mode]
 
 
-def slot_sequence(turn_extras: list[dict[str, Any]], advantage: float, role: str, **meta: Any) -> TokenSequence:
-    """A trajectory's training sequence (its sampled ids, nothing re-tokenised) with its advantage."""
-    ids, mask, logps = trajectory_sequence(turn_extras)
-    return TokenSequence(ids, mask, advantage, sampled_logprobs=logps, role=role, meta=meta)
-
-
 class InProcessRoles:
     """Learners and policies in this process (placement ``in-process``; every mode)."""
 
@@ -104,8 +82,8 @@ class InProcessRoles:
         import torch
         import transformers
 
-        from .hf_policy import TransformersPolicy
-        from .learner import RoleLearner
+        from ..learning.learner import RoleLearner
+        from ..policies.hf_policy import TransformersPolicy
 
         transformers.utils.logging.disable_progress_bar()  # per-shard bars drown the training log
         torch.set_num_threads(config.torch_threads)
@@ -132,8 +110,8 @@ class InProcessRoles:
 
     def _served_policy(self, role: str, model_path: str) -> Any:
         """An OpenAI-compatible policy on the role's served engine, and the weight sync that keeps it current."""
-        from .http_policy import OpenAICompatiblePolicy
-        from .weight_sync import WeightSync
+        from ..policies.http_policy import OpenAICompatiblePolicy
+        from ..policies.weight_sync import WeightSync
 
         spec = getattr(self.config, role)
         served, g = spec.served, spec.generation
@@ -198,6 +176,14 @@ class InProcessRoles:
         """Nothing to stop in process."""
 
 
+#: What the loop runs on, per ``placement.kind``: a class, or "module:class" imported on first use
+#: (the decoupled backend imports this module for the loop, never the reverse: no import cycle).
+ROLE_BACKENDS: dict[str, Any] = {
+    "in-process": InProcessRoles,
+    **{kind: "mgrpo_algo.training.decoupled:RoleServers" for kind in ("local", "processes", "ray")},
+}
+
+
 class Trainer:
     """Runs a :class:`TrainConfig`: builds the roles where ``config.placement`` says, then every
     stage's iterations. A decoupled placement resumes after the last iteration its servers applied."""
@@ -217,12 +203,8 @@ class Trainer:
         self._warned_no_expert = False
         roles = ["single"] if config.mode == "single-agent" else ["main", "sub"]
         paths = role_model_paths(config, self.scenario, roles)
-        if placement.decoupled:
-            from .decoupled import RoleServers
-
-            self.roles: Any = RoleServers(config, paths, self.out)
-        else:
-            self.roles = InProcessRoles(config, paths, self.out)
+        backend = ROLE_BACKENDS[placement.kind]
+        self.roles: Any = (resolve_name(backend) if isinstance(backend, str) else backend)(config, paths, self.out)
         self.iteration = self.roles.start_iteration
         self.observed_counts: list[int] = []
         state = self.out / "loop_state.json"

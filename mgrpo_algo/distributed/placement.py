@@ -17,7 +17,7 @@ the role's policy and learner. The controller builds it with :func:`spawn` and t
 - "ray": one Ray actor per role reserving ``num_cpus`` / ``num_gpus`` (plus ``ray_options``), so roles
   land on different machines of a cluster; ``pid`` is the worker's, on its node.
 
-Round trip measured on a 2-core CPU box (``python -m mgrpo_algo.placement``, median): a no-op call
+Round trip measured on a 2-core CPU box (``python -m mgrpo_algo.distributed.placement``, median): a no-op call
 costs ~1 us local, 0.04-0.07 ms processes, 0.8-0.9 ms Ray; a 1 MB bytes argument echoed back (1 MB each
 way) 2.6-2.9 ms processes, 6-7 ms Ray: negligible next to a generation or an update.
 
@@ -59,10 +59,9 @@ importable on every node (install the project there). A role that needs more tha
 ``num_gpus`` (custom resources, a placement group, node affinity) passes ``ray_options``, merged into
 ``.options()``. A request the cluster cannot satisfy shows as a start timeout naming the resources.
 
-The factory must be an importable top-level class or function (it is pickled by reference). The toy
-:class:`_EchoCounter` lives here, not in ``tests/``, so that spawned children and Ray workers on any
-node import it like the real role server; run ``python -m mgrpo_algo.placement`` to measure the call
-overhead of each placement with it.
+The factory must be an importable top-level class or function (it is pickled by reference);
+:mod:`mgrpo_algo.distributed.probe` has a small one to check a placement or a cluster and to measure
+its call overhead (``python -m mgrpo_algo.distributed.probe``).
 """
 
 from __future__ import annotations
@@ -82,6 +81,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from pkgutil import resolve_name
 from typing import Any
 
 __all__ = ["PLACEMENTS", "RemoteError", "RoleCallTimeout", "RoleHandle", "RoleServerDied", "spawn"]
@@ -153,14 +153,18 @@ def spawn(
     if num_cpus < 0 or num_gpus < 0 or not start_timeout_s > 0:
         raise ValueError(f"need num_cpus >= 0, num_gpus >= 0, start_timeout_s > 0; got {num_cpus}, "
                          f"{num_gpus}, {start_timeout_s}")
-    if placement == "ray":
-        from .placement_ray import _RayRole as cls  # ray is only imported when used
-    else:
-        cls = {"local": _LocalRole, "processes": _ProcessRole}[placement]
+    cls = PLACEMENT_BACKENDS[placement]
+    if isinstance(cls, str):
+        cls = resolve_name(cls)  # ray is only imported when used
     handle = cls(factory, dict(kwargs), name=name, num_cpus=num_cpus, num_gpus=num_gpus, env=dict(env or {}),
                  start_timeout_s=start_timeout_s, ray_options=dict(ray_options or {}))
     handle._start()
     return handle
+
+
+#: Handle class of each placement; a string is "module:class", imported on first use (the Ray backend
+#: imports this module for RoleHandle, never the reverse: no import cycle).
+PLACEMENT_BACKENDS: dict[str, Any] = {"ray": "mgrpo_algo.distributed.placement_ray:_RayRole"}
 
 
 class RoleHandle(ABC):
@@ -296,54 +300,6 @@ def _unwrap(name: str, method: str, reply: tuple) -> Any:
         except Exception:
             cause = None
     raise RemoteError(name, method, type_name, message, tb) from cause
-
-
-class _EchoCounter:
-    """Toy role server for the tests and for ``python -m mgrpo_algo.placement`` (importable anywhere).
-
-    A counter with state; ``fail`` raises; ``sleep`` blocks; ``close`` writes ``closed`` to
-    ``marker_path`` (if given) so a test can see it ran in the server. ``fail_on_start`` raises in the
-    constructor, ``exit_on_start`` ends the process there with that exit code.
-    """
-
-    def __init__(self, start: int = 0, marker_path: str | None = None, fail_on_start: bool = False,
-                 exit_on_start: int | None = None) -> None:
-        if fail_on_start:
-            raise RuntimeError("asked to fail on start")
-        if exit_on_start is not None:
-            os._exit(exit_on_start)
-        self.count, self.marker_path = start, marker_path
-
-    def incr(self, by: int = 1) -> int:
-        self.count += by
-        return self.count
-
-    def get(self) -> int:
-        return self.count
-
-    def echo(self, *args: Any, **kwargs: Any) -> tuple:
-        return args, kwargs
-
-    def noop(self) -> None:
-        return None
-
-    def fail(self, message: str) -> None:
-        raise ValueError(f"toy failure: {message}")
-
-    def sleep(self, seconds: float) -> float:
-        time.sleep(seconds)
-        return seconds
-
-    def getenv(self, key: str) -> str | None:
-        return os.environ.get(key)
-
-    def getpid(self) -> int:
-        return os.getpid()
-
-    def close(self) -> None:
-        if self.marker_path:
-            with open(self.marker_path, "a") as fh:
-                fh.write(f"closed {os.getpid()}\n")
 
 
 # -- local ------------------------------------------------------------------------------------------
@@ -564,28 +520,4 @@ def _close_processes_at_exit() -> None:
             handle.close(timeout_s=5.0)
 
 
-# -- ray --------------------------------------------------------------------------------------------
-
-
-def measure_overhead(placement: str, n: int = 200, payload_bytes: int = 1_000_000) -> dict[str, float]:
-    """Median round trip (ms) of a no-op call and of an ``echo`` of ``payload_bytes`` bytes."""
-    payload = os.urandom(payload_bytes)
-    with spawn(_EchoCounter, {}, placement=placement, name=f"bench-{placement}", num_cpus=0) as handle:
-        out = {}
-        for key, args, reps in (("noop_ms", (), n), ("echo_payload_ms", (payload,), max(n // 10, 5))):
-            method = "echo" if args else "noop"
-            handle.call(method, *args)  # warm-up
-            times = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                handle.call(method, *args)
-                times.append((time.perf_counter() - t0) * 1e3)
-            out[key] = sorted(times)[len(times) // 2]
-    return out
-
-
-if __name__ == "__main__":
-    from mgrpo_algo.placement import measure_overhead as _measure  # the importable module, not __main__
-
-    for _placement in PLACEMENTS:
-        print(_placement, {k: round(v, 3) for k, v in _measure(_placement).items()}, flush=True)
+PLACEMENT_BACKENDS.update({"local": _LocalRole, "processes": _ProcessRole})

@@ -46,7 +46,7 @@ _DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "npu")
 
 @dataclass
 class LearnerConfig:
-    """One role's learner (``mgrpo_algo.learner.RoleLearner``): optimiser, loss and batching.
+    """One role's learner (``mgrpo_algo.learning.learner.RoleLearner``): optimiser, loss and batching.
 
     Every role (main, sub, single) has its own; M-GRPO never shares gradients between roles.
     """
@@ -68,7 +68,7 @@ class LearnerConfig:
     """Clip the global gradient L2 norm to this before each step (paper / verl: 1.0). None disables
     clipping (the norm is still reported as ``grad_norm``)."""
 
-    # --- loss (``mgrpo_algo.losses.clipped_pg_loss``) -----------------------------------------------
+    # --- loss (``mgrpo_algo.core.losses.clipped_pg_loss``) -----------------------------------------------
     eps_low: float = 0.2
     """Lower clip range: the ratio is clipped below at 1 - eps_low (paper code: 0.2)."""
     eps_high: float = 0.28
@@ -77,7 +77,7 @@ class LearnerConfig:
     aggregation: str = "seq-mean-token-mean"
     """How token losses become one number: "seq-mean-token-mean" (paper code: mean over a sample's
     sampled tokens, then over samples with weight > 0), "token-mean" (long samples weigh more) or
-    "seq-mean-token-sum". See ``mgrpo_algo.losses.AGGREGATIONS``."""
+    "seq-mean-token-sum". See ``mgrpo_algo.core.losses.AGGREGATIONS``."""
     kl_coef: float = 0.0
     """Weight of the k3 KL to a frozen copy of the initial model (paper: 0). > 0 keeps that copy in
     memory (and in checkpoints) and costs one extra forward per update."""
@@ -131,8 +131,8 @@ class LearnerConfig:
     """LoRA rank r (peft) of this role's adapter; 0 trains the full model. > 0 freezes the base model
     and trains only ``r * (d_in + d_out)`` parameters per targeted linear layer: optimiser state and
     gradients shrink to the adapter's size, several roles can share one base model object (see
-    ``mgrpo_algo.lora``) and a served vLLM engine is synced by loading the adapter at run time
-    (``mgrpo_algo.weight_sync``). With ``kl_coef`` > 0 the reference is the base with adapters
+    ``mgrpo_algo.learning.lora``) and a served vLLM engine is synced by loading the adapter at run time
+    (``mgrpo_algo.policies.weight_sync``). With ``kl_coef`` > 0 the reference is the base with adapters
     disabled (no copy). Typical RL values: 16-64."""
     lora_alpha: float = 32.0
     """LoRA scaling numerator: the adapter's update is scaled by ``lora_alpha / lora_rank``."""
@@ -224,7 +224,7 @@ class GenerationConfig:
     kv_cache_mb: float = 1024.0
     """Memory budget of the KV caches the in-process policy keeps between an agent's turns (only the
     new ids are fed at the next turn; past the budget the least recently used are evicted and
-    re-prefilled). 0 re-prefills every turn. Same samples and log-probs either way (mgrpo_algo.kv_cache)."""
+    re-prefilled). 0 re-prefills every turn. Same samples and log-probs either way (mgrpo_algo.policies.kv_cache)."""
 
     def __post_init__(self) -> None:
         _check(self.max_new_tokens >= 1, "generation.max_new_tokens", "must be >= 1")
@@ -238,7 +238,7 @@ class GenerationConfig:
 class ServedConfig:
     """A role's served engine: an OpenAI-compatible server (vLLM) loaded with the role's model.
 
-    After every update the weights are pushed to it (``mgrpo_algo.weight_sync``): the role's LoRA
+    After every update the weights are pushed to it (``mgrpo_algo.policies.weight_sync``): the role's LoRA
     adapter when ``learner.lora_rank > 0`` (vLLM with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
     --enable-lora``), else the full weights written to ``weights_dir`` (the folder the server was
     started from) and reloaded (``VLLM_SERVER_DEV_MODE=1 --enable-sleep-mode``).

@@ -1,4 +1,4 @@
-"""Per-trajectory KV caches kept across turns for :class:`mgrpo_algo.hf_policy.TransformersPolicy`.
+"""Per-trajectory KV caches kept across turns for :class:`mgrpo_algo.policies.hf_policy.TransformersPolicy`.
 
 An agent's turn ``t + 1`` prompt is its turn-``t`` prompt, the sampled completion and the
 template's continuation (the tool response). Re-reading the whole chat every turn makes a sixth turn

@@ -1,6 +1,6 @@
 """Decoupled M-GRPO: each role on its own server, only statistics crossing between them.
 
-:class:`RoleServers` is what the iteration loop (:class:`mgrpo_algo.trainer.Trainer`) runs on when
+:class:`RoleServers` is what the iteration loop (:class:`mgrpo_algo.training.trainer.Trainer`) runs on when
 ``placement.kind`` is ``local``, ``processes`` or ``ray``. The loop drives the environments and asks
 the role servers for actions; each server keeps the token trajectories it generated, so what travels
 is text in and text out. After a batch the loop scores it (the same code as in process) and sends
@@ -29,10 +29,10 @@ from typing import Any
 from mgrpo_env.episode import EpisodeRecord
 from mgrpo_env.rollout import PolicyRequest
 
-from .config import TrainConfig, config_to_dict
-from .placement import RoleServerDied, spawn
+from ..core.config import TrainConfig, config_to_dict
+from ..core.scoring import ScoredBatch, slot_payload
+from ..distributed.placement import RoleServerDied, spawn
 from .roles import RoleServer
-from .scoring import ScoredBatch, slot_payload
 from .trainer import Trainer
 
 __all__ = ["RoleServers", "DecoupledTrainer"]
