@@ -213,7 +213,7 @@ def evaluate_single(
     """Run one single-agent ``policy`` on ``split`` through the Gymnasium env (``collect_single``).
 
     The same report and records as :func:`evaluate_hierarchy`, so the baseline compares like for like.
-    Pass ``env_kwargs={"max_turns": ...}`` as the trainer does (max_main_turns * max_sub_turns).
+    Pass ``env_kwargs={"limits": limits}`` as the trainer does (the turn budget is ``limits.single_agent_turns``).
     """
     from mgrpo_env.rollout import collect_single
 
