@@ -107,3 +107,19 @@ def test_train_resume_after_sigkills_equals_an_uninterrupted_run(small_scenario,
     for a, b in zip(history, lines, strict=True):
         assert {k: v for k, v in a.items() if not k.startswith("time/") and not k.endswith(("/seconds", "/tokens_per_s"))} == \
             {k: v for k, v in b.items() if not k.startswith("time/") and not k.endswith(("/seconds", "/tokens_per_s"))}
+
+
+def test_recover_puts_back_the_checkpoint_a_kill_inside_save_left_aside(tmp_path):
+    """RoleLearner.save replaces a checkpoint with two renames; killed between them, only
+    ``.checkpoint.old-<pid>`` exists, and a restarting role server must find it at its place."""
+    from mgrpo_algo.learning.learner import RoleLearner
+
+    old, tmp = tmp_path / ".checkpoint.old-123", tmp_path / ".checkpoint.tmp-123"
+    old.mkdir()
+    (old / "learner.json").write_text('{"step": 1}')
+    tmp.mkdir()
+    RoleLearner.recover(tmp_path / "checkpoint")
+    assert json.loads((tmp_path / "checkpoint" / "learner.json").read_text()) == {"step": 1}
+    assert not old.exists() and not tmp.exists()
+    RoleLearner.recover(tmp_path / "checkpoint")  # nothing to do
+    assert (tmp_path / "checkpoint" / "learner.json").exists()
