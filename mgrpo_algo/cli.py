@@ -5,7 +5,7 @@ Commands available now:
                 --agent {oracle,scenario-oracle,random}
     mgrpo serve --scenario wiki-hops            # serve the offline world on 127.0.0.1 until Ctrl-C
     mgrpo view RUN_DIR                          # a static HTML page of the run's episodes
-    mgrpo train --config configs/tiny.yaml [--set mode=frozen-sub --set main.learner.lr=1e-4]
+    mgrpo train --config configs/tiny.yaml [--set mode=frozen-sub --set main.learner.lr=1e-4] [--resume]
     mgrpo train --config configs/tiny.yaml --placement processes --store redis://127.0.0.1:6379 [--staleness 1]
     mgrpo compare --config configs/tiny.yaml --seeds 3 --out runs/compare [--modes mgrpo,frozen-sub,single-agent]
 
@@ -139,6 +139,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # the flags are shorthands for the config's placement section
     flags = [f"placement.{name}={value}" for name, value in
              (("kind", args.placement), ("store", args.store), ("staleness", args.staleness or None)) if value is not None]
+    if args.resume:
+        flags.append("resume=true")
     try:
         config = load_config(args.config, [*args.set, *flags])
     except (ValueError, OSError) as exc:
@@ -325,6 +327,9 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--staleness", type=int, default=0,
                     help="0: synchronized (the sub learner waits for the main statistics of the same iteration); "
                     "n > 0: it may lag up to n iterations")
+    tr.add_argument("--resume", action="store_true",
+                    help="continue the run in out_dir after its last committed iteration (same config; "
+                    "role servers always resume from their own checkpoints)")
     tr.set_defaults(func=_cmd_train)
 
     cp = sub.add_parser("compare", help="M-GRPO vs frozen-sub vs single-agent at the same rollout budget, over seeds")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -31,7 +32,8 @@ def make_config(tmp_path, scenario, out: str, iterations: int = ITERATIONS, mode
 
 
 def check_store(spec: str, iterations: int, mode: str = "mgrpo") -> None:
-    """Every iteration's statistics are there exactly once, and both roles applied every iteration."""
+    """Every iteration's statistics are there exactly once, and both roles applied every iteration
+    (the store's sets cannot show an iteration applied twice: :func:`check_steps` counts updates)."""
     with open_store(spec) as store:
         for it in range(iterations):
             stats = store.get_main_stats(it, expected=B * K, timeout_s=1)
@@ -42,6 +44,14 @@ def check_store(spec: str, iterations: int, mode: str = "mgrpo") -> None:
         assert store.latest_complete_iteration(B * K) == iterations - 1
 
 
+def check_steps(status: dict, history: list[dict]) -> None:
+    """Each learner stepped exactly once per iteration whose batch had something to train on: an
+    iteration applied twice, or a server restarted without its checkpoint, changes the count."""
+    for role in ("main", "sub"):
+        stepped = sum(1 for h in history if h.get(f"{role}/skipped") == 0.0)
+        assert status[role]["step"] == stepped, (role, status[role]["step"], stepped)
+
+
 @pytest.mark.parametrize("placement", ["local", "processes"])
 def test_synchronized_run_in_each_placement(placement, small_scenario, tmp_path):
     with DecoupledTrainer(make_config(tmp_path, small_scenario, placement), placement=placement) as trainer:
@@ -50,6 +60,7 @@ def test_synchronized_run_in_each_placement(placement, small_scenario, tmp_path)
     assert [h["iteration"] for h in history] == list(range(ITERATIONS))
     assert all(h["sub/lag"] == 0 for h in history if "sub/lag" in h)
     assert status["main"]["last_applied"] == status["sub"]["last_applied"] == ITERATIONS - 1
+    check_steps(status, history)
     if placement == "processes":
         assert status["main"]["pid"] != os.getpid() != status["sub"]["pid"]
     check_store(f"sqlite:{tmp_path / placement / 'stats.sqlite'}", ITERATIONS)
@@ -96,6 +107,7 @@ def test_sigkilled_role_server_resumes_without_losing_or_doubling(small_scenario
     assert all(r["status"]["restored"] for r in trainer.restarts)  # resumed from its checkpoint
     assert {r["status"]["pid"] for r in trainer.restarts}.isdisjoint({pid for _, pid in kills})
     assert status["main"]["last_applied"] == status["sub"]["last_applied"] == ITERATIONS - 1
+    check_steps(status, history)
     check_store(f"sqlite:{tmp_path / 'faults' / 'stats.sqlite'}", ITERATIONS)
 
 
@@ -109,21 +121,50 @@ def test_a_restarted_run_continues_where_it_stopped(small_scenario, tmp_path):
     check_store(f"sqlite:{tmp_path / 'resume' / 'stats.sqlite'}", 3)
 
 
-def test_redis_store_restart_mid_run(small_scenario, tmp_path, persistent_redis_server):
-    restarter = []
+class _RestartOnOutage(logging.Handler):
+    """Starts Redis again from inside the first store call that finds it down (the store logs one
+    warning per outage, then retries): the outage is certain to be seen, with no timing involved."""
 
-    def restart_redis(metrics):
-        if metrics["iteration"] == 0:  # down for 1.5 s while the next iteration runs: its store calls wait
-            persistent_redis_server.stop()
-            restarter.append(threading.Timer(1.5, persistent_redis_server.start))
-            restarter[0].start()
+    def __init__(self, server) -> None:
+        super().__init__(logging.INFO)
+        self.server, self.guard, self.down, self.outages, self.recoveries = server, threading.Lock(), False, [], 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        with self.guard:  # not self.lock: that is logging.Handler's own, held around emit
+            if "unreachable" in message and self.down:
+                self.outages.append(threading.current_thread().name)
+                self.server.start()  # the blocked call's next retry finds it up
+                self.down = False
+            elif "reachable again" in message:
+                self.recoveries += 1
+
+
+def test_redis_store_restart_mid_run(small_scenario, tmp_path, persistent_redis_server):
+    handler = _RestartOnOutage(persistent_redis_server)
+    store_logger = logging.getLogger("mgrpo_algo.distributed.store")
+    old_level = store_logger.level
+    store_logger.setLevel(logging.INFO)
+    store_logger.addHandler(handler)
+
+    def stop_redis(metrics):
+        if metrics["iteration"] == 0:  # the next iteration's first store call finds it down
+            with handler.guard:
+                persistent_redis_server.stop()
+                handler.down = True
 
     cfg = make_config(tmp_path, small_scenario, "redis")
-    with DecoupledTrainer(cfg, placement="local", store=persistent_redis_server.url, log=restart_redis) as trainer:
-        history = trainer.run()
-    restarter[0].join()
+    try:
+        with DecoupledTrainer(cfg, placement="local", store=persistent_redis_server.url, log=stop_redis) as trainer:
+            history = trainer.run()
+            status = {role: trainer.handles[role].call("status") for role in ("main", "sub")}
+    finally:
+        store_logger.removeHandler(handler)
+        store_logger.setLevel(old_level)
+    assert len(handler.outages) == 1 and not handler.down  # a store call was blocked, and Redis came back
+    assert handler.recoveries >= 1  # ... and that call went through after retrying
     assert [h["iteration"] for h in history] == list(range(ITERATIONS))
-    assert history[1]["time/update"] > 1.0  # it waited for the server to come back
+    check_steps(status, history)
     check_store(persistent_redis_server.url, ITERATIONS)
 
 
@@ -191,3 +232,55 @@ def test_decoupled_local_equals_in_process(small_scenario, tmp_path):
         assert in_process.learners[role].step == ITERATIONS
         for name, tensor in served.items():
             assert torch.equal(local[name], tensor), f"{role}: {name} differs"
+
+
+def warm_config(tmp_path, scenario, out: str, iterations: int = ITERATIONS):
+    """The demo's warm-started models on the tiny profile: they delegate, so both roles train."""
+    return make_config(tmp_path, scenario, out, iterations=iterations, extra=[
+        f"scenario_kwargs={{num_entities: 300, data_dir: {scenario.data_dir}, profile: tiny}}",
+        f"main.model={WARM}/main", f"sub.model={WARM}/sub", "limits={max_main_turns: 4, max_sub_turns: 3, max_delegations: 2}",
+        "main.generation.max_new_tokens=64", "sub.generation.max_new_tokens=64"])
+
+
+def server_parameters(out: Path, role: str) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(out / "servers" / role / "checkpoint" / "model" / "model.safetensors"))
+
+
+# One kill at each point of an iteration, on both roles, over a 3-iteration run (markers in each
+# server's folder make a restarted server go past the point that killed its predecessor).
+KILLS = [
+    ("act:role=sub:iteration=0:call=1", "sub"),            # collecting: both servers re-collect iteration 0
+    ("after_checkpoint:role=sub:iteration=0", "sub"),      # checkpoint renamed, server.json not: no re-apply
+    ("after_store_write:role=main:iteration=1", "main"),   # statistics published, not yet applied
+    ("after_update:role=sub:iteration=1", "sub"),          # stepped in memory, not saved: redone
+    ("act:role=main:iteration=2:call=2", "main"),          # collecting, a few turns in
+    ("after_checkpoint:role=main:iteration=2", "main"),
+]
+
+
+def test_sigkill_at_every_point_ends_with_the_uninterrupted_parameters(small_scenario, tmp_path, monkeypatch):
+    """Role servers SIGKILLed at each kill point: same parameters (bitwise) and step counts as without."""
+    import torch
+
+    with DecoupledTrainer(warm_config(tmp_path, small_scenario, "clean"), placement="local") as clean:
+        clean_history = clean.run()
+        clean_status = {role: clean.handles[role].call("status") for role in ("main", "sub")}
+    assert all(h["main/skipped"] == 0.0 and h["sub/skipped"] == 0.0 for h in clean_history)  # both train every iteration
+    check_steps(clean_status, clean_history)
+
+    monkeypatch.setenv("MGRPO_FAULT", ";".join(point for point, _ in KILLS))  # inherited by the server processes
+    with DecoupledTrainer(warm_config(tmp_path, small_scenario, "killed"), placement="processes") as killed:
+        history = killed.run()
+        status = {role: killed.handles[role].call("status") for role in ("main", "sub")}
+    assert [r["role"] for r in killed.restarts] == [role for _, role in KILLS]
+    assert [h["iteration"] for h in history] == list(range(ITERATIONS))
+    for role in ("main", "sub"):
+        assert status[role]["step"] == clean_status[role]["step"] == ITERATIONS
+        assert status[role]["last_applied"] == ITERATIONS - 1
+        clean_params, params = server_parameters(tmp_path / "clean", role), server_parameters(tmp_path / "killed", role)
+        assert clean_params.keys() == params.keys()
+        for name, tensor in clean_params.items():
+            assert torch.equal(tensor, params[name]), f"{role}: {name} differs after the kills"
+    check_store(f"sqlite:{tmp_path / 'killed' / 'stats.sqlite'}", ITERATIONS)

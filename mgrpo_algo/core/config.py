@@ -515,7 +515,13 @@ class TrainConfig:
     """Supervised stage-1 warm start from oracle demonstrations (``epochs: 0`` disables it). Runs
     before RL when the roles use the built tiny models; cached under ``models_dir``."""
     checkpoint: bool = True
-    """Save each learner (safetensors + optimizer + RNG) at the end of every stage."""
+    """Save each learner (safetensors + optimizer + RNG) at the end of every stage, and (in process)
+    after every iteration under ``checkpoints/iter-<t>`` (only the last committed one is kept), which
+    ``resume`` restarts from."""
+    resume: bool = False
+    """In process: continue the run in ``out_dir`` after its last committed iteration (``loop_state.json``
+    and ``checkpoints/iter-<t>``), dropping metrics and episodes lines written after it. Role servers
+    always resume from their own checkpoints."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Held-out evaluation (``mgrpo compare``): split, questions, greedy or sampled, curve points."""
 

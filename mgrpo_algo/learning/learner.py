@@ -487,7 +487,7 @@ class RoleLearner:
         return {f"{self.role}/{k}": float(v) for k, v in metrics.items()}
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, path: str | os.PathLike) -> Path:
+    def save(self, path: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
         """Write a checkpoint directory atomically (a temporary sibling renamed into place).
 
         Layout: ``model/`` (``save_pretrained``, safetensors; the tokenizer too when there is one),
@@ -495,7 +495,9 @@ class RoleLearner:
         and ``learner_state.pt`` (optimiser state, float16 grad-scaler state, torch / CUDA / numpy /
         python RNG states). With LoRA, ``model/`` holds the frozen base *unmerged* under its plain
         Hugging Face names and ``adapter/`` the role's adapter (peft format; vLLM loads it as is).
-        An existing checkpoint at ``path`` is replaced.
+        An existing checkpoint at ``path`` is replaced. ``extra`` (JSON) is stored in ``learner.json``
+        under ``"extra"``: state that must commit together with the weights (a role server's
+        ``last_applied``), read back from that file.
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -513,6 +515,8 @@ class RoleLearner:
         if self.ref_model is not None:
             self.ref_model.save_pretrained(tmp / _REF_DIR)
         meta = {"role": self.role, "step": self.step, "config": asdict(self.config)}
+        if extra is not None:
+            meta["extra"] = extra
         (tmp / _META_FILE).write_text(json.dumps(meta, indent=2))
         state = {"optimizer": self.optimizer.state_dict(), "rng": _rng_state()}
         if self.scaler is not None:
@@ -526,6 +530,18 @@ class RoleLearner:
         else:
             os.replace(tmp, path)
         return path
+
+    @staticmethod
+    def recover(path: str | os.PathLike) -> None:
+        """After a crash inside :meth:`save`, put a complete checkpoint back at ``path``: between its
+        two renames only the previous one exists, as ``.<name>.old-<pid>``; it is moved back (it is
+        consistent with itself, ``extra`` included). Leftover temporary folders are removed."""
+        path = Path(path)
+        leftovers = sorted(path.parent.glob(f".{path.name}.old-*")) if path.parent.exists() else []
+        if not path.exists() and leftovers:
+            os.replace(leftovers.pop(), path)
+        for stale in [*leftovers, *(path.parent.glob(f".{path.name}.tmp-*") if path.parent.exists() else [])]:
+            shutil.rmtree(stale, ignore_errors=True)
 
     @classmethod
     def load(

@@ -358,6 +358,17 @@ class TransformersPolicy:
         self._lock = threading.Lock()
         self.kv = KVCacheManager(int(kv_cache_mb * 2**20)) if kv_cache_mb > 0 and supports_reuse(self.model) else None
 
+    def reseed(self, seed: int) -> None:
+        """Sample from now on as a fresh policy with ``seed`` would: call ``i`` after this uses
+        ``seed + i``, and no KV cache is kept. The loop calls it at the start of every collection
+        with :func:`mgrpo_algo.core.seeding.policy_seed`, so sampling is keyed by (seed, role,
+        iteration, call) and a re-collected iteration or a restarted server draws the same tokens."""
+        with self._lock:
+            self.seed = int(seed)
+            self.calls = 0
+            if self.kv is not None:  # a cache of an aborted collection must not be fed again
+                self.kv.clear()
+
     def release(self, episode: int, agent: str) -> None:
         """Free the KV cache kept for an agent that ended (called by the rollout loop)."""
         if self.kv is not None:

@@ -12,13 +12,20 @@ gets its slots (keys and advantages).
 
 Fault tolerance, per iteration t:
 
-1. ``act`` fills an in-memory buffer; ``commit(t)`` writes it to the server's disk (atomic). A server
-   lost before commit loses only iteration t's rollouts: the controller re-collects them.
+1. ``begin_collect(t)`` reseeds the policy with ``policy_seed(seed, role, t)`` and drops t's rollouts;
+   ``act`` fills an in-memory buffer; ``commit(t)`` writes it to the server's disk (atomic). A server
+   lost before commit loses only iteration t's rollouts: the controller calls ``begin_collect(t)`` on
+   both servers and re-collects them, drawing the same tokens (sampling is keyed by seed, role,
+   iteration and call, never by what a process sampled before).
 2. ``update_main(t)`` publishes the statistics (idempotent: the same values again are a no-op),
-   updates, checkpoints (with ``last_applied = t``), marks t done. ``update_sub`` applies pending
-   iterations whose main statistics are complete. A server killed anywhere in 2 restarts from its
-   checkpoint, finds t's committed buffer on disk and redoes exactly the missing work; an iteration
-   at or below ``last_applied`` is never applied twice.
+   updates, checkpoints, records ``last_applied = t``, marks t done. ``update_sub`` applies pending
+   iterations whose main statistics are complete. The checkpoint carries ``last_applied`` itself (its
+   ``learner.json`` ``extra``), so the atomic checkpoint rename is the commit point: a server killed
+   anywhere in 2 restarts from its checkpoint, finds t's committed buffer on disk and redoes exactly
+   the missing work; an iteration at or below ``last_applied`` is never applied twice.
+
+Crash tests kill a server at named points with ``MGRPO_FAULT`` (:mod:`mgrpo_algo.core.faults`; markers
+in the server's folder keep a restarted server from firing the same point again).
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ class RoleServer:
         import transformers
 
         from ..core.config import GenerationConfig, LearnerConfig
+        from ..core.faults import FaultPoints
         from ..core.seeding import policy_seed
         from ..distributed.store import open_store
         from ..learning.learner import RoleLearner
@@ -75,17 +83,28 @@ class RoleServer:
         torch.set_num_threads(torch_threads)
         self.role = role
         self.train = train
+        self.seed = seed
         self.dir = Path(checkpoint_dir) / role
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.faults = FaultPoints.from_env(self.dir)  # read once; the markers live with the server's state
         self.store = open_store(store)
         self.store_timeout_s = store_timeout_s
         state_file = self.dir / "server.json"
         self.state = json.loads(state_file.read_text()) if state_file.exists() else {"last_applied": -1, "metrics": {}}
         learner_cfg = LearnerConfig(**(learner or {}))
         checkpoint = self.dir / "checkpoint"
+        RoleLearner.recover(checkpoint)  # a kill inside save leaves the previous checkpoint aside
         self.restored = (checkpoint / "learner.json").exists()
         if self.restored:
             self.learner = RoleLearner.load(checkpoint, config=learner_cfg)
+            # a kill between the checkpoint's rename and server.json's leaves server.json one behind
+            extra = json.loads((checkpoint / "learner.json").read_text()).get("extra") or {}
+            if extra.get("last_applied", -1) > self.state["last_applied"]:
+                self.state["last_applied"] = extra["last_applied"]
+                self.state["metrics"] = extra.get("metrics", {})
+                pending = self.state.get("pending", {})
+                for it in [i for i in pending if int(i) <= extra["last_applied"]]:
+                    del pending[it]
         else:
             self.learner = RoleLearner(role, model, learner_cfg)
         g = GenerationConfig(**(generation or {}))
@@ -93,11 +112,26 @@ class RoleServer:
                                          temperature=g.temperature, top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens,
                                          seed=policy_seed(seed, role, self.state["last_applied"] + 1), kv_cache_mb=g.kv_cache_mb)
         self.buffers: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        self._acts = 0  # act calls of the current collection (the ``call`` of the ``act`` kill point)
+        last = self.state["last_applied"]
+        if last >= 0:  # a kill may have cut the idempotent tail of the last applied iteration: redo it
+            self._published(last, dict(self.state["metrics"].get(str(last), {})))
 
     # -- rollouts -------------------------------------------------------------------------------
 
+    def begin_collect(self, iteration: int) -> None:
+        """Start (or restart) collecting ``iteration``: its rollouts are dropped and the policy samples
+        with ``policy_seed(seed, role, iteration)`` from call 0, as the in-process loop does."""
+        from ..core.seeding import policy_seed
+
+        self.discard(iteration)
+        self.policy.reseed(policy_seed(self.seed, self.role, iteration))
+        self._acts = 0
+
     def act(self, iteration: int, requests: list[Any]) -> list[str]:
         """Actions for ``requests`` (``PolicyRequest`` without token history: it is filled here)."""
+        self.faults.hit("act", role=self.role, iteration=iteration, call=self._acts)
+        self._acts += 1
         buffer = self.buffers.setdefault(iteration, {})
         for request in requests:
             request.history = buffer.get(_key(request.episode, request.agent), [])
@@ -139,13 +173,16 @@ class RoleServer:
         """
         from ..distributed.store import MainStat
 
-        if iteration <= self.state["last_applied"]:
-            return {**self.state["metrics"].get(str(iteration), {}), f"{self.role}/replayed": 1.0}
+        if iteration <= self.state["last_applied"]:  # applied before a crash: finish its idempotent tail only
+            metrics = dict(self.state["metrics"].get(str(iteration), {}))
+            return {**self._published(iteration, metrics), f"{self.role}/replayed": 1.0}
         stats = [MainStat(s["key"]["query"], s["key"]["rollout"], float(s["correct"]), bool(s["format_ok"])) for s in slots]
         self.store.put_main_stats(iteration, stats)  # first: the sub side may be waiting for it
+        self.faults.hit("after_store_write", role=self.role, iteration=iteration)
         metrics: dict[str, float] = {}
         if self.train:
             metrics = self.learner.update(self._sequences(iteration, slots))
+            self.faults.hit("after_update", role=self.role, iteration=iteration)
         return self._applied(iteration, metrics)
 
     def update_sub(self, iteration: int, slots: list[dict[str, Any]], rollouts: int, *, staleness: int = 0) -> dict[str, float]:
@@ -194,6 +231,7 @@ class RoleServer:
         metrics: dict[str, float] = {}
         if self.train:  # an empty batch too: the learner reports it skipped, as in process
             metrics = self.learner.update(self._sequences(iteration, slots))
+            self.faults.hit("after_update", role=self.role, iteration=iteration)
         pending.pop(str(iteration), None)
         return self._applied(iteration, metrics)
 
@@ -205,13 +243,20 @@ class RoleServer:
         return [slot_sequence(buffer[_key(s["key"]["index"], s["agent"])], s["advantage"], self.role) for s in slots]
 
     def _applied(self, iteration: int, metrics: dict[str, float]) -> dict[str, float]:
-        """Checkpoint, then record the iteration as applied (in that order: a crash in between redoes
-        the iteration from the previous checkpoint, never applies it twice)."""
-        if self.train:
-            self.learner.save(self.dir / "checkpoint")
+        """Checkpoint (carrying ``last_applied``: the atomic rename commits the iteration), record it in
+        ``server.json``, then publish. A crash before the rename redoes the iteration from the previous
+        checkpoint; after it, the restarted server reads ``last_applied`` from the checkpoint and never
+        applies the iteration twice."""
         self.state["last_applied"] = iteration
         self.state["metrics"] = {str(iteration): metrics}
+        if self.train:
+            self.learner.save(self.dir / "checkpoint", extra={"last_applied": iteration, "metrics": self.state["metrics"]})
+            self.faults.hit("after_checkpoint", role=self.role, iteration=iteration)
         self._save_state()
+        return self._published(iteration, metrics)
+
+    def _published(self, iteration: int, metrics: dict[str, float]) -> dict[str, float]:
+        """The idempotent tail of an applied iteration: health, done mark, its buffer dropped."""
         self.store.put_health(self.role, iteration, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         self.store.mark_done(self.role, iteration)
         self.discard(iteration)

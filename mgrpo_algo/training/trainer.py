@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,7 @@ from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.rollout import CollectStats, collect, collect_single
 
 from ..core.config import TrainConfig, config_to_dict
+from ..core.faults import FaultPoints
 from ..core.scoring import COUNT_WINDOW, ScoredBatch, alignment_width, annotate, score_batch
 from ..core.seeding import iteration_rngs, policy_seed
 from ..core.sequences import slot_sequence
@@ -74,9 +76,11 @@ def trained_roles(config: TrainConfig) -> list[str]:
 
 
 class InProcessRoles:
-    """Learners and policies in this process (placement ``in-process``; every mode)."""
+    """Learners and policies in this process (placement ``in-process``; every mode).
 
-    start_iteration = 0
+    With ``config.checkpoint`` every learner is saved after each iteration (:meth:`commit`, before the
+    loop commits ``loop_state.json``); with ``config.resume`` the learners restart from the checkpoint
+    of the last committed iteration."""
 
     def __init__(self, config: TrainConfig, paths: dict[str, str], out: Path) -> None:
         import torch
@@ -107,6 +111,21 @@ class InProcessRoles:
                 top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens, seed=policy_seed(config.seed, role, 0),
                 kv_cache_mb=g.kv_cache_mb,
             )
+        self.start_iteration = 0
+        state = out / "loop_state.json"
+        if config.resume and state.exists():
+            last = int(json.loads(state.read_text())["iteration"])
+            folder = self._checkpoint(last)
+            missing = [role for role in self.learners if not (folder / role / "learner.json").exists()]
+            if missing:
+                raise ValueError(f"cannot resume {out}: no checkpoint of iteration {last} for {missing} "
+                                 f"under {folder} (a run with checkpoint: false cannot be resumed)")
+            for role, learner in self.learners.items():
+                learner.resume(folder / role)  # in place: the policy shares the model object
+            self.start_iteration = last + 1
+
+    def _checkpoint(self, iteration: int) -> Path:
+        return self.out / "checkpoints" / f"iter-{iteration}"
 
     def _served_policy(self, role: str, model_path: str) -> Any:
         """An OpenAI-compatible policy on the role's served engine, and the weight sync that keeps it current."""
@@ -123,6 +142,9 @@ class InProcessRoles:
         )
 
     def collect(self, iteration: int, run: Callable[[dict[str, Any]], list[EpisodeRecord]]) -> list[EpisodeRecord]:
+        for role, policy in self.policies.items():  # sampling keyed by (seed, role, iteration, call), as on role servers
+            if hasattr(policy, "reseed"):
+                policy.reseed(policy_seed(self.config.seed, role, iteration))
         return run(self.policies)
 
     def update(self, iteration: int, batch: ScoredBatch, records: list[EpisodeRecord]) -> dict[str, float]:
@@ -161,6 +183,19 @@ class InProcessRoles:
             sync.sync_full()
         return {f"{role}/weight_sync_s": time.perf_counter() - t0}
 
+    def commit(self, iteration: int) -> None:
+        """Checkpoint every learner for ``iteration`` (each save atomic), before the loop commits it."""
+        if self.config.checkpoint:
+            for role, learner in self.learners.items():
+                learner.save(self._checkpoint(iteration) / role)
+
+    def committed(self, iteration: int) -> None:
+        """``iteration`` is committed: older per-iteration checkpoints can go."""
+        root = self.out / "checkpoints"
+        for folder in root.glob("iter-*") if root.exists() else []:
+            if folder.name != f"iter-{iteration}":
+                shutil.rmtree(folder, ignore_errors=True)
+
     def end_stage(self, stage_index: int) -> None:
         if self.config.checkpoint:
             for role, learner in self.learners.items():
@@ -186,7 +221,14 @@ ROLE_BACKENDS: dict[str, Any] = {
 
 class Trainer:
     """Runs a :class:`TrainConfig`: builds the roles where ``config.placement`` says, then every
-    stage's iterations. A decoupled placement resumes after the last iteration its servers applied."""
+    stage's iterations. A decoupled placement resumes after the last iteration its servers applied; in
+    process, ``config.resume`` resumes after the last committed iteration (``loop_state.json``).
+
+    An iteration commits in this order: update, append its ``episodes.jsonl`` and ``metrics.jsonl``
+    lines, checkpoint the in-process learners (``checkpoints/iter-<t>``), then write ``loop_state.json``
+    (atomic: the commit point; it records the two files' sizes, so a resumed run cuts lines of an
+    iteration that was not committed). A kill anywhere redoes at most the uncommitted iteration, with
+    the same seeds, so a resumed run ends with the parameters of an uninterrupted one (tested)."""
 
     def __init__(self, config: TrainConfig, *, log: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.config = config
@@ -194,6 +236,7 @@ class Trainer:
         self.out = Path(config.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self._log_extra = log
+        self.faults = FaultPoints.from_env(self.out)  # MGRPO_FAULT, read once (crash tests)
         placement = config.placement
         if placement.decoupled and not placement.store:
             placement.store = f"sqlite:{self.out / 'stats.sqlite'}"
@@ -209,7 +252,14 @@ class Trainer:
         self.observed_counts: list[int] = []
         state = self.out / "loop_state.json"
         if self.iteration and state.exists():  # a resumed run chooses d from the counts seen before
-            self.observed_counts = json.loads(state.read_text())["observed_counts"]
+            saved = json.loads(state.read_text())
+            self.observed_counts = saved["observed_counts"]
+            # a kill between appending an iteration's lines and committing it left lines to drop
+            for name in ("metrics.jsonl", "episodes.jsonl"):
+                path, size = self.out / name, saved.get("bytes", {}).get(name)
+                if size is not None and path.exists() and path.stat().st_size > size:
+                    with path.open("r+b") as fh:
+                        fh.truncate(size)
 
     @property
     def learners(self) -> dict[str, Any]:
@@ -267,6 +317,7 @@ class Trainer:
         t_scored = time.perf_counter()
         metrics.update(self.roles.update(t, scored, records))
         t_updated = time.perf_counter()
+        self.faults.hit("loop_after_update", role="loop", iteration=t)
         write_jsonl(self.out / "episodes.jsonl", records, append=True)
         metrics.update(self.roles.placement_metrics())
         metrics.update({
@@ -283,7 +334,12 @@ class Trainer:
         })
         with (self.out / "metrics.jsonl").open("a") as fh:
             fh.write(json.dumps(metrics) + "\n")
-        _write_json(self.out / "loop_state.json", {"iteration": t, "observed_counts": self.observed_counts})
+        self.faults.hit("loop_before_commit", role="loop", iteration=t)
+        # commit: checkpoints first, then loop_state.json (atomic) names t and the file sizes that go with it
+        self.roles.commit(t)
+        sizes = {name: (self.out / name).stat().st_size for name in ("metrics.jsonl", "episodes.jsonl")}
+        _write_json(self.out / "loop_state.json", {"iteration": t, "observed_counts": self.observed_counts, "bytes": sizes})
+        self.roles.committed(t)
         if self._log_extra is not None:
             self._log_extra(metrics)
         self.iteration += 1
