@@ -88,6 +88,7 @@ def test_frozen_sub_only_the_main_learns(small_scenario, tmp_path):
         assert trainer.handles["main"].call("status")["step"] >= 1
 
 
+@pytest.mark.slow  # kills between iterations only; test_sigkill_at_every_point_... covers it and more, by value
 def test_sigkilled_role_server_resumes_without_losing_or_doubling(small_scenario, tmp_path):
     kills = []
 
