@@ -1,0 +1,253 @@
+"""Mutation testing of the math, the scoring and the env's rewards and alignment (``make mutation``).
+
+Runs mutmut 3 (configured in pyproject.toml, ``[tool.mutmut]``) from a clean ``mutants/`` folder,
+then reads its verdicts and writes ``benchmarks/results/mutation.json`` and ``mutation.md``: per module
+the mutants killed / survived / without a covering test / timed out, the share detected, the target,
+and every survivor with its diff and the reason it is kept (:data:`KEPT`). A survivor that is not in
+:data:`KEPT` is listed as "unexplained" and makes the script exit 1, as does a module under its target.
+
+    .venv/bin/python benchmarks/mutation.py               # fresh run (about 10 min on 2 busy cores)
+    .venv/bin/python benchmarks/mutation.py --no-run      # report the verdicts already in mutants/
+
+mutmut imports the copies in ``mutants/`` (it puts that folder first on sys.path and removes the
+checkout), runs the selected tests once in process to learn which tests reach which function, then
+forks once per mutant and runs only those tests: torch is imported once, not once per mutant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results"
+
+#: module -> share of mutants that must be detected (killed or timed out).
+TARGETS = {
+    "mgrpo_algo/core/advantages.py": 0.90,
+    "mgrpo_algo/core/scoring.py": 0.90,
+    "mgrpo_algo/core/losses.py": 0.90,
+    "mgrpo_env/rewards.py": 0.80,
+    "mgrpo_env/align.py": 0.80,
+}
+
+# mutmut's exit-code verdicts (mutmut.stats.status_by_exit_code), folded into four columns.
+_STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no_tests", 33: "no_tests", 36: "timeout",
+           24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout"}
+
+_CPU = ("device only: the mutation and the original agree on CPU, where these tests run "
+        "(tensors are created on the input's device; tests/test_gpu.py runs the math on CUDA)")
+
+#: Survivors we keep, by mutant name, with the reason they are equivalent or harmless.
+KEPT: dict[str, str] = {
+    # advantages
+    "mgrpo_algo.core.advantages.x__as_mask__mutmut_7": (
+        "a tensor mask goes through np.asarray instead of .detach(): the same values on CPU "
+        "(a CUDA mask would fail loudly, not silently)"),
+    "mgrpo_algo.core.advantages.x__as_mask__mutmut_17": _CPU,
+    "mgrpo_algo.core.advantages.x__group_moments__mutmut_9": (
+        "the mask stays bool instead of float64: r * mask and mask.sum() give the same numbers "
+        "(bool promotes to r's dtype, the count is an exact integer)"),
+    # losses
+    "mgrpo_algo.core.losses.x__prepare__mutmut_27": (
+        "dtype=None gives float32 ones: the weight 1.0 is exact in any dtype and promotes to the values' dtype"),
+    "mgrpo_algo.core.losses.x__prepare__mutmut_30": (
+        "no dtype gives float32 ones: the weight 1.0 is exact in any dtype and promotes to the values' dtype"),
+    "mgrpo_algo.core.losses.x__prepare__mutmut_28": _CPU,
+    "mgrpo_algo.core.losses.x__prepare__mutmut_31": _CPU,
+    "mgrpo_algo.core.losses.x__prepare__mutmut_36": _CPU,
+    "mgrpo_algo.core.losses.x__prepare__mutmut_38": _CPU,
+    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_7": (
+        "torch.zeros without dtype is float32, the dtype written: equivalent"),
+    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_10": (
+        "torch.zeros without dtype is float32, the dtype written: equivalent"),
+    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_8": _CPU,
+    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_11": _CPU,
+    "mgrpo_algo.core.losses.x_aggregate__mutmut_25": _CPU,
+    "mgrpo_algo.core.losses.x_aggregate__mutmut_28": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_32": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_34": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_174": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_176": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_119": (
+        "kl_coef >= 0 instead of > 0: at kl_coef == 0 it adds 0 * kl, and kl is clamped finite, so the "
+        "loss and its gradient are unchanged"),
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_131": (
+        "entropy_coef >= 0 instead of > 0: at entropy_coef == 0 it subtracts 0 * entropy; masked positions "
+        "are replaced before aggregation, so the loss and its gradient are unchanged for finite entropies"),
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_161": (
+        "adv <= 0 instead of < 0 in clipfrac_low: where adv == 0 both pg terms are 0, so "
+        "pg_clipped > pg_unclipped is already false"),
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_166": (
+        "adv >= 0 instead of > 0 in clipfrac_high: where adv == 0 both pg terms are 0, so "
+        "pg_clipped > pg_unclipped is already false"),
+    # scoring
+    "mgrpo_algo.core.scoring.x_score_sub__mutmut_52": (
+        "zip(strict=None) over the group and its plan: plan_with_stats returns one row per rollout, the "
+        "lengths are always equal"),
+    "mgrpo_algo.core.scoring.x_score_sub__mutmut_55": (
+        "zip without strict over the group and its plan: plan_with_stats returns one row per rollout"),
+    "mgrpo_algo.core.scoring.x_score_sub__mutmut_56": (
+        "zip(strict=False) over the group and its plan: plan_with_stats returns one row per rollout"),
+    # align
+    "mgrpo_env.align.x__subset__mutmut_5": (
+        "rng.choice(replace=None): numpy reads a falsy replace as without replacement, as written"),
+    "mgrpo_env.align.x__duplicate__mutmut_1": (
+        "d_k > d instead of >=: at d_k == d the other branch returns range(d) plus rng.integers(size=0), "
+        "the same slots, and drawing 0 integers leaves the generator's state unchanged (tested)"),
+    "mgrpo_env.align.x__duplicate__mutmut_20": (
+        "rng.integers(d_k, size=n) is numpy's one-argument form, [0, d_k): identical to integers(0, d_k)"),
+    "mgrpo_env.align.x__duplicate_balanced__mutmut_1": (
+        "d_k > d instead of >=: at d_k == d the other branch gives range(d) * 1 plus a subset of size 0, "
+        "the same slots, and choosing 0 leaves the generator's state unchanged (tested)"),
+    "mgrpo_env.align.x_choose_d__mutmut_37": (
+        "frac gets one extra entry (n+1)/n past the end: frac[n-1] == 1 >= quantile already, so argmax "
+        "never reaches it"),
+    "mgrpo_env.align.x_slot_weights__mutmut_4": "np.zeros defaults to float64, the dtype written: equivalent",
+    "mgrpo_env.align.x_slot_weights__mutmut_6": "np.zeros defaults to float64, the dtype written: equivalent",
+    "mgrpo_env.align.x_slot_weights__mutmut_19": (
+        "np.array of Python floats is float64 without dtype=: equivalent"),
+    "mgrpo_env.align.x_slot_weights__mutmut_21": (
+        "np.array of Python floats is float64 without dtype=: equivalent"),
+    "mgrpo_env.align.x_apply_plan__mutmut_8": (
+        "zip(strict=None): the lengths were checked just above, they are equal"),
+    "mgrpo_env.align.x_apply_plan__mutmut_11": (
+        "zip without strict: the lengths were checked just above, they are equal"),
+    "mgrpo_env.align.x_apply_plan__mutmut_12": (
+        "zip(strict=False): the lengths were checked just above, they are equal"),
+    # rewards
+    "mgrpo_env.rewards.x__unit_array__mutmut_3": (
+        "np.asarray without float64: bools, ints and floats compare and multiply to the same values, and "
+        "the result is cast to float64 at the end"),
+    "mgrpo_env.rewards.x__unit_array__mutmut_5": (
+        "np.asarray without float64: bools, ints and floats compare and multiply to the same values, and "
+        "the result is cast to float64 at the end"),
+    "mgrpo_env.rewards.x_main_rewards__mutmut_13": (
+        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
+    "mgrpo_env.rewards.x_main_rewards__mutmut_15": (
+        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
+    "mgrpo_env.rewards.x_main_rewards__mutmut_23": "astype(None) is astype(float64) in numpy: equivalent",
+    "mgrpo_env.rewards.x_sub_rewards__mutmut_13": (
+        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
+    "mgrpo_env.rewards.x_sub_rewards__mutmut_15": (
+        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
+    "mgrpo_env.rewards.x_sub_rewards__mutmut_30": "astype(None) is astype(float64) in numpy: equivalent",
+}
+
+
+def run_mutmut(max_children: int) -> float:
+    """A fresh ``mutmut run`` from ROOT; returns its wall time in seconds."""
+    shutil.rmtree(ROOT / "mutants", ignore_errors=True)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    mutmut = Path(sys.executable).with_name("mutmut")
+    start = time.perf_counter()
+    subprocess.run([str(mutmut), "run", "--max-children", str(max_children)], cwd=ROOT, env=env,
+                   check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def _diff(name: str, path: str) -> str:
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        lines = get_diff_for_mutant(name, path=path).splitlines()[2:]
+    finally:
+        os.chdir(cwd)
+    return "\n".join(line for line in lines if line.startswith(("+", "-")))
+
+
+def collect() -> dict:
+    """Per-module counts and the survivors, from the ``.meta`` files mutmut wrote."""
+    modules = {}
+    for path, target in TARGETS.items():
+        meta = ROOT / "mutants" / (path + ".meta")
+        if not meta.exists():
+            raise SystemExit(f"{meta} is missing: run without --no-run first")
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        counts = {"killed": 0, "survived": 0, "no_tests": 0, "timeout": 0, "other": 0}
+        survivors = []
+        for name, code in sorted(codes.items(), key=lambda kv: _natural(kv[0])):
+            status = _STATUS.get(code, "other")
+            counts[status] += 1
+            if status in ("survived", "no_tests", "other"):
+                survivors.append({"mutant": name, "status": status, "diff": _diff(name, path),
+                                  "reason": KEPT.get(name)})
+        total = sum(counts.values())
+        detected = counts["killed"] + counts["timeout"]
+        modules[path] = {**counts, "total": total, "detected": round(detected / total, 4) if total else 1.0,
+                         "target": target, "survivors": survivors}
+    return modules
+
+
+def _natural(name: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def write(modules: dict, wall_s: float | None, out: Path) -> bool:
+    out.mkdir(parents=True, exist_ok=True)
+    ok = True
+    for m in modules.values():
+        m["meets_target"] = m["detected"] >= m["target"]
+        ok &= m["meets_target"] and all(s["reason"] for s in m["survivors"])
+    import mutmut
+
+    data = {"tool": f"mutmut {mutmut.__version__}", "wall_s": None if wall_s is None else round(wall_s, 1),
+            "command": "make mutation", "modules": modules}
+    (out / "mutation.json").write_text(json.dumps(data, indent=1) + "\n")
+    lines = [
+        "# Mutation testing",
+        "",
+        f"`make mutation` ({data['tool']}, one worker; wall time "
+        f"{'not measured (--no-run)' if wall_s is None else f'{wall_s / 60:.1f} min'}). Detected = killed + "
+        "timed out, over all mutants (a mutant no selected test reaches counts as not detected).",
+        "",
+        "| module | mutants | killed | survived | no test | timeout | detected | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for path, m in modules.items():
+        lines.append(f"| `{path}` | {m['total']} | {m['killed']} | {m['survived']} | {m['no_tests']} | "
+                     f"{m['timeout']} | {100 * m['detected']:.1f}% | {100 * m['target']:.0f}% |")
+    lines += ["", "## Survivors kept", "",
+              "Each is equivalent to the original, or differs only on a CUDA device or in an error "
+              "message's wording; the reason is given under its diff.", ""]
+    for path, m in modules.items():
+        if not m["survivors"]:
+            continue
+        lines += [f"### `{path}`", ""]
+        for s in m["survivors"]:
+            lines += [f"- `{s['mutant'].rsplit('.', 1)[-1]}` ({s['status'].replace('_', ' ')}): "
+                      f"{s['reason'] or '**unexplained**'}", "", "  ```diff",
+                      *("  " + line for line in s["diff"].splitlines()), "  ```", ""]
+    (out / "mutation.md").write_text("\n".join(lines))
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--no-run", action="store_true", help="report the verdicts already in mutants/")
+    p.add_argument("--max-children", type=int, default=1, help="parallel mutant workers (default 1)")
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    wall_s = None if args.no_run else run_mutmut(args.max_children)
+    modules = collect()
+    ok = write(modules, wall_s, args.out)
+    for path, m in modules.items():
+        unexplained = sum(not s["reason"] for s in m["survivors"])
+        print(f"{path:34s} {m['killed']:4d} killed {m['survived']:3d} survived {m['no_tests']:3d} no test "
+              f"{m['timeout']:2d} timeout  {100 * m['detected']:5.1f}% (target {100 * m['target']:.0f}%)"
+              + (f"  {unexplained} unexplained" if unexplained else ""))
+    print(f"wrote {args.out / 'mutation.json'} and {args.out / 'mutation.md'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
