@@ -45,6 +45,12 @@ _STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no_tests", 33: "no_tests
 _CPU = ("device only: the mutation and the original agree on CPU, where these tests run "
         "(tensors are created on the input's device; tests/test_gpu.py runs the math on CUDA)")
 
+_KL32 = ("the approx_kl metric without the upper clamp: it only differs for log-ratios above 20, where "
+         "ratio is e^20 and the metric, averaged in float32 (tok_mean casts), cannot tell e^20 - 21 from "
+         "e^20 - 26 (float32's step there is 32); the loss is unaffected")
+_F64 = ("np.asarray(rewards) without float64: the rewards are Python floats (float64 already), and "
+        "main_advantages and group_stats cast to float64 themselves")
+
 #: Survivors we keep, by mutant name, with the reason they are equivalent or harmless.
 KEPT: dict[str, str] = {
     # advantages
@@ -88,7 +94,18 @@ KEPT: dict[str, str] = {
     "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_166": (
         "adv >= 0 instead of > 0 in clipfrac_high: where adv == 0 both pg terms are 0, so "
         "pg_clipped > pg_unclipped is already false"),
+    "mgrpo_algo.core.losses.x__prepare__mutmut_11": (
+        "the mask stays bool instead of the values' dtype: values * mask, mask.sum() and (n > 0) give the "
+        "same numbers, and every result is divided or multiplied into the values' dtype"),
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_208": _KL32,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_210": _KL32,
     # scoring
+    "mgrpo_algo.core.scoring.x_score_main__mutmut_12": _F64,
+    "mgrpo_algo.core.scoring.x_score_main__mutmut_14": _F64,
+    **{f"mgrpo_algo.core.scoring.x_score_batch__mutmut_{n}": (
+        "zip(strict=...) over score_main's keys and advantages (39-43) or score_sub's slots and advantages "
+        "(88-92): each pair is built one for one from the same list, the lengths are always equal")
+       for n in (39, 42, 43, 88, 91, 92)},
     "mgrpo_algo.core.scoring.x_score_sub__mutmut_52": (
         "zip(strict=None) over the group and its plan: plan_with_stats returns one row per rollout, the "
         "lengths are always equal"),

@@ -413,3 +413,4 @@ def test_error_messages():
         clipped_pg_loss(x, x, torch.zeros(1), m, ref_logp=torch.zeros(1, 3))
     with pytest.raises(ValueError, match=r"^entropy must be \(1, 2\), got \(1, 3\)$"):
         clipped_pg_loss(x, x, torch.zeros(1), m, entropy=torch.zeros(1, 3))
+
