@@ -36,6 +36,9 @@ TARGETS = {
     "mgrpo_algo/core/losses.py": 0.90,
     "mgrpo_env/rewards.py": 0.80,
     "mgrpo_env/align.py": 0.80,
+    # beyond the issue's targets: the role servers' recovery guards, compare's before/after arithmetic
+    "mgrpo_algo/training/roles.py": 0.80,
+    "mgrpo_algo/experiments/compare.py": 0.80,
 }
 
 # mutmut's exit-code verdicts (mutmut.stats.status_by_exit_code), folded into four columns.

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import pytest
 
+# Imported once here, not lazily in each test: transformers' model classes take seconds to import, and the
+# mutation run (make mutation) forks once per mutant after collecting this module.
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: F401
+
 from mgrpo_algo.core.scoring import MainSlot, RolloutKey, slot_payload
 from mgrpo_algo.distributed.store import MainStat, StoreTimeout, open_store
+from mgrpo_algo.learning.learner import RoleLearner  # noqa: F401  (RoleServer imports these lazily)
+from mgrpo_algo.policies.hf_policy import TransformersPolicy  # noqa: F401
+from mgrpo_algo.policies.models import build_tiny_model, train_tokenizer
 from mgrpo_algo.training.roles import RoleServer
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from mgrpo_algo.policies.models import build_tiny_model, train_tokenizer
-
     out = tmp_path_factory.mktemp("tiny-role-model")
     tok = train_tokenizer(["hello world <answer>x</answer> " * 20] * 20, vocab_size=300)
     build_tiny_model(tok, out, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
