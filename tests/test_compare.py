@@ -254,3 +254,42 @@ def test_before_after_arithmetic():
     check = _delegation_check({"mgrpo": {"per_seed": [run(0.1, 0.5), run(0.1)]}, "frozen-sub": {"per_seed": [run(0.1, 1.0)]}})
     assert check["passed"] is True and check["figures"] == "d_k 0.50 (mean over iterations and runs)"
     assert _delegation_check({"mgrpo": {"per_seed": [run(0.1, 0.0)]}})["passed"] is False
+
+
+def test_report_wording_and_strict_boundaries():
+    """The exact strings the report prints, and ties that do not count as an order or a gap."""
+    from mgrpo_algo.experiments.compare import _delegation_check, _gap_check, format_table
+
+    stats = {"mean": {k: 0.0 for k in ("before_em", "after_em", "delta_em", "before_f1", "after_f1")},
+             "std": {k: 0.0 for k in ("before_em", "after_em", "delta_em", "before_f1", "after_f1")}}
+    stats["mean"].update(rollouts=8, train_seconds=6000.0, eval_seconds=300.0)
+    assert format_table({"results": {"single-agent": stats}}).splitlines() == [
+        "| mode | start EM | after EM | Δ EM | start F1 | after F1 | rollouts | minutes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| single-agent | 0.0 ± 0.0 | 0.0 ± 0.0 | +0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 8 | 105.0 |",
+    ]
+
+    def result(after, delta=0.0):
+        return {"mean": {"after_em": after, "delta_em": delta}, "std": {"after_em": 0.0},
+                "per_seed": [{"after_em": after, "d_k_mean": 0.0}]}
+
+    for em in [(0.5, 0.5, 0.25), (0.5, 0.25, 0.25)]:  # a tie is not an order
+        v = verdict({"seeds": [0], "results": dict(zip(MODES, map(result, em), strict=True))})
+        assert v["order_held"] is False and v["rise_held"] is False
+        assert "single-agent did not hold (" in v["text"] and v["text"].endswith("so the +10 point rise did not hold.")
+    assert [c["check"] for c in v["checks"]] == [
+        "M-GRPO's held-out EM rises >= 10 points over its start",
+        "after-training EM: mgrpo > frozen-sub > single-agent",
+        "mgrpo - frozen-sub after EM (paired by seed) > one standard deviation of that gap",
+        "the main agent delegates during RL (mean sub-agents per rollout d_k > 0)",
+    ]
+    gap = "mgrpo - frozen-sub after EM (paired by seed) > one standard deviation of that gap"
+    assert _gap_check({"results": {}}) == {"check": gap, "passed": None, "figures": "a mode was not run"}
+    one = {"results": {m: {"per_seed": [{"after_em": 0.5}]} for m in ("mgrpo", "frozen-sub")}}
+    assert _gap_check(one) == {"check": gap, "passed": None, "figures": "gap +0.0 points; needs >= 2 seeds"}
+    one["results"]["mgrpo"]["per_seed"].append({"after_em": 0.5})
+    with pytest.raises(ValueError):  # paired by seed: the two modes must have run the same seeds
+        _gap_check(one)
+    assert _delegation_check({}) == {
+        "check": "the main agent delegates during RL (mean sub-agents per rollout d_k > 0)", "passed": None,
+        "figures": "no hierarchy mode was run"}

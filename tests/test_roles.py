@@ -129,3 +129,44 @@ def test_trained_server_checkpoints_before_recording_and_resumes(tiny_model, tmp
 def test_role_name_checked(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="role must be 'main' or 'sub', got 'critic'"):
         _server(tiny_model, tmp_path, "critic")
+
+
+def test_committed_buffer_is_compact_and_read_back(tiny_model, tmp_path):
+    main = _server(tiny_model, tmp_path, "main")
+    main.buffers[0] = {"3/main_0": [{"prompt_ids": [1, 2], "completion_ids": [3]},
+                                    {"prompt_ids": [1, 2, 3, 4], "completion_ids": [5]}]}
+    assert main.commit(0) == 1
+    main.buffers.clear()  # as after a restart: read from disk
+    assert main._buffer(0) == {"3/main_0": [{"prompt_ids": [1, 2], "completion_ids": [3]},
+                                            {"prompt_shared": 3, "prompt_new_ids": [4], "completion_ids": [5]}]}
+    main.discard(0)
+    assert 0 not in main.buffers and not (tmp_path / "ck" / "main" / "buffers" / "0.json").exists()
+    main.close()
+
+
+def test_waits_only_for_what_must_be_applied(tiny_model, tmp_path):
+    import time
+
+    sub = _server(tiny_model, tmp_path, "sub")
+    assert sub.flush(0) == {}  # a fresh server: nothing pending
+    sub.store_timeout_s = 3.0
+    t = time.monotonic()
+    assert sub.update_sub(0, [], 2, staleness=1) == {}  # may lag: does not wait at all
+    assert time.monotonic() - t < 0.9
+    sub.store_timeout_s = 0.5
+    t = time.monotonic()
+    with pytest.raises(StoreTimeout):  # the end of a stale run: flush waits for every pending iteration
+        sub.flush(0)
+    assert time.monotonic() - t >= 0.5
+    sub.close()
+
+
+def test_trained_sub_applies_its_slots(tiny_model, tmp_path):
+    main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub", train=True)
+    main.update_main(0, _main_slots())
+    sub.commit(0)
+    metrics = sub.update_sub(0, [], 2)
+    assert metrics["sub/skipped"] == 1.0 and metrics["sub/applied_iteration"] == 0.0
+    assert (tmp_path / "ck" / "sub" / "checkpoint" / "learner.json").exists()
+    main.close()
+    sub.close()
