@@ -50,7 +50,8 @@ def test_update_main_publishes_then_applies_once(tiny_model, tmp_path):
     assert store.done_iterations("main") == {0} and store.get_health("main")["step"] == 0
     # a replay (different values even) is a no-op: nothing re-published, nothing re-applied
     replay = main.update_main(0, _main_slots((0.0, 1.0)))
-    assert replay["main/replayed"] == 1.0
+    assert replay == {**metrics, "main/replayed": 1.0}  # the metrics it recorded for 0, flagged as a replay
+    assert isinstance(metrics["main/store_bytes_read"], float)
     assert store.get_main_stats(0, expected=2, timeout_s=0) == expected
     main.update_main(1, _main_slots())
     assert main.update_main(0, _main_slots()) == {"main/replayed": 1.0}  # older than the last: no metrics kept
