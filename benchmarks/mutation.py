@@ -258,7 +258,7 @@ def _natural(name: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
-def write(modules: dict, wall_s: float | None, out: Path) -> bool:
+def write(modules: dict, wall_s: float | None, out: Path, note: str = "") -> bool:
     out.mkdir(parents=True, exist_ok=True)
     ok = True
     for m in modules.values():
@@ -267,7 +267,7 @@ def write(modules: dict, wall_s: float | None, out: Path) -> bool:
     import mutmut
 
     data = {"tool": f"mutmut {mutmut.__version__}", "wall_s": None if wall_s is None else round(wall_s, 1),
-            "command": "make mutation", "modules": modules,
+            "command": "make mutation", "note": note, "modules": modules,
             "first_run": {p: dict(zip(("killed", "survived", "no_tests", "total"), b, strict=True))
                           for p, b in BEFORE.items()}}
     (out / "mutation.json").write_text(json.dumps(data, indent=1) + "\n")
@@ -277,7 +277,7 @@ def write(modules: dict, wall_s: float | None, out: Path) -> bool:
         f"`make mutation` ({data['tool']}, one worker; wall time "
         f"{'not measured (--no-run)' if wall_s is None else f'{wall_s / 60:.1f} min'}). Detected = killed + "
         "timed out, over all mutants (a mutant no selected test reaches counts as not detected).",
-        "",
+        *([note, ""] if note else [""]),
         "Why mutmut 3 and not cosmic-ray 8: both mutate a module and run a test command, but cosmic-ray "
         "starts that command once per mutant, and on these 2 shared cores a pytest start that imports torch "
         "costs 8-10 s, about 3 h for the 1,240 mutants of the five target modules alone. mutmut 3 imports the tests once, learns which "
@@ -295,11 +295,13 @@ def write(modules: dict, wall_s: float | None, out: Path) -> bool:
         first = f"{b[0]} / {b[1]} / {b[2]}: {100 * b[0] / b[3]:.1f}%" if b else "not measured"
         lines.append(f"| `{path}` | {m['total']} | {m['killed']} | {m['survived']} | {m['no_tests']} | "
                      f"{m['timeout']} | {100 * m['detected']:.1f}% | {100 * m['target']:.0f}% | {first} |")
+    for path, scope in SCOPE.items():
+        lines += ["", f"`{path}` is scored on {', '.join(f'`{f}`' for f in sorted(scope))} only."]
     lines += ["", "First run: killed / survived / no test before the tests it prompted (commit 04f434e; the "
               "selected tests were test_advantages, test_losses, test_rewards and test_align)."]
     lines += ["", "## Survivors kept", "",
-              "Each is equivalent to the original, or differs only on a CUDA device or in an error "
-              "message's wording; the reason is given under its diff.", ""]
+              "Each is equivalent to the original, or differs only on a CUDA device; the reason is given "
+              "under its diff.", ""]
     for path, m in modules.items():
         if not m["survivors"]:
             continue
@@ -317,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-run", action="store_true", help="report the verdicts already in mutants/")
     p.add_argument("--max-children", type=int, default=1, help="parallel mutant workers (default 1)")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--note", default="", help="a sentence on how the verdicts were obtained, for the report")
     args = p.parse_args(argv)
     if args.no_run:  # keep the wall time of the last full run, if there is one
         previous = args.out / "mutation.json"
@@ -324,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         wall_s = run_mutmut(args.max_children)
     modules = collect()
-    ok = write(modules, wall_s, args.out)
+    ok = write(modules, wall_s, args.out, args.note)
     for path, m in modules.items():
         unexplained = sum(not s["reason"] for s in m["survivors"])
         print(f"{path:34s} {m['killed']:4d} killed {m['survived']:3d} survived {m['no_tests']:3d} no test "
