@@ -188,3 +188,41 @@ def test_score_sub_by_hand():
     # pooled over the two unmasked slots: mean 0.75, population std 0.25 -> +1, -1
     assert values == pytest.approx([1.0, -1.0])
     assert stats["reward_mean"] == 0.75 and stats["num_masked_slots"] == 2 and stats["num_zero"] == 1
+
+
+# --- found by mutation testing (benchmarks/mutation.py) ---
+
+
+@pytest.mark.parametrize("make", [lambda x: torch.tensor(x, dtype=torch.float32),
+                                  lambda x: np.asarray(x, dtype=np.float32)])
+def test_statistics_in_float64_even_for_float32_input(make):
+    # 2^24 + {0, 2, 2, 2}: exact in float32, but a float32 sum rounds the mean to 2^24 (adv 0, 1.15, ...).
+    # In float64: mean 2^24 + 1.5, population std sqrt(.75) -> -sqrt 3, 1/sqrt 3 (three times).
+    x = [[2.0**24, 2.0**24 + 2, 2.0**24 + 2, 2.0**24 + 2]]
+    expected = [-math.sqrt(3), 1 / math.sqrt(3), 1 / math.sqrt(3), 1 / math.sqrt(3)]
+    assert main_advantages(make(x))[0].tolist() == pytest.approx(expected, rel=1e-6)
+    assert sub_advantages(make(x))[0].tolist() == pytest.approx(expected, rel=1e-6)
+
+
+def test_eps_boundary_is_signal():
+    # population std of {0, 2} is exactly 1: std >= eps carries signal, std < eps does not
+    assert main_advantages([[0.0, 2.0]], eps=1.0).tolist() == [[-1.0, 1.0]]
+    assert main_advantages([[0.0, 2.0]], eps=1.0 + 1e-9).tolist() == [[0.0, 0.0]]
+    assert sub_advantages([[[0.0], [2.0]]], eps=1.0).tolist() == [[[-1.0], [1.0]]]
+    assert group_stats([[0.0, 2.0]], eps=1.0)["zero_std_frac"] == 0.0
+    assert group_stats([[0.0, 2.0]], eps=1.0 + 1e-9)["zero_std_frac"] == 1.0
+
+
+def test_group_stats_counts_single_entry_groups():
+    # group 0 has one unmasked entry (std 0, counted), group 1 {0, 1} std .5: mean std .25
+    stats = group_stats([[5.0, 7.0], [0.0, 1.0]], mask=[[1, 0], [1, 1]])
+    assert stats["std"] == 0.25 and stats["mean"] == 2.0 and stats["zero_std_frac"] == 0.5
+
+
+def test_shape_errors_name_the_shape():
+    with pytest.raises(ValueError, match=r"^mask has shape \(1, 3\) but rewards have shape \(1, 2\)$"):
+        main_advantages([[1.0, 0.0]], mask=[[1, 1, 1]])
+    with pytest.raises(ValueError, match=r"^sub_advantages expects rewards with at least 2 axes, got shape \(3,\)$"):
+        sub_advantages([1.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match=r"^group_stats expects rewards \[Q, \.\.\.\], got shape \(2,\)$"):
+        group_stats([1.0, 0.0])

@@ -185,3 +185,52 @@ def test_slot_weights_and_apply_plan():
     assert apply_plan(p, [["a", "b"], []]) == [["a", None, "b"], [None, None, None]]
     with pytest.raises(ValueError):
         apply_plan(p, [["a"]])
+
+
+# --- found by mutation testing (benchmarks/mutation.py) ---
+
+
+def test_register_strategy_stores_the_function():
+    def first(d_k, d, r):
+        return [0] * d
+
+    try:
+        assert register_strategy("test-first", first) is first
+        assert STRATEGIES["test-first"] is first
+        assert plan([2, 1], 3, strategy="test-first", rng=rng()) == [[0, 0, 0], [0, 0, 0]]
+    finally:
+        STRATEGIES.pop("test-first", None)
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_exact_counts_draw_no_randomness(strategy):
+    # d_k == d everywhere: the plan is fixed, and the generator is left as it was
+    g = rng(3)
+    assert plan([2, 2, 2], 2, strategy=strategy, rng=g) == [[0, 1]] * 3
+    assert g.random() == rng(3).random()
+
+
+def test_dropped_summed_over_rollouts():
+    _, stats = plan_with_stats([3, 4, 2], 2, rng=rng())
+    assert stats.num_dropped == 1 + 2 + 0
+
+
+def test_choose_d_default_quantile_and_single_count():
+    assert choose_d(list(range(100))) == 98  # P(d_k <= 98) = .99
+    assert choose_d([3]) == 3
+    assert choose_d([0]) == 1
+
+
+def test_error_messages():
+    with pytest.raises(TypeError, match=r"^rng must be a numpy.random.Generator, got RandomState$"):
+        plan([1], 2, rng=np.random.RandomState(0))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^quantile must be in \(0, 1\], got 0.0$"):
+        choose_d([1], 0.0)
+    with pytest.raises(ValueError, match=r"^choose_d needs at least one observed count$"):
+        choose_d([])
+    with pytest.raises(ValueError, match=r"^observed counts must be integers >= 0$"):
+        choose_d([1, -1])
+    with pytest.raises(ValueError, match=r"^every rollout must have the same number of slots, got \[1, 2\]$"):
+        slot_weights([[0], [0, 1]])
+    with pytest.raises(ValueError, match=r"^plan has 2 rollouts but subs has 1$"):
+        apply_plan([[0], [0]], [["a"]])

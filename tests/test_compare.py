@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -199,3 +200,96 @@ def test_checks_are_computed_from_the_numbers():
     assert passed == [True, True, False, False]  # means 50.3 > 47.0, but gaps +10, -8, +8: 3.3 < std 8.2; no delegation
     one_seed = {"seeds": [0], "results": {m: {**r, "per_seed": r["per_seed"][:1]} for m, r in summary["results"].items()}}
     assert verdict(one_seed)["checks"][2]["passed"] is None  # a gap's spread needs >= 2 seeds
+
+
+def test_before_after_arithmetic():
+    """Hand-computed figures of the report's table, verdict and checks (found by mutation testing)."""
+    from mgrpo_algo.experiments.compare import _delegation_check, _gap_check, _history_means, format_table
+
+    stats = {"mean": {"before_em": 0.1, "after_em": 0.25, "delta_em": 0.15, "before_f1": 0.2, "after_f1": 0.35,
+                      "rollouts": 64, "train_seconds": 90.0, "eval_seconds": 30.0},
+             "std": {"before_em": 0.0, "after_em": 0.05, "delta_em": 0.05, "before_f1": 0.01, "after_f1": 0.02}}
+    assert format_table({"results": {"mgrpo": stats}}).splitlines()[2] == (
+        "| mgrpo | 10.0 ± 0.0 | 25.0 ± 5.0 | +15.0 ± 5.0 | 20.0 ± 1.0 | 35.0 ± 2.0 | 64 | 2.0 |")
+
+    history = [{"x": float(i)} for i in range(1, 9)] + [{"iteration": 9}, {"x": "n/a"}]
+    assert _history_means(history, "x") == (1.5, 7.5)  # quarters of 8 values: 2 each
+    assert _history_means(history[:3], "x") == (1.0, 3.0)  # fewer than 4 values: one each
+    assert all(math.isnan(v) for v in _history_means(history, "y"))
+
+    def result(after, delta, std=0.0, rows=None):
+        return {"mean": {"after_em": after, "delta_em": delta}, "std": {"after_em": std},
+                "per_seed": rows or [{"after_em": after, "d_k_mean": 1.0}]}
+
+    # exactly +10 points is a rise of 10; a gap equal to the larger spread is not "within" it
+    summary = {"seeds": [0], "results": {"mgrpo": result(0.5, 0.1, std=0.25), "frozen-sub": result(0.25, 0.0),
+                                         "single-agent": result(0.125, 0.0)}}
+    v = verdict(summary)
+    assert v["rise_held"] is True and v["order_held"] is True
+    assert v["text"] == ("The order mgrpo > frozen-sub > single-agent held (mgrpo 50.0 vs frozen-sub 25.0 vs "
+                         "single-agent 12.5 after-training EM, mean of 1 seed). M-GRPO's held-out EM rose +10.0 "
+                         "points over its warm-started start, so the +10 point rise held.")
+    assert v["checks"][0]["figures"] == "+10.0 points" and v["checks"][1]["figures"] == "50.0 / 25.0 / 12.5"
+    summary["results"]["frozen-sub"] = result(0.25, 0.0, std=0.25 + 1e-9)
+    summary["seeds"] = [0, 1]
+    assert ("mean of 2 seeds); within one standard deviation across seeds: mgrpo vs frozen-sub, frozen-sub vs "
+            "single-agent.") in verdict(summary)["text"]
+    assert verdict(summary, rise_points=10.5)["rise_held"] is False
+    assert verdict({"seeds": [0], "results": {}})["checks"][0]["figures"] == "not run"
+
+    def run(after, d_k=None):
+        return {"after_em": after} if d_k is None else {"after_em": after, "d_k_mean": d_k}
+
+    def gaps(mgrpo, frozen):
+        return _gap_check({"results": {"mgrpo": {"per_seed": mgrpo}, "frozen-sub": {"per_seed": frozen}}})
+
+    assert _gap_check({"results": {"mgrpo": {"per_seed": []}}})["figures"] == "a mode was not run"
+    one = gaps([run(0.5)], [run(0.25)])
+    assert one["passed"] is None and one["figures"] == "gap +25.0 points; needs >= 2 seeds"
+    # gaps 0 and 10 points: mean 5 == population std 5, not larger
+    two = gaps([run(0.5), run(0.625)], [run(0.5), run(0.525)])
+    assert two["passed"] is False and two["figures"].startswith("gap +5.0 ± 5.0 points over 2 seeds (+0.0, +10.0)")
+
+    assert _delegation_check({"single-agent": {"per_seed": [run(0.1, 3.0)]}})["passed"] is None
+    check = _delegation_check({"mgrpo": {"per_seed": [run(0.1, 0.5), run(0.1)]}, "frozen-sub": {"per_seed": [run(0.1, 1.0)]}})
+    assert check["passed"] is True and check["figures"] == "d_k 0.50 (mean over iterations and runs)"
+    assert _delegation_check({"mgrpo": {"per_seed": [run(0.1, 0.0)]}})["passed"] is False
+
+
+def test_report_wording_and_strict_boundaries():
+    """The exact strings the report prints, and ties that do not count as an order or a gap."""
+    from mgrpo_algo.experiments.compare import _delegation_check, _gap_check, format_table
+
+    stats = {"mean": {k: 0.0 for k in ("before_em", "after_em", "delta_em", "before_f1", "after_f1")},
+             "std": {k: 0.0 for k in ("before_em", "after_em", "delta_em", "before_f1", "after_f1")}}
+    stats["mean"].update(rollouts=8, train_seconds=6000.0, eval_seconds=300.0)
+    assert format_table({"results": {"single-agent": stats}}).splitlines() == [
+        "| mode | start EM | after EM | Δ EM | start F1 | after F1 | rollouts | minutes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| single-agent | 0.0 ± 0.0 | 0.0 ± 0.0 | +0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 8 | 105.0 |",
+    ]
+
+    def result(after, delta=0.0):
+        return {"mean": {"after_em": after, "delta_em": delta}, "std": {"after_em": 0.0},
+                "per_seed": [{"after_em": after, "d_k_mean": 0.0}]}
+
+    for em in [(0.5, 0.5, 0.25), (0.5, 0.25, 0.25)]:  # a tie is not an order
+        v = verdict({"seeds": [0], "results": dict(zip(MODES, map(result, em), strict=True))})
+        assert v["order_held"] is False and v["rise_held"] is False
+        assert "single-agent did not hold (" in v["text"] and v["text"].endswith("so the +10 point rise did not hold.")
+    assert [c["check"] for c in v["checks"]] == [
+        "M-GRPO's held-out EM rises >= 10 points over its start",
+        "after-training EM: mgrpo > frozen-sub > single-agent",
+        "mgrpo - frozen-sub after EM (paired by seed) > one standard deviation of that gap",
+        "the main agent delegates during RL (mean sub-agents per rollout d_k > 0)",
+    ]
+    gap = "mgrpo - frozen-sub after EM (paired by seed) > one standard deviation of that gap"
+    assert _gap_check({"results": {}}) == {"check": gap, "passed": None, "figures": "a mode was not run"}
+    one = {"results": {m: {"per_seed": [{"after_em": 0.5}]} for m in ("mgrpo", "frozen-sub")}}
+    assert _gap_check(one) == {"check": gap, "passed": None, "figures": "gap +0.0 points; needs >= 2 seeds"}
+    one["results"]["mgrpo"]["per_seed"].append({"after_em": 0.5})
+    with pytest.raises(ValueError):  # paired by seed: the two modes must have run the same seeds
+        _gap_check(one)
+    assert _delegation_check({}) == {
+        "check": "the main agent delegates during RL (mean sub-agents per rollout d_k > 0)", "passed": None,
+        "figures": "no hierarchy mode was run"}

@@ -307,3 +307,110 @@ def test_shape_errors():
         clipped_pg_loss(z, z, torch.zeros(2), torch.ones(2, 3), ref_logp=torch.zeros(2, 2))
     with pytest.raises(ValueError):
         clipped_pg_loss(z, z, torch.zeros(2), torch.ones(2, 3), eps_low=1.0)
+
+
+# --- found by mutation testing (benchmarks/mutation.py) ---
+
+
+def _one_token(log_ratio: float, adv: float, **kw):
+    logp = torch.tensor([[log_ratio]])
+    return clipped_pg_loss(logp, torch.zeros(1, 1), torch.tensor([adv]), torch.ones(1, 1, dtype=torch.bool), **kw)
+
+
+def test_aggregate_ignores_nan_and_inf_under_the_mask():
+    values = torch.tensor([[1.0, float("nan")], [2.0, float("inf")]])
+    mask = torch.tensor([[1, 0], [1, 0]])
+    for mode in MODES:
+        assert float(aggregate(values, mask, mode)) == 1.5
+
+
+def test_aggregate_keeps_float64():
+    values = torch.tensor([[1.0], [2.0]], dtype=torch.float64)
+    mask = torch.ones(2, 1)
+    w = torch.tensor([0.1, 0.3], dtype=torch.float64)
+    out = aggregate(values, mask, "seq-mean-token-mean", w)
+    assert out.dtype == torch.float64 and float(out) == (0.1 * 1.0 + 0.3 * 2.0) / (0.1 + 0.3)
+    # float64 weights on float32 values: the loss stays float32
+    assert aggregate(values.float(), mask, "seq-mean-token-mean", w).dtype == torch.float32
+    out = aggregate(values, mask, "token-mean", global_normalizer=0.7)
+    assert out.dtype == torch.float64 and float(out) == 3.0 / 0.7
+
+
+def test_aggregate_denominator_below_one():
+    # one sample of weight .5: the weighted mean is the sample's mean, not half of it
+    assert float(aggregate(torch.tensor([[2.0, 4.0]]), torch.ones(1, 2), sample_weight=torch.tensor([0.5]))) == 3.0
+    assert float(aggregate(torch.tensor([[2.0, 4.0]]), torch.ones(1, 2), global_normalizer=0.5)) == 6.0
+
+
+def test_loss_normalizer_default_mode():
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 0, 0]])
+    assert float(loss_normalizer(mask)) == 2.0  # seq-mean-token-mean: samples with tokens
+    assert float(loss_normalizer(mask, "token-mean")) == 3.0
+
+
+def test_zero_clip_ranges_are_allowed():
+    # eps_high = 0: ratio 2 with A = 1 is clipped to 1; eps_low = 0: ratio .5 with A = -1 is clipped to 1
+    loss, m = _one_token(math.log(2.0), 1.0, eps_low=0.0, eps_high=0.0)
+    assert float(loss) == pytest.approx(-1.0) and m["clipfrac_high"] == 1.0
+    loss, m = _one_token(math.log(0.5), -1.0, eps_low=0.0, eps_high=0.0)
+    assert float(loss) == pytest.approx(1.0) and m["clipfrac_low"] == 1.0
+
+
+def test_small_positive_advantage_counts_as_clipped_high_only():
+    _, m = _one_token(math.log(2.0), 0.5)
+    assert (m["clipfrac"], m["clipfrac_low"], m["clipfrac_high"]) == (1.0, 0.0, 1.0)
+    _, m = _one_token(math.log(0.5), -0.5)
+    assert (m["clipfrac"], m["clipfrac_low"], m["clipfrac_high"]) == (1.0, 1.0, 0.0)
+
+
+def test_log_ratio_clamped_both_ways():
+    # log-ratio 25 is clamped to 20: with A = -1 the unclipped term wins, loss = e^20
+    loss, m = _one_token(25.0, -1.0)
+    assert float(loss) == pytest.approx(math.exp(20.0), rel=1e-6)
+    assert m["ratio_max"] == pytest.approx(math.exp(20.0), rel=1e-6)
+    assert m["approx_kl"] == pytest.approx(math.exp(20.0) - 1.0 - 20.0, rel=1e-6)
+    # log-ratio -25 is clamped to -20: with A = 1 the unclipped term wins, loss = -e^-20
+    loss, m = _one_token(-25.0, 1.0)
+    assert float(loss) == pytest.approx(-math.exp(-20.0), rel=1e-4)
+    assert m["approx_kl"] == pytest.approx(math.exp(-20.0) - 1.0 + 20.0, rel=1e-6)
+
+
+def test_kl_log_ratio_clamped_both_ways():
+    for gap, expected in [(25.0, math.exp(20.0) - 20.0 - 1.0), (-25.0, math.exp(-20.0) + 20.0 - 1.0)]:
+        ref = torch.tensor([[gap]])
+        _, m = clipped_pg_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1),
+                               ref_logp=ref)
+        assert m["kl_ref"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_loss_dtype_follows_logp():
+    loss, _ = clipped_pg_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([0.5], dtype=torch.float64),
+                              torch.ones(1, 2))
+    assert loss.dtype == torch.float32
+
+
+def test_ratio_max_without_live_tokens():
+    _, m = clipped_pg_loss(torch.ones(2, 2), torch.zeros(2, 2), torch.tensor([1.0, 1.0]), torch.ones(2, 2),
+                           sample_weight=torch.tensor([0.0, 0.0]))
+    assert m["ratio_max"] == 0.0
+
+
+def test_error_messages():
+    with pytest.raises(ValueError, match=r"^values and mask must both be \[B, T\], got \(2, 3\) and \(2, 2\)$"):
+        aggregate(torch.zeros(2, 3), torch.zeros(2, 2))
+    with pytest.raises(ValueError, match=r"^sample_weight must be \[B\] = \[2\], got \(3,\)$"):
+        aggregate(torch.zeros(2, 3), torch.ones(2, 3), sample_weight=torch.ones(3))
+    with pytest.raises(ValueError, match=r"^sample_weight must be >= 0$"):
+        aggregate(torch.zeros(2, 3), torch.ones(2, 3), sample_weight=torch.tensor([1.0, -1.0]))
+    x, m = torch.zeros(1, 2), torch.ones(1, 2)
+    with pytest.raises(ValueError, match=r"^logp, old_logp and loss_mask must be \[B, T\] alike, got \(1, 2\), \(1, 2\), \(1, 3\)$"):
+        clipped_pg_loss(x, x, torch.zeros(1), torch.ones(1, 3))
+    with pytest.raises(ValueError, match=r"^need 0 <= eps_low < 1 and eps_high >= 0, got 1.0, 0.28$"):
+        clipped_pg_loss(x, x, torch.zeros(1), m, eps_low=1.0)
+    with pytest.raises(ValueError, match=r"^advantages must be \[B\] or \[B, T\] for logp \(1, 2\), got \(3,\)$"):
+        clipped_pg_loss(x, x, torch.zeros(3), m)
+    with pytest.raises(ValueError, match=r"^ref_logp must be \(1, 2\), got \(1, 3\)$"):
+        clipped_pg_loss(x, x, torch.zeros(1), m, ref_logp=torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"^entropy must be \(1, 2\), got \(1, 3\)$"):
+        clipped_pg_loss(x, x, torch.zeros(1), m, entropy=torch.zeros(1, 3))
+

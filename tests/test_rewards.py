@@ -130,3 +130,31 @@ def test_env_modules_never_import_torch():
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- found by mutation testing (benchmarks/mutation.py): messages name the argument at their start ---
+
+
+def test_messages_name_the_argument():
+    with pytest.raises(ValueError, match=r"^weights must hold 2 numbers, got 1"):
+        rewards.check_weights([1.0], 2)
+    with pytest.raises(ValueError, match=r"^main weights must hold 2"):
+        main_reward(True, 1, weights=(0.1,))
+    with pytest.raises(ValueError, match=r"^main weights must hold 2"):
+        main_rewards([True], [1.0], weights=(0.1,))
+    with pytest.raises(ValueError, match=r"^sub weights must hold 3"):
+        sub_reward(True, 1, 1, weights=(0.1,))
+    with pytest.raises(ValueError, match=r"^sub weights must hold 3"):
+        sub_rewards([True], [1.0], [1.0], weights=(0.1,))
+    with pytest.raises(ValueError, match=r"^correct must be in \[0, 1\], got 2"):
+        main_reward(True, 2)
+    with pytest.raises(ValueError, match=r"^correct must be in \[0, 1\] everywhere$"):
+        main_rewards([True], [2.0])
+    with pytest.raises(ValueError, match=r"^main_correct must be in \[0, 1\], got 2"):
+        sub_reward(True, 2, 1)
+    with pytest.raises(ValueError, match=r"^main_correct must be in \[0, 1\] everywhere$"):
+        sub_rewards([True], [2.0], [1.0])
+    with pytest.raises(ValueError, match=r"^expert must be in \[0, 1\], got 2"):
+        sub_reward(True, 1, 2)
+    with pytest.raises(ValueError, match=r"^expert must be in \[0, 1\] everywhere$"):
+        sub_rewards([True], [1.0], [2.0])

@@ -1,0 +1,341 @@
+"""Mutation testing of the math, the scoring and the env's rewards and alignment (``make mutation``).
+
+Runs mutmut 3 (configured in pyproject.toml, ``[tool.mutmut]``) from a clean ``mutants/`` folder,
+then reads its verdicts and writes ``benchmarks/results/mutation.json`` and ``mutation.md``: per module
+the mutants killed / survived / without a covering test / timed out, the share detected, the target,
+and every survivor with its diff and the reason it is kept (:data:`KEPT`). A survivor that is not in
+:data:`KEPT` is listed as "unexplained" and makes the script exit 1, as does a module under its target.
+
+    .venv/bin/python benchmarks/mutation.py               # fresh run (about 10 min on 2 busy cores)
+    .venv/bin/python benchmarks/mutation.py --no-run      # report the verdicts already in mutants/
+
+mutmut imports the copies in ``mutants/`` (it puts that folder first on sys.path and removes the
+checkout), runs the selected tests once in process to learn which tests reach which function, then
+forks once per mutant and runs only those tests: torch is imported once, not once per mutant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results"
+
+#: module -> share of mutants that must be detected (killed or timed out).
+TARGETS = {
+    "mgrpo_algo/core/advantages.py": 0.90,
+    "mgrpo_algo/core/scoring.py": 0.90,
+    "mgrpo_algo/core/losses.py": 0.90,
+    "mgrpo_env/rewards.py": 0.80,
+    "mgrpo_env/align.py": 0.80,
+    # beyond the issue's targets: the role servers' recovery guards, compare's before/after arithmetic
+    "mgrpo_algo/training/roles.py": 0.80,
+    "mgrpo_algo/experiments/compare.py": 0.80,
+}
+
+#: The first run (commit 04f434e, before the tests it prompted), same mutants: killed, survived, no test,
+#: total. roles.py had no fast test then (tests/test_decoupled.py is slow); compare.py was not mutated.
+BEFORE = {
+    "mgrpo_algo/core/advantages.py": (154, 14, 0, 168),
+    "mgrpo_algo/core/scoring.py": (79, 14, 218, 311),
+    "mgrpo_algo/core/losses.py": (297, 55, 0, 352),
+    "mgrpo_env/rewards.py": (140, 22, 0, 162),
+    "mgrpo_env/align.py": (219, 28, 0, 247),
+}
+
+#: Modules scored on some functions only (mutmut mutates the whole file; the others are left to the
+#: slow end-to-end tests): roles.py's recovery path (not act / _sequences, which need sampled tokens, nor
+#: the constructor), compare.py's before/after arithmetic (not the runs that produce the numbers).
+SCOPE = {
+    # the recovery path: commit / read back / discard, the update guards, pending and lag, the checkpoint order
+    "mgrpo_algo/training/roles.py": {f"RoleServer.{m}" for m in (
+        "commit", "discard", "_buffer", "update_main", "update_sub", "_apply_pending", "flush", "_apply_sub",
+        "_applied", "_save_state")} | {"_write_json"},
+    "mgrpo_algo/experiments/compare.py": {"aggregate", "_pm", "format_table", "verdict", "_gap_check",
+                                          "_delegation_check", "_history_means"},
+}
+
+# mutmut's exit-code verdicts (mutmut.stats.status_by_exit_code), folded into four columns.
+_STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no_tests", 33: "no_tests", 36: "timeout",
+           24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout"}
+
+_CPU = ("device only: the mutation and the original agree on CPU, where these tests run "
+        "(tensors are created on the input's device; tests/test_gpu.py runs the math on CUDA)")
+
+_KL32 = ("the approx_kl metric without the upper clamp: it only differs for log-ratios above 20, where "
+         "ratio is e^20 and the metric, averaged in float32 (tok_mean casts), cannot tell e^20 - 21 from "
+         "e^20 - 26 (float32's step there is 32); the loss is unaffected")
+_F64 = ("np.asarray(rewards) without float64: the rewards are Python floats (float64 already), and "
+        "main_advantages and group_stats cast to float64 themselves")
+
+#: Survivors we keep, by mutant name, with the reason they are equivalent or harmless.
+KEPT: dict[str, str] = {
+    # advantages
+    "mgrpo_algo.core.advantages.x__as_mask__mutmut_7": (
+        "a tensor mask goes through np.asarray instead of .detach(): the same values on CPU "
+        "(a CUDA mask would fail loudly, not silently)"),
+    "mgrpo_algo.core.advantages.x__as_mask__mutmut_17": _CPU,
+    "mgrpo_algo.core.advantages.x__group_moments__mutmut_9": (
+        "the mask stays bool instead of float64: r * mask and mask.sum() give the same numbers "
+        "(bool promotes to r's dtype, the count is an exact integer)"),
+    # losses
+    "mgrpo_algo.core.losses.x__prepare__mutmut_27": (
+        "dtype=None gives float32 ones: the weight 1.0 is exact in any dtype and promotes to the values' dtype"),
+    "mgrpo_algo.core.losses.x__prepare__mutmut_30": (
+        "no dtype gives float32 ones: the weight 1.0 is exact in any dtype and promotes to the values' dtype"),
+    "mgrpo_algo.core.losses.x__prepare__mutmut_28": _CPU,
+    "mgrpo_algo.core.losses.x__prepare__mutmut_31": _CPU,
+    "mgrpo_algo.core.losses.x__prepare__mutmut_36": _CPU,
+    "mgrpo_algo.core.losses.x__prepare__mutmut_38": _CPU,
+    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_7": (
+        "torch.zeros without dtype is float32, the dtype written: equivalent"),
+    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_10": (
+        "torch.zeros without dtype is float32, the dtype written: equivalent"),
+    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_8": _CPU,
+    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_11": _CPU,
+    "mgrpo_algo.core.losses.x_aggregate__mutmut_25": _CPU,
+    "mgrpo_algo.core.losses.x_aggregate__mutmut_28": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_32": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_34": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_174": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_176": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_119": (
+        "kl_coef >= 0 instead of > 0: at kl_coef == 0 it adds 0 * kl, and kl is clamped finite, so the "
+        "loss and its gradient are unchanged"),
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_131": (
+        "entropy_coef >= 0 instead of > 0: at entropy_coef == 0 it subtracts 0 * entropy; masked positions "
+        "are replaced before aggregation, so the loss and its gradient are unchanged for finite entropies"),
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_161": (
+        "adv <= 0 instead of < 0 in clipfrac_low: where adv == 0 both pg terms are 0, so "
+        "pg_clipped > pg_unclipped is already false"),
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_166": (
+        "adv >= 0 instead of > 0 in clipfrac_high: where adv == 0 both pg terms are 0, so "
+        "pg_clipped > pg_unclipped is already false"),
+    "mgrpo_algo.core.losses.x__prepare__mutmut_11": (
+        "the mask stays bool instead of the values' dtype: values * mask, mask.sum() and (n > 0) give the "
+        "same numbers, and every result is divided or multiplied into the values' dtype"),
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_208": _KL32,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_210": _KL32,
+    # roles
+    **{f"mgrpo_algo.training.roles.x__write_json__mutmut_{n}": (
+        "mkdir without parents: _write_json writes into the server's folder (made with parents=True when the "
+        "server starts) or its buffers/ subfolder, so the parent always exists") for n in (1, 3, 5)},
+    **{f"mgrpo_algo.training.roles.xǁRoleServerǁ_apply_sub__mutmut_{n}": (
+        "_apply_sub is only called from _apply_pending, which has just made state['pending'] and iterates "
+        "its keys: the setdefault default is never used and the key popped is always there")
+       for n in (3, 5, 13, 24)},
+    # compare
+    "mgrpo_algo.experiments.compare.x__history_means__mutmut_6": 'float("NAN") is the same NaN as float("nan")',
+    "mgrpo_algo.experiments.compare.x__history_means__mutmut_9": 'float("NAN") is the same NaN as float("nan")',
+    "mgrpo_algo.experiments.compare.x__pm__mutmut_7": (
+        "format 'F' instead of 'f': identical for finite numbers (only inf / nan are spelled INF / NAN)"),
+    "mgrpo_algo.experiments.compare.x__pm__mutmut_9": (
+        "format 'F' instead of 'f': identical for finite numbers (only inf / nan are spelled INF / NAN)"),
+    # scoring
+    "mgrpo_algo.core.scoring.x_score_main__mutmut_12": _F64,
+    "mgrpo_algo.core.scoring.x_score_main__mutmut_14": _F64,
+    **{f"mgrpo_algo.core.scoring.x_score_batch__mutmut_{n}": (
+        "zip(strict=...) over score_main's keys and advantages (39-43) or score_sub's slots and advantages "
+        "(88-92): each pair is built one for one from the same list, the lengths are always equal")
+       for n in (39, 42, 43, 88, 91, 92)},
+    "mgrpo_algo.core.scoring.x_score_sub__mutmut_52": (
+        "zip(strict=None) over the group and its plan: plan_with_stats returns one row per rollout, the "
+        "lengths are always equal"),
+    "mgrpo_algo.core.scoring.x_score_sub__mutmut_55": (
+        "zip without strict over the group and its plan: plan_with_stats returns one row per rollout"),
+    "mgrpo_algo.core.scoring.x_score_sub__mutmut_56": (
+        "zip(strict=False) over the group and its plan: plan_with_stats returns one row per rollout"),
+    # align
+    "mgrpo_env.align.x__subset__mutmut_5": (
+        "rng.choice(replace=None): numpy reads a falsy replace as without replacement, as written"),
+    "mgrpo_env.align.x__duplicate__mutmut_1": (
+        "d_k > d instead of >=: at d_k == d the other branch returns range(d) plus rng.integers(size=0), "
+        "the same slots, and drawing 0 integers leaves the generator's state unchanged (tested)"),
+    "mgrpo_env.align.x__duplicate__mutmut_20": (
+        "rng.integers(d_k, size=n) is numpy's one-argument form, [0, d_k): identical to integers(0, d_k)"),
+    "mgrpo_env.align.x__duplicate_balanced__mutmut_1": (
+        "d_k > d instead of >=: at d_k == d the other branch gives range(d) * 1 plus a subset of size 0, "
+        "the same slots, and choosing 0 leaves the generator's state unchanged (tested)"),
+    "mgrpo_env.align.x_choose_d__mutmut_37": (
+        "frac gets one extra entry (n+1)/n past the end: frac[n-1] == 1 >= quantile already, so argmax "
+        "never reaches it"),
+    "mgrpo_env.align.x_slot_weights__mutmut_4": "np.zeros defaults to float64, the dtype written: equivalent",
+    "mgrpo_env.align.x_slot_weights__mutmut_6": "np.zeros defaults to float64, the dtype written: equivalent",
+    "mgrpo_env.align.x_slot_weights__mutmut_19": (
+        "np.array of Python floats is float64 without dtype=: equivalent"),
+    "mgrpo_env.align.x_slot_weights__mutmut_21": (
+        "np.array of Python floats is float64 without dtype=: equivalent"),
+    "mgrpo_env.align.x_apply_plan__mutmut_8": (
+        "zip(strict=None): the lengths were checked just above, they are equal"),
+    "mgrpo_env.align.x_apply_plan__mutmut_11": (
+        "zip without strict: the lengths were checked just above, they are equal"),
+    "mgrpo_env.align.x_apply_plan__mutmut_12": (
+        "zip(strict=False): the lengths were checked just above, they are equal"),
+    # rewards
+    "mgrpo_env.rewards.x__unit_array__mutmut_3": (
+        "np.asarray without float64: bools, ints and floats compare and multiply to the same values, and "
+        "the result is cast to float64 at the end"),
+    "mgrpo_env.rewards.x__unit_array__mutmut_5": (
+        "np.asarray without float64: bools, ints and floats compare and multiply to the same values, and "
+        "the result is cast to float64 at the end"),
+    "mgrpo_env.rewards.x_main_rewards__mutmut_13": (
+        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
+    "mgrpo_env.rewards.x_main_rewards__mutmut_15": (
+        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
+    "mgrpo_env.rewards.x_main_rewards__mutmut_23": "astype(None) is astype(float64) in numpy: equivalent",
+    "mgrpo_env.rewards.x_sub_rewards__mutmut_13": (
+        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
+    "mgrpo_env.rewards.x_sub_rewards__mutmut_15": (
+        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
+    "mgrpo_env.rewards.x_sub_rewards__mutmut_30": "astype(None) is astype(float64) in numpy: equivalent",
+}
+
+
+def run_mutmut(max_children: int) -> float:
+    """A fresh ``mutmut run`` from ROOT; returns its wall time in seconds."""
+    shutil.rmtree(ROOT / "mutants", ignore_errors=True)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    mutmut = Path(sys.executable).with_name("mutmut")
+    start = time.perf_counter()
+    subprocess.run([str(mutmut), "run", "--max-children", str(max_children)], cwd=ROOT, env=env,
+                   check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def _diff(name: str, path: str) -> str:
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        lines = get_diff_for_mutant(name, path=path).splitlines()[2:]
+    finally:
+        os.chdir(cwd)
+    return "\n".join(line for line in lines if line.startswith(("+", "-")))
+
+
+def collect() -> dict:
+    """Per-module counts and the survivors, from the ``.meta`` files mutmut wrote."""
+    modules = {}
+    for path, target in TARGETS.items():
+        meta = ROOT / "mutants" / (path + ".meta")
+        if not meta.exists():
+            raise SystemExit(f"{meta} is missing: run without --no-run first")
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        counts = {"killed": 0, "survived": 0, "no_tests": 0, "timeout": 0, "other": 0}
+        survivors = []
+        scope = SCOPE.get(path)
+        for name, code in sorted(codes.items(), key=lambda kv: _natural(kv[0])):
+            if scope is not None and _function(name) not in scope:
+                continue
+            status = _STATUS.get(code, "other")
+            counts[status] += 1
+            if status in ("survived", "no_tests", "other"):
+                survivors.append({"mutant": name, "status": status, "diff": _diff(name, path),
+                                  "reason": KEPT.get(name)})
+        total = sum(counts.values())
+        detected = counts["killed"] + counts["timeout"]
+        modules[path] = {**counts, "scope": sorted(scope) if scope else "whole module", "total": total, "detected": round(detected / total, 4) if total else 1.0,
+                         "target": target, "survivors": survivors}
+    return modules
+
+
+def _function(mutant: str) -> str:
+    """``pkg.mod.x_verdict__mutmut_3`` -> ``verdict``; a method ``xǁCǁm__mutmut_1`` -> ``C.m``."""
+    generated = mutant.rsplit(".", 1)[-1].split("__mutmut_")[0]
+    return generated[2:] if generated.startswith("x_") else generated.lstrip("x").strip("ǁ").replace("ǁ", ".")
+
+
+def _natural(name: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def write(modules: dict, wall_s: float | None, out: Path, note: str = "") -> bool:
+    out.mkdir(parents=True, exist_ok=True)
+    ok = True
+    for m in modules.values():
+        m["meets_target"] = m["detected"] >= m["target"]
+        ok &= m["meets_target"] and all(s["reason"] for s in m["survivors"])
+    import mutmut
+
+    data = {"tool": f"mutmut {mutmut.__version__}", "wall_s": None if wall_s is None else round(wall_s, 1),
+            "command": "make mutation", "note": note, "modules": modules,
+            "first_run": {p: dict(zip(("killed", "survived", "no_tests", "total"), b, strict=True))
+                          for p, b in BEFORE.items()}}
+    (out / "mutation.json").write_text(json.dumps(data, indent=1) + "\n")
+    lines = [
+        "# Mutation testing",
+        "",
+        f"`make mutation` ({data['tool']}, one worker; wall time "
+        f"{'not measured (--no-run)' if wall_s is None else f'{wall_s / 60:.1f} min'}). Detected = killed + "
+        "timed out, over all mutants (a mutant no selected test reaches counts as not detected).",
+        *([note, ""] if note else [""]),
+        "Why mutmut 3 and not cosmic-ray 8: both mutate a module and run a test command, but cosmic-ray "
+        "starts that command once per mutant, and on these 2 shared cores a pytest start that imports torch "
+        "costs 8-10 s, about 3 h for the 1,240 mutants of the five target modules alone. mutmut 3 imports the tests once, learns which "
+        "tests reach which function, then forks once per mutant and runs only those tests (a few per "
+        "second). Its `mutants/` copy suits this layout: `source_paths` copies `mgrpo_algo/` and `mgrpo_env/` "
+        "whole, `only_mutate` picks the modules, and it puts `mutants/` first on sys.path and removes the "
+        "checkout, so the copies are what the tests import (`mgrpo_tools` and `mgrpo_scenarios` still come "
+        "from the install; they are not mutated). Configured in pyproject.toml, `[tool.mutmut]`.",
+        "",
+        "| module | mutants | killed | survived | no test | timeout | detected | target | first run |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for path, m in modules.items():
+        b = BEFORE.get(path)
+        first = f"{b[0]} / {b[1]} / {b[2]}: {100 * b[0] / b[3]:.1f}%" if b else "not measured"
+        lines.append(f"| `{path}` | {m['total']} | {m['killed']} | {m['survived']} | {m['no_tests']} | "
+                     f"{m['timeout']} | {100 * m['detected']:.1f}% | {100 * m['target']:.0f}% | {first} |")
+    for path, scope in SCOPE.items():
+        lines += ["", f"`{path}` is scored on {', '.join(f'`{f}`' for f in sorted(scope))} only."]
+    lines += ["", "First run: killed / survived / no test before the tests it prompted (commit 04f434e; the "
+              "selected tests were test_advantages, test_losses, test_rewards and test_align)."]
+    lines += ["", "## Survivors kept", "",
+              "Each is equivalent to the original, or differs only on a CUDA device; the reason is given "
+              "under its diff.", ""]
+    for path, m in modules.items():
+        if not m["survivors"]:
+            continue
+        lines += [f"### `{path}`", ""]
+        for s in m["survivors"]:
+            lines += [f"- `{s['mutant'].rsplit('.', 1)[-1]}` ({s['status'].replace('_', ' ')}): "
+                      f"{s['reason'] or '**unexplained**'}", "", "  ```diff",
+                      *("  " + line for line in s["diff"].splitlines()), "  ```", ""]
+    (out / "mutation.md").write_text("\n".join(lines))
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--no-run", action="store_true", help="report the verdicts already in mutants/")
+    p.add_argument("--max-children", type=int, default=1, help="parallel mutant workers (default 1)")
+    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--note", default="", help="a sentence on how the verdicts were obtained, for the report")
+    args = p.parse_args(argv)
+    if args.no_run:  # keep the wall time of the last full run, if there is one
+        previous = args.out / "mutation.json"
+        wall_s = json.loads(previous.read_text()).get("wall_s") if previous.exists() else None
+    else:
+        wall_s = run_mutmut(args.max_children)
+    modules = collect()
+    ok = write(modules, wall_s, args.out, args.note)
+    for path, m in modules.items():
+        unexplained = sum(not s["reason"] for s in m["survivors"])
+        print(f"{path:34s} {m['killed']:4d} killed {m['survived']:3d} survived {m['no_tests']:3d} no test "
+              f"{m['timeout']:2d} timeout  {100 * m['detected']:5.1f}% (target {100 * m['target']:.0f}%)"
+              + (f"  {unexplained} unexplained" if unexplained else ""))
+    print(f"wrote {args.out / 'mutation.json'} and {args.out / 'mutation.md'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Role servers' recovery guards (mgrpo_algo.training.roles) with a tiny model and an SQLite store, fast.
+
+The slow end-to-end runs (tests/test_decoupled.py) kill real server processes; these drive one
+RoleServer object directly: an iteration is applied once, replayed iterations are no-ops, the sub
+side waits for (or, stale, lags behind) the main statistics, and a restarted server resumes.
+Frozen servers (``train=False``) and empty batches keep them free of token data.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# Imported once here, not lazily in each test: transformers' model classes take seconds to import, and the
+# mutation run (make mutation) forks once per mutant after collecting this module.
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: F401
+
+from mgrpo_algo.core.scoring import MainSlot, RolloutKey, slot_payload
+from mgrpo_algo.distributed.store import MainStat, StoreTimeout, open_store
+from mgrpo_algo.learning.learner import RoleLearner  # noqa: F401  (RoleServer imports these lazily)
+from mgrpo_algo.policies.hf_policy import TransformersPolicy  # noqa: F401
+from mgrpo_algo.policies.models import build_tiny_model, train_tokenizer
+from mgrpo_algo.training.roles import RoleServer
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny-role-model")
+    tok = train_tokenizer(["hello world <answer>x</answer> " * 20] * 20, vocab_size=300)
+    build_tiny_model(tok, out, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    return str(out)
+
+
+def _server(tiny_model, tmp_path, role, **kw):
+    kw.setdefault("train", False)
+    return RoleServer(role, tiny_model, str(tmp_path / "ck"), f"sqlite:{tmp_path / 'stats.db'}",
+                      store_timeout_s=0.2, **kw)
+
+
+def _main_slots(correct=(1.0, 0.0)):
+    return slot_payload([MainSlot(RolloutKey(i, 0, i), "main_0", c, 0.0, c, i == 0) for i, c in enumerate(correct)])
+
+
+def test_update_main_publishes_then_applies_once(tiny_model, tmp_path):
+    main = _server(tiny_model, tmp_path, "main")
+    metrics = main.update_main(0, _main_slots())
+    assert main.state["last_applied"] == 0 and metrics["main/store_bytes_written"] > 0
+    store = open_store(f"sqlite:{tmp_path / 'stats.db'}")
+    expected = [MainStat(0, 0, 1.0, True), MainStat(0, 1, 0.0, False)]
+    assert store.get_main_stats(0, expected=2, timeout_s=0) == expected
+    assert store.done_iterations("main") == {0} and store.get_health("main")["step"] == 0
+    # a replay (different values even) is a no-op: nothing re-published, nothing re-applied
+    replay = main.update_main(0, _main_slots((0.0, 1.0)))
+    assert replay == {**metrics, "main/replayed": 1.0}  # the metrics it recorded for 0, flagged as a replay
+    assert isinstance(metrics["main/store_bytes_read"], float)
+    assert store.get_main_stats(0, expected=2, timeout_s=0) == expected
+    main.update_main(1, _main_slots())
+    assert main.update_main(0, _main_slots()) == {"main/replayed": 1.0}  # older than the last: no metrics kept
+    main.close()
+    # a restarted server reads its state back and still refuses to apply 0 or 1 again
+    again = _server(tiny_model, tmp_path, "main")
+    assert again.status()["last_applied"] == 1 and again.status()["pending"] == []
+    assert again.update_main(1, _main_slots((0.0, 1.0)))["main/replayed"] == 1.0
+    assert store.get_main_stats(1, expected=2, timeout_s=0) == expected
+    again.close()
+    store.close()
+
+
+def test_synchronized_sub_waits_for_the_main_statistics(tiny_model, tmp_path):
+    main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
+    with pytest.raises(StoreTimeout):
+        sub.update_sub(0, [], 2)
+    assert sub.state["last_applied"] == -1 and sub.status()["pending"] == [0]  # kept for the retry
+    main.update_main(0, _main_slots())
+    metrics = sub.update_sub(0, [], 2)
+    assert metrics["sub/applied_iteration"] == 0.0 and metrics["sub/lag"] == 0.0
+    assert sub.state["last_applied"] == 0 and sub.status()["pending"] == []
+    assert sub.update_sub(0, [], 2) == {}  # applied already: not queued again
+    assert sub.store.done_iterations("sub") == {0}
+    main.close()
+    sub.close()
+
+
+def test_stale_sub_lags_behind_by_at_most_n(tiny_model, tmp_path):
+    main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
+    assert sub.update_sub(0, [], 2, staleness=1) == {}  # main 0 not in yet: no wait, nothing applied
+    assert sub.status()["pending"] == [0]
+    with pytest.raises(StoreTimeout):  # iteration 1 may lag by 1, so 0 must be applied now: wait, time out
+        sub.update_sub(1, [], 2, staleness=1)
+    main.update_main(0, _main_slots())
+    metrics = sub.update_sub(1, [], 2, staleness=1)  # applies 0 (lag 1); 1 is not in yet
+    assert (metrics["sub/applied_iteration"], metrics["sub/lag"]) == (0.0, 1.0)
+    assert sub.state["last_applied"] == 0 and sub.status()["pending"] == [1]
+    main.update_main(1, _main_slots())
+    metrics = sub.flush(1)
+    assert (metrics["sub/applied_iteration"], metrics["sub/lag"]) == (1.0, 0.0)
+    assert sub.status()["pending"] == [] and sub.store.done_iterations("sub") == {0, 1}
+    main.close()
+    sub.close()
+
+
+def test_pending_iteration_already_applied_is_dropped(tiny_model, tmp_path):
+    main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
+    main.update_main(0, _main_slots())
+    sub.update_sub(0, [], 2)
+    sub.state["pending"]["0"] = {"slots": [], "rollouts": 2}  # e.g. a state written before a crash
+    metrics = sub.flush(0)
+    assert "sub/store_bytes_written" not in metrics  # not applied again
+    assert sub.status()["pending"] == [] and sub.state["last_applied"] == 0
+    main.close()
+    sub.close()
+
+
+def test_trained_server_checkpoints_before_recording_and_resumes(tiny_model, tmp_path):
+    main = _server(tiny_model, tmp_path, "main", train=True)
+    assert not main.restored
+    assert main.commit(0) == 0  # nothing was acted: an empty committed buffer
+    with pytest.raises(RuntimeError, match="no committed rollouts for iteration 1"):
+        main.update_main(1, [])
+    metrics = main.update_main(0, [])  # an empty batch: the learner reports it skipped, no step
+    assert metrics["main/skipped"] == 1.0
+    assert (tmp_path / "ck" / "main" / "checkpoint" / "learner.json").exists()
+    assert not (tmp_path / "ck" / "main" / "buffers" / "0.json").exists()  # applied: the buffer is gone
+    main.close()
+    again = _server(tiny_model, tmp_path, "main", train=True)
+    assert again.restored and again.status()["last_applied"] == 0
+    assert again.update_main(0, [])["main/replayed"] == 1.0
+    again.close()
+
+
+def test_role_name_checked(tiny_model, tmp_path):
+    with pytest.raises(ValueError, match="role must be 'main' or 'sub', got 'critic'"):
+        _server(tiny_model, tmp_path, "critic")
+
+
+def test_committed_buffer_is_compact_and_read_back(tiny_model, tmp_path):
+    main = _server(tiny_model, tmp_path, "main")
+    main.buffers[0] = {"3/main_0": [{"prompt_ids": [1, 2], "completion_ids": [3]},
+                                    {"prompt_ids": [1, 2, 3, 4], "completion_ids": [5]}]}
+    assert main.commit(0) == 1
+    main.buffers.clear()  # as after a restart: read from disk
+    assert main._buffer(0) == {"3/main_0": [{"prompt_ids": [1, 2], "completion_ids": [3]},
+                                            {"prompt_shared": 3, "prompt_new_ids": [4], "completion_ids": [5]}]}
+    main.discard(0)
+    assert 0 not in main.buffers and not (tmp_path / "ck" / "main" / "buffers" / "0.json").exists()
+    main.close()
+
+
+def test_waits_only_for_what_must_be_applied(tiny_model, tmp_path):
+    import time
+
+    sub = _server(tiny_model, tmp_path, "sub")
+    assert sub.flush(0) == {}  # a fresh server: nothing pending
+    sub.store_timeout_s = 3.0
+    t = time.monotonic()
+    assert sub.update_sub(0, [], 2, staleness=1) == {}  # may lag: does not wait at all
+    assert time.monotonic() - t < 0.9
+    sub.store_timeout_s = 0.5
+    t = time.monotonic()
+    with pytest.raises(StoreTimeout):  # the end of a stale run: flush waits for every pending iteration
+        sub.flush(0)
+    assert time.monotonic() - t >= 0.5
+    sub.close()
+
+
+def test_trained_sub_applies_its_slots(tiny_model, tmp_path):
+    main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub", train=True)
+    main.update_main(0, _main_slots())
+    sub.commit(0)
+    metrics = sub.update_sub(0, [], 2)
+    assert metrics["sub/skipped"] == 1.0 and metrics["sub/applied_iteration"] == 0.0
+    assert (tmp_path / "ck" / "sub" / "checkpoint" / "learner.json").exists()
+    main.close()
+    sub.close()
