@@ -64,6 +64,7 @@ def mgrpo_train(args: list[str], fault: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow  # ~2 min of killed and restarted runs: CI runs the slow crash tests after make test
 def test_train_resume_after_sigkills_equals_an_uninterrupted_run(small_scenario, tmp_path):
     """`mgrpo train` killed twice (after iteration 1's update before its commit, then right after
     iteration 2's update) and resumed ends with the parameters of an uninterrupted run, and

@@ -261,6 +261,7 @@ KILLS = [
 ]
 
 
+@pytest.mark.slow  # ~2 min of killed and restarted runs: CI runs the slow crash tests after make test
 def test_sigkill_at_every_point_ends_with_the_uninterrupted_parameters(small_scenario, tmp_path, monkeypatch):
     """Role servers SIGKILLed at each kill point: same parameters (bitwise) and step counts as without."""
     import torch
