@@ -8,6 +8,8 @@ Frozen servers (``train=False``) and empty batches keep them free of token data.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 # Imported once here, not lazily in each test: transformers' model classes take seconds to import, and the
@@ -176,4 +178,51 @@ def test_trained_sub_applies_its_slots(tiny_model, tmp_path):
     assert metrics["sub/skipped"] == 1.0 and metrics["sub/applied_iteration"] == 0.0
     assert (tmp_path / "ck" / "sub" / "checkpoint" / "learner.json").exists()
     main.close()
+    sub.close()
+
+
+def test_checkpoint_is_the_commit_point_when_server_json_lags(tiny_model, tmp_path):
+    """A kill between the checkpoint's rename and server.json's write: the restarted server takes
+    last_applied and the metrics from the checkpoint, and drops the pending entry it already applied."""
+    main = _server(tiny_model, tmp_path, "main", train=True)
+    main.commit(0)
+    applied = main.update_main(0, [])
+    main.close()
+    state_file = tmp_path / "ck" / "main" / "server.json"
+    state_file.write_text(json.dumps({"last_applied": -1, "metrics": {}, "pending": {"0": {}, "1": {}}}))  # one behind
+    extra = json.loads((tmp_path / "ck" / "main" / "checkpoint" / "learner.json").read_text())["extra"]
+    assert extra == {"last_applied": 0, "metrics": {"0": _steady(applied)}}
+    again = _server(tiny_model, tmp_path, "main", train=True)
+    assert again.status()["last_applied"] == 0 and again.status()["pending"] == [1]
+    assert _steady(again.update_main(0, [])) == {**_steady(applied), "main/replayed": 1.0}  # not applied twice
+    again.close()
+
+
+class _Recorder:
+    """Stands in for FaultPoints: records every point a server passes, kills nothing."""
+
+    def __init__(self) -> None:
+        self.hits = []
+
+    def hit(self, name, **where):
+        self.hits.append((name, where))
+
+
+def test_fault_points_are_passed_where_the_crash_tests_kill(tiny_model, tmp_path):
+    main = _server(tiny_model, tmp_path / "a", "main", train=True)
+    main.faults = _Recorder()
+    main.commit(0)
+    main.update_main(0, [])
+    where = {"role": "main", "iteration": 0}
+    assert main.faults.hits == [("after_store_write", where), ("after_update", where), ("after_checkpoint", where)]
+    main.close()
+    publisher = _server(tiny_model, tmp_path / "b", "main")  # the sub's iteration needs 2 main statistics
+    publisher.update_main(0, _main_slots())
+    sub = _server(tiny_model, tmp_path / "b", "sub", train=True)
+    sub.faults = _Recorder()
+    sub.commit(0)
+    sub.update_sub(0, [], 2)
+    where = {"role": "sub", "iteration": 0}
+    assert sub.faults.hits == [("after_update", where), ("after_checkpoint", where)]
+    publisher.close()
     sub.close()
