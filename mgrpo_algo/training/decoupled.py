@@ -181,6 +181,3 @@ class DecoupledTrainer(Trainer):
     @property
     def restarts(self) -> list[dict[str, Any]]:
         return self.roles.restarts
-
-    def _call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self.roles._call(role, method, *args, **kwargs)

@@ -22,7 +22,6 @@ seeds and the metrics are the same code in both, so the same seed gives the same
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from ..core.faults import FaultPoints
 from ..core.scoring import COUNT_WINDOW, ScoredBatch, alignment_width, annotate, score_batch
 from ..core.seeding import iteration_rngs, policy_seed
 from ..core.sequences import slot_sequence
+from .roles import _write_json  # the role servers' atomic JSON write: one copy
 
 __all__ = ["Trainer", "InProcessRoles", "ROLE_BACKENDS", "role_model_paths", "trained_roles"]
 
@@ -353,9 +353,3 @@ class Trainer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
