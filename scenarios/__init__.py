@@ -4,7 +4,7 @@
 The built-in ``wiki-hops`` is an offline fictional encyclopedia served on loopback.
 """
 
-from .base import Hop, Scenario, Task, Verdict, World
+from .base import Hop, Scenario, Task, Verdict, World, split_parts, split_tasks
 from .registry import ENTRY_POINT_GROUP, get, names, register
 
-__all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "get", "names", "register", "ENTRY_POINT_GROUP"]
+__all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "split_parts", "split_tasks", "get", "names", "register", "ENTRY_POINT_GROUP"]

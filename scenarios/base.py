@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from mgrpo_tools.base import Tool
 
-__all__ = ["Hop", "Task", "Verdict", "World", "Scenario"]
+__all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "split_tasks", "split_parts"]
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,24 @@ class Scenario(Protocol):
         ...
 
     def verify(self, task: Task, prediction: str) -> Verdict: ...
+
+
+def split_parts(split: str) -> list[str]:
+    """The splits a split expression names: ``"stage2/test+stage2/heldout"`` -> both, in order."""
+    parts = [p.strip() for p in split.split("+")]
+    if not all(parts):
+        raise ValueError(f"split {split!r} has an empty part (write 'a+b')")
+    return parts
+
+
+def split_tasks(scenario: Scenario, split: str) -> list[Task]:
+    """The tasks of a split expression: one split, or several joined by ``+`` (their tasks in order,
+    each task once), e.g. an evaluation over two disjoint held-out splits."""
+    out: list[Task] = []
+    seen: set[str] = set()
+    for part in split_parts(split):
+        for task in scenario.tasks(part):
+            if task.id not in seen:
+                seen.add(task.id)
+                out.append(task)
+    return out

@@ -98,7 +98,8 @@ def test_png_report_and_tensorboard(compared):
     out, summary = compared
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
-    assert "| mode | start EM | after EM | Δ EM |" in report and "| single-agent |" in report
+    assert "| mode | start mean@1 | after mean@1 | Δ [95% CI] | start greedy |" in report and "| single-agent |" in report
+    assert "## Paired differences" in report and "| mgrpo: after - start |" in report
     assert "![" in report and "curves.png" in report and summary["verdict"]["text"] in report
     assert "mgrpo compare --config" in report and (out / "config.yaml").is_file()
     expected = {
@@ -149,23 +150,6 @@ def test_cli_bad_config_or_mode_exits_2_naming_it(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_aggregate_and_verdict_from_numbers():
-    assert aggregate([0.2, 0.4]) == pytest.approx({"mean": 0.3, "std": 0.1, "min": 0.2, "max": 0.4})
-
-    def result(after, delta, std=0.0):
-        return {"mean": {"after_em": after, "delta_em": delta}, "std": {"after_em": std}}
-
-    summary = {"seeds": [0, 1], "results": {"mgrpo": result(0.5, 0.12), "frozen-sub": result(0.4, 0.05),
-                                            "single-agent": result(0.3, 0.01)}}
-    v = verdict(summary)
-    assert v["order_held"] is True and v["rise_held"] is True and "within one standard deviation" not in v["text"]
-    summary["results"]["frozen-sub"] = result(0.55, 0.1, std=0.1)
-    summary["results"]["mgrpo"] = result(0.5, 0.08)
-    v = verdict(summary)
-    assert v["order_held"] is False and v["rise_held"] is False and "mgrpo vs frozen-sub" in v["text"]
-    assert verdict({"seeds": [0], "results": {"single-agent": result(0.1, 0.0)}})["order_held"] is None
-
-
 def test_evaluate_single_scores_the_single_agent_oracle(small_scenario):
     from mgrpo_algo.experiments.evaluate import evaluate_single
     from mgrpo_env.policies import OraclePolicy
@@ -177,119 +161,106 @@ def test_evaluate_single_scores_the_single_agent_oracle(small_scenario):
     assert all(r.main.agent == "single_0" for r in records) and report.tool_calls.get("search", 0) > 0
 
 
-def test_checks_are_computed_from_the_numbers():
-    def run(after, delta, d_k):
-        return {"after_em": after, "delta_em": delta, "d_k_mean": d_k}
-
-    def result(rows):
-        return {"per_seed": rows, "mean": {"after_em": sum(r["after_em"] for r in rows) / len(rows),
-                                           "delta_em": sum(r["delta_em"] for r in rows) / len(rows)},
-                "std": {"after_em": 0.0}}
-
-    summary = {"seeds": [0, 1, 2], "results": {
-        "mgrpo": result([run(0.50, 0.12, 1.5), run(0.52, 0.14, 1.6), run(0.49, 0.11, 1.4)]),
-        "frozen-sub": result([run(0.40, 0.02, 1.5), run(0.45, 0.07, 1.5), run(0.41, 0.03, 1.5)]),
-        "single-agent": result([run(0.2, 0.0, 0.0)] * 3)}}
-    checks = {c["check"].split(" ")[0]: c for c in verdict(summary)["checks"]}
-    assert [c["passed"] for c in verdict(summary)["checks"]] == [True, True, True, True]
-    # paired gaps 10, 7, 8 points: mean 8.33 > population std 1.25
-    assert "gap +8.3 ± 1.2 points over 3 seeds (+10.0, +7.0, +8.0)" in checks["mgrpo"]["figures"]
-    summary["results"]["frozen-sub"] = result([run(0.40, 0.02, 0.0), run(0.60, 0.22, 0.0), run(0.41, 0.03, 0.0)])
-    summary["results"]["mgrpo"] = result([run(0.50, 0.12, 0.0), run(0.52, 0.14, 0.0), run(0.49, 0.11, 0.0)])
-    passed = [c["passed"] for c in verdict(summary)["checks"]]
-    assert passed == [True, True, False, False]  # means 50.3 > 47.0, but gaps +10, -8, +8: 3.3 < std 8.2; no delegation
-    one_seed = {"seeds": [0], "results": {m: {**r, "per_seed": r["per_seed"][:1]} for m, r in summary["results"].items()}}
-    assert verdict(one_seed)["checks"][2]["passed"] is None  # a gap's spread needs >= 2 seeds
 
 
-def test_before_after_arithmetic():
-    """Hand-computed figures of the report's table, verdict and checks (found by mutation testing)."""
-    from mgrpo_algo.experiments.compare import _delegation_check, _gap_check, _history_means, format_table
+def _iv(diff: float, low: float, high: float, n: int = 200) -> dict[str, float]:
+    return {"diff": diff, "low": low, "high": high, "questions": float(n), "confidence": 0.95}
 
-    stats = {"mean": {"before_em": 0.1, "after_em": 0.25, "delta_em": 0.15, "before_f1": 0.2, "after_f1": 0.35,
-                      "rollouts": 64, "train_seconds": 90.0, "eval_seconds": 30.0},
-             "std": {"before_em": 0.0, "after_em": 0.05, "delta_em": 0.05, "before_f1": 0.01, "after_f1": 0.02}}
-    assert format_table({"results": {"mgrpo": stats}}).splitlines()[2] == (
-        "| mgrpo | 10.0 ± 0.0 | 25.0 ± 5.0 | +15.0 ± 5.0 | 20.0 ± 1.0 | 35.0 ± 2.0 | 64 | 2.0 |")
 
-    history = [{"x": float(i)} for i in range(1, 9)] + [{"iteration": 9}, {"x": "n/a"}]
-    assert _history_means(history, "x") == (1.5, 7.5)  # quarters of 8 values: 2 each
-    assert _history_means(history[:3], "x") == (1.0, 3.0)  # fewer than 4 values: one each
-    assert all(math.isnan(v) for v in _history_means(history, "y"))
-
-    def result(after, delta, std=0.0, rows=None):
-        return {"mean": {"after_em": after, "delta_em": delta}, "std": {"after_em": std},
-                "per_seed": rows or [{"after_em": after, "d_k_mean": 1.0}]}
-
-    # exactly +10 points is a rise of 10; a gap equal to the larger spread is not "within" it
-    summary = {"seeds": [0], "results": {"mgrpo": result(0.5, 0.1, std=0.25), "frozen-sub": result(0.25, 0.0),
-                                         "single-agent": result(0.125, 0.0)}}
+def test_aggregate_and_verdict_from_intervals():
+    assert aggregate([0.2, 0.4]) == pytest.approx({"mean": 0.3, "std": 0.1, "min": 0.2, "max": 0.4})
+    rows = {m: {"per_seed": [{"d_k_mean": 1.0}]} for m in MODES}
+    summary = {"seeds": [0], "eval": {"samples": 4}, "results": rows, "intervals": {
+        "mgrpo: after - start": _iv(0.12, 0.05, 0.19),
+        "after: mgrpo - frozen-sub": _iv(0.04, 0.01, 0.07),
+        "after: frozen-sub - single-agent": _iv(0.30, 0.25, 0.35)}}
     v = verdict(summary)
     assert v["rise_held"] is True and v["order_held"] is True
-    assert v["text"] == ("The order mgrpo > frozen-sub > single-agent held (mgrpo 50.0 vs frozen-sub 25.0 vs "
-                         "single-agent 12.5 after-training EM, mean of 1 seed). M-GRPO's held-out EM rose +10.0 "
-                         "points over its warm-started start, so the +10 point rise held.")
-    assert v["checks"][0]["figures"] == "+10.0 points" and v["checks"][1]["figures"] == "50.0 / 25.0 / 12.5"
-    summary["results"]["frozen-sub"] = result(0.25, 0.0, std=0.25 + 1e-9)
-    summary["seeds"] = [0, 1]
-    assert ("mean of 2 seeds); within one standard deviation across seeds: mgrpo vs frozen-sub, frozen-sub vs "
-            "single-agent.") in verdict(summary)["text"]
+    assert [c["passed"] for c in v["checks"]] == [True, True, True, True]
+    assert v["checks"][0]["figures"] == "+12.0 [+5.0, +19.0] points, 200 questions, 95% paired bootstrap"
+    assert v["text"] == ("M-GRPO's held-out mean@4 changed by +12.0 [+5.0, +19.0] points (after - start, 95% interval) "
+                         "over its start, so the +10 point rise held. The order mgrpo > frozen-sub > single-agent held "
+                         "(mgrpo - frozen-sub +4.0 [+1.0, +7.0], frozen-sub - single-agent +30.0 [+25.0, +35.0] points).")
+    # a big point estimate whose interval reaches 0 is not a rise; a gap whose interval reaches 0 is no order
+    summary["intervals"]["mgrpo: after - start"] = _iv(0.12, -0.01, 0.25)
+    summary["intervals"]["after: mgrpo - frozen-sub"] = _iv(0.04, 0.0, 0.08)
+    v = verdict(summary)
+    assert v["rise_held"] is False and v["order_held"] is False
+    assert [c["passed"] for c in v["checks"]] == [False, False, True, True]
+    # an interval above 0 with a point estimate under the target is not a 10-point rise (exactly 10 is)
+    summary["intervals"]["mgrpo: after - start"] = _iv(0.0999, 0.02, 0.18)
+    assert verdict(summary)["rise_held"] is False
+    summary["intervals"]["mgrpo: after - start"] = _iv(0.10, 0.02, 0.18)
+    assert verdict(summary)["rise_held"] is True
     assert verdict(summary, rise_points=10.5)["rise_held"] is False
-    assert verdict({"seeds": [0], "results": {}})["checks"][0]["figures"] == "not run"
+    # modes not run: n/a, never pass or fail
+    only = {"seeds": [0], "eval": {"samples": 1}, "results": {"single-agent": rows["single-agent"]},
+            "intervals": {"single-agent: after - start": _iv(0.0, 0.0, 0.0)}}
+    v = verdict(only)
+    assert v["order_held"] is None and v["rise_held"] is None and v["text"] == ""
+    assert [c["passed"] for c in v["checks"]] == [None, None, None, None]
+    assert v["checks"][0]["figures"] == "not run"
 
-    def run(after, d_k=None):
-        return {"after_em": after} if d_k is None else {"after_em": after, "d_k_mean": d_k}
 
-    def gaps(mgrpo, frozen):
-        return _gap_check({"results": {"mgrpo": {"per_seed": mgrpo}, "frozen-sub": {"per_seed": frozen}}})
+def test_compare_intervals_pool_seeds_and_pair_questions():
+    """``_intervals`` pools a mode's seeds per question and pairs the questions of the two sides."""
+    from mgrpo_algo.experiments.compare import _intervals
 
-    assert _gap_check({"results": {"mgrpo": {"per_seed": []}}})["figures"] == "a mode was not run"
-    one = gaps([run(0.5)], [run(0.25)])
-    assert one["passed"] is None and one["figures"] == "gap +25.0 points; needs >= 2 seeds"
-    # gaps 0 and 10 points: mean 5 == population std 5, not larger
-    two = gaps([run(0.5), run(0.625)], [run(0.5), run(0.525)])
-    assert two["passed"] is False and two["figures"].startswith("gap +5.0 ± 5.0 points over 2 seeds (+0.0, +10.0)")
+    start = {"a": [False, False], "b": [True, False]}
+    scores = {
+        "mgrpo": {"start": [start, start], "after": [{"a": [True, True], "b": [True, False]},
+                                                       {"a": [True, False], "b": [True, True]}]},
+        "frozen-sub": {"start": [start, start], "after": [start, start]},
+    }
+    out = _intervals(scores, seed=0)
+    # mgrpo after pooled: a 3/4, b 3/4; start pooled: a 0/4, b 2/4 -> diffs 0.75, 0.25 -> mean 0.5
+    assert out["mgrpo: after - start"]["diff"] == pytest.approx(0.5)
+    assert out["frozen-sub: after - start"]["diff"] == pytest.approx(0.0)
+    assert out["after: mgrpo - frozen-sub"]["diff"] == pytest.approx(0.5)
+    assert 0.25 <= out["mgrpo: after - start"]["low"] <= out["mgrpo: after - start"]["high"] <= 0.75
+    assert "after: frozen-sub - single-agent" not in out and "single-agent: after - start" not in out
 
-    assert _delegation_check({"single-agent": {"per_seed": [run(0.1, 3.0)]}})["passed"] is None
-    check = _delegation_check({"mgrpo": {"per_seed": [run(0.1, 0.5), run(0.1)]}, "frozen-sub": {"per_seed": [run(0.1, 1.0)]}})
+
+def test_report_table_and_history_arithmetic():
+    """Hand-computed figures of the report's table and of the first/last-quarter means."""
+    from mgrpo_algo.experiments.report import _delegation_check, format_table, history_means
+
+    keys = ("before_em", "after_em", "before_greedy", "after_greedy", "before_pass_k")
+    stats = {"mean": {"before_em": 0.1, "after_em": 0.25, "before_greedy": 0.2, "after_greedy": float("nan"),
+                      "before_pass_k": 0.4, "rollouts": 64, "rollouts_per_minute": 32.0,
+                      "train_seconds": 90.0, "eval_seconds": 30.0},
+             "std": {**dict.fromkeys(keys, 0.0), "after_em": 0.05}}
+    summary = {"eval": {"samples": 4}, "results": {"mgrpo": stats},
+               "intervals": {"mgrpo: after - start": _iv(0.15, 0.05, 0.25)}}
+    assert format_table(summary).splitlines()[0].startswith("| mode | start mean@4 | after mean@4 | Δ [95% CI] |")
+    assert format_table(summary).splitlines()[2] == (
+        "| mgrpo | 10.0 ± 0.0 | 25.0 ± 5.0 | +15.0 [+5.0, +25.0] | 20.0 ± 0.0 | - | 40.0 ± 0.0 | 64 | 32 | 2.0 |")
+
+    history = [{"x": float(i)} for i in range(1, 9)] + [{"iteration": 9}, {"x": "n/a"}]
+    assert history_means(history, "x") == (1.5, 7.5)  # quarters of 8 values: 2 each
+    assert history_means(history[:3], "x") == (1.0, 3.0)  # fewer than 4 values: one each
+    assert all(math.isnan(v) for v in history_means(history, "y"))
+
+    def run(d_k=None):
+        return {} if d_k is None else {"d_k_mean": d_k}
+
+    assert _delegation_check({"single-agent": {"per_seed": [run(3.0)]}})["passed"] is None
+    check = _delegation_check({"mgrpo": {"per_seed": [run(0.5), run()]}, "frozen-sub": {"per_seed": [run(1.0)]}})
     assert check["passed"] is True and check["figures"] == "d_k 0.50 (mean over iterations and runs)"
-    assert _delegation_check({"mgrpo": {"per_seed": [run(0.1, 0.0)]}})["passed"] is False
-
-
-def test_report_wording_and_strict_boundaries():
-    """The exact strings the report prints, and ties that do not count as an order or a gap."""
-    from mgrpo_algo.experiments.compare import _delegation_check, _gap_check, format_table
-
-    stats = {"mean": {k: 0.0 for k in ("before_em", "after_em", "delta_em", "before_f1", "after_f1")},
-             "std": {k: 0.0 for k in ("before_em", "after_em", "delta_em", "before_f1", "after_f1")}}
-    stats["mean"].update(rollouts=8, train_seconds=6000.0, eval_seconds=300.0)
-    assert format_table({"results": {"single-agent": stats}}).splitlines() == [
-        "| mode | start EM | after EM | Δ EM | start F1 | after F1 | rollouts | minutes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-        "| single-agent | 0.0 ± 0.0 | 0.0 ± 0.0 | +0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 8 | 105.0 |",
-    ]
-
-    def result(after, delta=0.0):
-        return {"mean": {"after_em": after, "delta_em": delta}, "std": {"after_em": 0.0},
-                "per_seed": [{"after_em": after, "d_k_mean": 0.0}]}
-
-    for em in [(0.5, 0.5, 0.25), (0.5, 0.25, 0.25)]:  # a tie is not an order
-        v = verdict({"seeds": [0], "results": dict(zip(MODES, map(result, em), strict=True))})
-        assert v["order_held"] is False and v["rise_held"] is False
-        assert "single-agent did not hold (" in v["text"] and v["text"].endswith("so the +10 point rise did not hold.")
-    assert [c["check"] for c in v["checks"]] == [
-        "M-GRPO's held-out EM rises >= 10 points over its start",
-        "after-training EM: mgrpo > frozen-sub > single-agent",
-        "mgrpo - frozen-sub after EM (paired by seed) > one standard deviation of that gap",
-        "the main agent delegates during RL (mean sub-agents per rollout d_k > 0)",
-    ]
-    gap = "mgrpo - frozen-sub after EM (paired by seed) > one standard deviation of that gap"
-    assert _gap_check({"results": {}}) == {"check": gap, "passed": None, "figures": "a mode was not run"}
-    one = {"results": {m: {"per_seed": [{"after_em": 0.5}]} for m in ("mgrpo", "frozen-sub")}}
-    assert _gap_check(one) == {"check": gap, "passed": None, "figures": "gap +0.0 points; needs >= 2 seeds"}
-    one["results"]["mgrpo"]["per_seed"].append({"after_em": 0.5})
-    with pytest.raises(ValueError):  # paired by seed: the two modes must have run the same seeds
-        _gap_check(one)
+    assert _delegation_check({"mgrpo": {"per_seed": [run(0.0)]}})["passed"] is False
     assert _delegation_check({}) == {
         "check": "the main agent delegates during RL (mean sub-agents per rollout d_k > 0)", "passed": None,
         "figures": "no hierarchy mode was run"}
+
+
+def test_split_expressions_join_splits(small_scenario):
+    """An evaluation split may join several with '+', each task once, in order."""
+    from mgrpo_scenarios import split_parts, split_tasks
+
+    test = list(small_scenario.tasks("stage2/test"))
+    both = split_tasks(small_scenario, "stage2/test+stage1/test")
+    assert [t.id for t in both] == [t.id for t in test] + [t.id for t in small_scenario.tasks("stage1/test")]
+    assert [t.id for t in split_tasks(small_scenario, "stage2/test+stage2/test")] == [t.id for t in test]
+    assert split_parts(" a + b ") == ["a", "b"]
+    with pytest.raises(ValueError, match="empty part"):
+        split_parts("a+")

@@ -403,3 +403,20 @@ def test_world_stops_everything_on_error(scenario: WikiHops) -> None:
     with pytest.raises(httpx.HTTPError):
         httpx.get(url + "/", timeout=2)
 
+
+
+def test_heldout_split_changes_no_other_split_and_shares_no_hop() -> None:
+    """``stage2/heldout`` is drawn after train: asking for it leaves every other split (and the folder
+    of worlds built without it) as it was, and none of its hop questions is a train or test hop."""
+    world = generate_world(0, 300)
+    plain = generate_tasks(world)
+    with_heldout = generate_tasks(world, {"stage2/heldout": 60})
+    assert plain["stage2/heldout"] == [] and len(with_heldout["stage2/heldout"]) == 60
+    for split in SPLITS:
+        if split != "stage2/heldout":
+            assert [t.question for t in with_heldout[split]] == [t.question for t in plain[split]], split
+    seen = {h.question for s in ("stage2/train", "stage2/test") for t in plain[s] for h in t.hops}
+    assert not any(h.question in seen for t in with_heldout["stage2/heldout"] for h in t.hops)
+    questions = {t.question for s in SPLITS if s != "stage2/heldout" for t in plain[s]}
+    assert not questions & {t.question for t in with_heldout["stage2/heldout"]}
+    assert WikiHops(seed=0, num_entities=300, split_sizes={"stage2/heldout": 0}).root == WikiHops(seed=0, num_entities=300).root

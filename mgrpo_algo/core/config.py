@@ -439,7 +439,12 @@ class EvalConfig:
     samples: int = 1
     """Rollouts per question; EM and F1 average over all of them. > 1 only helps with temperature > 0."""
     temperature: float = 0.0
-    """Sampling temperature of the evaluated policies; 0 = greedy (deterministic, the usual report)."""
+    """Sampling temperature of the evaluated policies; 0 = greedy (deterministic). With ``samples`` k
+    > 1 at the rollouts' temperature the headline is mean@k (DeepSeek-R1's and DAPO's report): far
+    less noisy per question than one greedy answer, and it measures the policy RL trains."""
+    greedy: bool = True
+    """With ``temperature`` > 0, also evaluate greedily (one sample per question) and report greedy EM
+    beside mean@k. Costs one more pass of ``limit`` episodes per evaluation."""
     max_new_tokens: int = 0
     """Tokens per turn at most; 0 = each role's ``generation.max_new_tokens``."""
     every: int = 0

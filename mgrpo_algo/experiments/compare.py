@@ -35,12 +35,16 @@ from pathlib import Path
 from typing import Any
 
 from ..core.config import TRAIN_MODES, TrainConfig, config_to_dict
+from . import intervals as iv
+from .report import DIFFERENCES, format_table, history_means, markdown, verdict
 
 __all__ = ["MODES", "check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate"]
 
 MODES = TRAIN_MODES
-#: The per-seed numbers aggregated over seeds (mean, population std, min, max).
-AGGREGATED = ("before_em", "before_f1", "after_em", "after_f1", "delta_em", "delta_f1", "rollouts",
+#: The per-seed numbers aggregated over seeds (mean, population std, min, max). ``*_em`` is mean@k
+#: (plain EM with one greedy sample); ``*_greedy`` is NaN when the evaluation did not add a greedy pass.
+AGGREGATED = ("before_em", "before_f1", "after_em", "after_f1", "delta_em", "delta_f1", "before_pass_k",
+              "after_pass_k", "before_greedy", "after_greedy", "rollouts", "rollouts_per_minute",
               "train_seconds", "eval_seconds")
 _ROLE_INDEX = {"main": 0, "sub": 1, "single": 2}
 
@@ -71,9 +75,10 @@ def check_compare(config: TrainConfig, seeds: int, modes: Sequence[str]) -> Any:
     ]:
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"config field '{field_name}' is {device!r} but torch sees no CUDA device")
-    if config.eval.split not in scenario.splits():
-        raise ValueError(f"config field 'eval.split': {config.eval.split!r} is not a split of {config.scenario} "
-                         f"({', '.join(scenario.splits())})")
+    unknown = [part for part in mgrpo_scenarios.split_parts(config.eval.split) if part not in scenario.splits()]
+    if unknown:
+        raise ValueError(f"config field 'eval.split': {unknown[0]!r} is not a split of {config.scenario} "
+                         f"({', '.join(scenario.splits())}; join several with '+')")
     return scenario
 
 
@@ -126,7 +131,31 @@ def _evaluate(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *
         rewards = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(None))
         report, records = evaluate_hierarchy(scenario, e.split, dict(policies), env_kwargs={"limits": config.limits, "rewards": rewards},
                                              **common)
-    return {"em": report.exact_match, "f1": report.f1, "tasks": report.num_tasks}, records
+    scores = iv.per_question(records)
+    return {"em": report.exact_match, "f1": report.f1, "tasks": report.num_tasks, "mean_k": iv.mean_at_k(scores),
+            "pass_k": iv.pass_at_k(scores)}, records
+
+
+def _full_evaluation(config: TrainConfig, scenario: Any, make_policies: Any, *, seed: int, progress: bool,
+                     name: str) -> tuple[dict[str, Any], list[Any], float]:
+    """The held-out evaluation of one set of models: ``eval.samples`` at ``eval.temperature``, plus a
+    greedy pass when that samples and ``eval.greedy`` is on. ``make_policies(cfg)`` builds the policies
+    for a config (the greedy pass needs temperature 0). Returns (figures, records, seconds); figures
+    carry ``scores`` ({question: [correct, ...]}), kept in memory for the paired intervals."""
+    t = time.perf_counter()
+    figures, records = _evaluate(config, scenario, make_policies(config), limit=config.eval.limit, seed=seed,
+                                 progress=progress, name=name)
+    figures["scores"] = iv.per_question(records)
+    figures["greedy_em"] = float("nan")
+    if config.eval.temperature > 0 and config.eval.greedy:
+        greedy = copy.deepcopy(config)
+        greedy.eval.temperature, greedy.eval.samples = 0.0, 1
+        g, _ = _evaluate(greedy, scenario, make_policies(greedy), limit=config.eval.limit, seed=seed, progress=False,
+                         name=f"{name} greedy")
+        figures["greedy_em"] = g["em"]
+    elif config.eval.temperature == 0:
+        figures["greedy_em"] = figures["em"]
+    return figures, records, time.perf_counter() - t
 
 
 def _warm_record(paths: Mapping[str, str]) -> dict[str, Any]:
@@ -178,7 +207,8 @@ def run_compare(
     start_seconds = time.perf_counter() - t0
     per_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     curves: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
-    before_cache: dict[tuple[Any, ...], tuple[dict[str, float], list[Any], float]] = {}
+    before_cache: dict[tuple[Any, ...], tuple[dict[str, Any], list[Any], float]] = {}
+    scores: dict[str, dict[str, list[dict[str, list[bool]]]]] = {m: {"start": [], "after": []} for m in modes}
     for i in range(seeds):
         seed = config.seed + i
         for mode in modes:
@@ -189,18 +219,18 @@ def run_compare(
             # greedy evaluation of the same start gives the same episodes for every seed: evaluate it once
             cache_key = (tuple(sorted(paths.items())), None if config.eval.temperature == 0 else seed)
             if cache_key not in before_cache:
-                t = time.perf_counter()
-                policies = _policies(config, paths, paths, seed)
-                before, records = _evaluate(config, scenario, policies, limit=config.eval.limit, seed=seed,
-                                            progress=progress, name=f"start seed{seed}")
-                before_cache[cache_key] = (before, records, time.perf_counter() - t)
-                del policies
+                before_cache[cache_key] = _full_evaluation(
+                    config, scenario, lambda c, p=paths, s=seed: _policies(c, p, p, s), seed=seed, progress=progress,
+                    name=f"start seed{seed}")
             before, records, before_seconds = before_cache[cache_key]
             write_jsonl(run_dir / "eval_before.jsonl", records)
-            row, curve_data = _train_and_evaluate(config, scenario, mode, seed, paths, run_dir, tb_dir, before, progress)
+            row, curve_data, after_scores = _train_and_evaluate(config, scenario, mode, seed, paths, run_dir, tb_dir,
+                                                                before, progress)
             row["eval_seconds"] += before_seconds
             per_mode[mode].append(row)
             curves[mode].append(curve_data)
+            scores[mode]["start"].append(before["scores"])
+            scores[mode]["after"].append(after_scores)
     results = {}
     for mode, rows in per_mode.items():
         stats = {key: aggregate([r[key] for r in rows]) for key in AGGREGATED}
@@ -221,20 +251,21 @@ def run_compare(
         "start_seconds": start_seconds,
         "warm_start": {key: _warm_record(paths) for key, paths in starts.items()},
         "results": results,
+        "intervals": _intervals(scores, config.seed),
         "command": command,
         "reproduce": _reproduce(out, seeds, modes),
     }
     summary["verdict"] = verdict(summary)
     plot_curves(curves, out / "curves.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    (out / "report.md").write_text(_markdown(summary))
+    (out / "report.md").write_text(markdown(summary))
     return summary
 
 
 def _train_and_evaluate(
     config: TrainConfig, scenario: Any, mode: str, seed: int, paths: Mapping[str, str], run_dir: Path, tb_dir: Path,
-    before: dict[str, float], progress: bool,
-) -> tuple[dict[str, Any], dict[str, Any]]:
+    before: dict[str, Any], progress: bool,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, list[bool]]]:
     """One training run from the pinned start models, its TensorBoard log, curve points and the after-eval."""
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
@@ -243,6 +274,7 @@ def _train_and_evaluate(
 
     from ..training.trainer import Trainer
 
+    before_scores = before["scores"]
     cfg = copy.deepcopy(config)
     cfg.mode, cfg.seed, cfg.out_dir = mode, seed, str(run_dir)
     for role, path in paths.items():
@@ -279,16 +311,18 @@ def _train_and_evaluate(
         history = trainer.run()
         bar.close()
         train_seconds = time.perf_counter() - t - curve_seconds
-        t = time.perf_counter()
-        after, records = _evaluate(cfg, scenario, _trained_policies(cfg, trainer, paths, seed), limit=cfg.eval.limit,
-                                   seed=seed, progress=progress, name=f"{mode} seed{seed}")
+        after, records, after_seconds = _full_evaluation(
+            cfg, scenario, lambda c: _trained_policies(c, trainer, paths, seed), seed=seed, progress=progress,
+            name=f"{mode} seed{seed}")
         write_jsonl(run_dir / "eval_after.jsonl", records)
-        after_seconds = time.perf_counter() - t
         writer.add_scalar("eval/em", after["em"], total)
         writer.add_scalar("eval/f1", after["f1"], total)
     finally:
         bar.close()  # closing twice is a no-op
         writer.close()
+    after_scores = after.pop("scores")
+    before = {k: v for k, v in before.items() if k != "scores"}
+    rollouts = sum(int(h["rollouts"]) for h in history)
     row = {
         "seed": seed,
         "before": before,
@@ -296,19 +330,41 @@ def _train_and_evaluate(
         "before_em": before["em"], "before_f1": before["f1"], "after_em": after["em"], "after_f1": after["f1"],
         "delta_em": after["em"] - before["em"],
         "delta_f1": after["f1"] - before["f1"],
-        "rollouts": sum(int(h["rollouts"]) for h in history),
+        "before_pass_k": before["pass_k"], "after_pass_k": after["pass_k"],
+        "before_greedy": before["greedy_em"], "after_greedy": after["greedy_em"],
+        "delta_interval": iv.paired_difference(after_scores, _scores_of(before_scores), seed=seed),
+        "rollouts": rollouts,
+        "rollouts_per_minute": rollouts / train_seconds * 60 if train_seconds > 0 else 0.0,
         "iterations": len(history),
         "train_seconds": train_seconds,
         "eval_seconds": after_seconds + curve_seconds,
         "curve": curve,
         "d_k_mean": statistics.fmean(float(h.get("align/d_k_mean", 0.0)) for h in history) if history else 0.0,
-        "sub_reward": _history_means(history, "sub/reward_mean"),
-        "sub_expert": _history_means(history, "sub/expert_mean"),
-        "train_accuracy": _history_means(history, f"{role}/accuracy"),
+        "sub_reward": history_means(history, "sub/reward_mean"),
+        "sub_expert": history_means(history, "sub/expert_mean"),
+        "train_accuracy": history_means(history, f"{role}/accuracy"),
     }
     numeric = [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in history]
     curve_data = {"history": numeric, "eval": [{"step": 0, **before}, {"step": total, **after}], "curve": curve}
-    return row, curve_data
+    return row, curve_data, after_scores
+
+
+def _scores_of(scores: Mapping[str, Any]) -> dict[str, list[bool]]:
+    return {q: list(v) for q, v in scores.items()}
+
+
+def _intervals(scores: Mapping[str, Mapping[str, list[dict[str, list[bool]]]]], seed: int) -> dict[str, Any]:
+    """The report's paired differences (:data:`mgrpo_algo.experiments.report.DIFFERENCES`), each pooled
+    over seeds: a mode's after - start, and one mode's after minus another's."""
+    out: dict[str, Any] = {}
+    for name, a, b in DIFFERENCES:
+        if a not in scores or not scores[a]["after"]:
+            continue
+        if b == "start":
+            out[name] = iv.paired_difference(iv.pool_runs(scores[a]["after"]), iv.pool_runs(scores[a]["start"]), seed=seed)
+        elif b in scores and scores[b]["after"]:
+            out[name] = iv.paired_difference(iv.pool_runs(scores[a]["after"]), iv.pool_runs(scores[b]["after"]), seed=seed)
+    return out
 
 
 def _trained_policies(cfg: TrainConfig, trainer: Any, paths: Mapping[str, str], seed: int) -> dict[str, Any]:
@@ -326,129 +382,6 @@ def _trained_policies(cfg: TrainConfig, trainer: Any, paths: Mapping[str, str], 
     return _policies(cfg, models, paths, seed)
 
 
-# --------------------------------------------------------------------------- reporting
-
-
-def _pm(stats: Mapping[str, Mapping[str, float]], key: str, scale: float = 100.0, sign: bool = False) -> str:
-    fmt = "+.1f" if sign else ".1f"
-    return f"{stats['mean'][key] * scale:{fmt}} ± {stats['std'][key] * scale:.1f}"
-
-
-def format_table(summary: Mapping[str, Any]) -> str:
-    """A markdown table: EM and F1 in percent (mean ± population std over seeds), rollouts, minutes."""
-    lines = [
-        "| mode | start EM | after EM | Δ EM | start F1 | after F1 | rollouts | minutes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for mode, r in summary["results"].items():
-        minutes = (r["mean"]["train_seconds"] + r["mean"]["eval_seconds"]) / 60
-        lines.append(
-            f"| {mode} | {_pm(r, 'before_em')} | {_pm(r, 'after_em')} | {_pm(r, 'delta_em', sign=True)} | "
-            f"{_pm(r, 'before_f1')} | {_pm(r, 'after_f1')} | {r['mean']['rollouts']:.0f} | {minutes:.1f} |"
-        )
-    return "\n".join(lines)
-
-
-def verdict(summary: Mapping[str, Any], rise_points: float = 10.0) -> dict[str, Any]:
-    """Whether mgrpo > frozen-sub > single-agent (mean after EM) and mgrpo rose ``rise_points`` EM points.
-
-    Computed from the numbers; None where a mode the claim needs was not run. A gap smaller than the
-    larger of the two modes' spreads is called out, so a lucky ordering is not read as a result.
-    """
-    results = summary["results"]
-    n = len(summary["seeds"])
-    sentences = []
-    order_held = rise_held = None
-    if all(m in results for m in MODES):
-        em = {m: results[m]["mean"]["after_em"] * 100 for m in MODES}
-        sd = {m: results[m]["std"]["after_em"] * 100 for m in MODES}
-        order_held = em["mgrpo"] > em["frozen-sub"] > em["single-agent"]
-        shown = " vs ".join(f"{m} {em[m]:.1f}" for m in MODES)
-        text = f"The order mgrpo > frozen-sub > single-agent {'held' if order_held else 'did not hold'} ({shown} after-training EM, mean of {n} seed{'s' * (n > 1)})"
-        close = [f"{a} vs {b}" for a, b in (("mgrpo", "frozen-sub"), ("frozen-sub", "single-agent"))
-                 if abs(em[a] - em[b]) < max(sd[a], sd[b])]
-        if close:
-            text += f"; within one standard deviation across seeds: {', '.join(close)}"
-        sentences.append(text + ".")
-    if "mgrpo" in results:
-        rise = results["mgrpo"]["mean"]["delta_em"] * 100
-        rise_held = rise >= rise_points
-        sentences.append(f"M-GRPO's held-out EM rose {rise:+.1f} points over its warm-started start, so the "
-                         f"+{rise_points:.0f} point rise {'held' if rise_held else 'did not hold'}.")
-    checks = [
-        {"check": f"M-GRPO's held-out EM rises >= {rise_points:.0f} points over its start", "passed": rise_held,
-         "figures": f"{results['mgrpo']['mean']['delta_em'] * 100:+.1f} points" if "mgrpo" in results else "not run"},
-        {"check": "after-training EM: mgrpo > frozen-sub > single-agent", "passed": order_held,
-         "figures": " / ".join(f"{results[m]['mean']['after_em'] * 100:.1f}" for m in MODES if m in results)},
-        _gap_check(summary),
-        _delegation_check(results),
-    ]
-    return {"order_held": order_held, "rise_held": rise_held, "checks": checks, "text": " ".join(sentences)}
-
-
-def _gap_check(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """M-GRPO minus frozen-sub after EM, paired by seed: is its mean larger than its standard deviation?"""
-    results = summary["results"]
-    check = "mgrpo - frozen-sub after EM (paired by seed) > one standard deviation of that gap"
-    if not all("per_seed" in results.get(m, {}) for m in ("mgrpo", "frozen-sub")):
-        return {"check": check, "passed": None, "figures": "a mode was not run"}
-    gaps = [(a["after_em"] - b["after_em"]) * 100
-            for a, b in zip(results["mgrpo"]["per_seed"], results["frozen-sub"]["per_seed"], strict=True)]
-    if len(gaps) < 2:
-        return {"check": check, "passed": None, "figures": f"gap {gaps[0]:+.1f} points; needs >= 2 seeds"}
-    mean, std = statistics.fmean(gaps), statistics.pstdev(gaps)
-    return {"check": check, "passed": mean > std,
-            "figures": f"gap {mean:+.1f} ± {std:.1f} points over {len(gaps)} seeds ({', '.join(f'{g:+.1f}' for g in gaps)})"}
-
-
-def _delegation_check(results: Mapping[str, Any]) -> dict[str, Any]:
-    """The hierarchy's main agent delegates during RL (else M-GRPO and frozen-sub are the same run)."""
-    check = "the main agent delegates during RL (mean sub-agents per rollout d_k > 0)"
-    rows = [r for m in ("mgrpo", "frozen-sub") if m in results for r in results[m].get("per_seed", [])]
-    if not rows:
-        return {"check": check, "passed": None, "figures": "no hierarchy mode was run"}
-    d_k = statistics.fmean(r.get("d_k_mean", 0.0) for r in rows)
-    return {"check": check, "passed": d_k > 0, "figures": f"d_k {d_k:.2f} (mean over iterations and runs)"}
-
-
-def _history_means(history: Sequence[Mapping[str, Any]], key: str) -> tuple[float, float]:
-    """The mean of ``key`` over the first and over the last quarter of the iterations (NaN when absent)."""
-    values = [float(h[key]) for h in history if isinstance(h.get(key), (int, float))]
-    if not values:
-        return float("nan"), float("nan")
-    n = max(1, len(values) // 4)
-    return statistics.fmean(values[:n]), statistics.fmean(values[-n:])
-
-
-def _sub_agents_paragraph(summary: Mapping[str, Any]) -> list[str]:
-    """Why frozen-sub can lose, in this run's numbers: what the sub-agents earned early and late."""
-    results = summary["results"]
-    rows = []
-    for mode in ("mgrpo", "frozen-sub"):
-        if mode not in results:
-            continue
-        runs = results[mode]["per_seed"]
-        first = statistics.fmean(r["sub_reward"][0] for r in runs)
-        last = statistics.fmean(r["sub_reward"][1] for r in runs)
-        e_first = statistics.fmean(r["sub_expert"][0] for r in runs)
-        e_last = statistics.fmean(r["sub_expert"][1] for r in runs)
-        rows.append(f"| {mode} | {first:.3f} -> {last:.3f} | {e_first:.3f} -> {e_last:.3f} |")
-    if not rows:
-        return []
-    return [
-        "## The sub-agents",
-        "",
-        "Frozen-sub trains only the main agent; its sub-agents keep the warm start's skill, so every hop they "
-        "get wrong stays wrong. M-GRPO also trains the sub-agents on their own group-relative advantages "
-        "(R_S: format, the main agent's correctness, the expert score of their report). Sub-agent reward "
-        "R_S and expert score, mean over the first and the last quarter of the iterations:",
-        "",
-        "| mode | R_S first -> last | expert first -> last |",
-        "|---|---|---|",
-        *rows,
-    ]
-
-
 def _reproduce(out: Path, seeds: int, modes: Sequence[str]) -> str:
     return f"mgrpo compare --config {out / 'config.yaml'} --seeds {seeds} --out {out} --modes {','.join(modes)}"
 
@@ -458,42 +391,3 @@ def _yaml(config: TrainConfig) -> str:
 
     plain = json.loads(json.dumps(config_to_dict(config), default=str))  # tuples -> lists, paths -> str
     return "# written by mgrpo compare: the config it ran\n" + yaml.safe_dump(plain, sort_keys=False)
-
-
-def _markdown(summary: Mapping[str, Any]) -> str:
-    e, b = summary["eval"], summary["budget"]
-    n = len(summary["seeds"])
-    how = "greedy" if e["temperature"] == 0 else f"temperature {e['temperature']}"
-    lines = [
-        f"# mgrpo compare: {summary['scenario']}, {n} seed{'s' * (n > 1)}",
-        "",
-        f"Held-out split `{e['split']}`, {e['limit'] or 'all'} questions x {e['samples']} sample(s), {how}. "
-        f"Every run: {b['iterations']} iterations x {b['questions_per_iteration']} questions x {b['group_size']} "
-        f"rollouts = {b['rollouts']} rollouts, from the same warm-started models. EM and F1 in percent, "
-        "mean ± population std over seeds; minutes = training + evaluation per run.",
-        "",
-        format_table(summary),
-        "",
-        summary["verdict"]["text"],
-        "",
-        "## Checks (computed from the numbers above)",
-        "",
-        "| check | result | figures |",
-        "|---|---|---|",
-        *[f"| {c['check']} | {'n/a' if c['passed'] is None else 'pass' if c['passed'] else 'FAIL'} | {c['figures']} |"
-          for c in summary["verdict"].get("checks", [])],
-        "",
-        *_sub_agents_paragraph(summary),
-        "",
-        "![reward, accuracy and held-out curves](curves.png)",
-        "",
-        "Reproduce:",
-        "",
-        "```bash",
-        summary["reproduce"],
-        "```",
-    ]
-    if summary.get("command"):
-        lines += ["", f"Ran as: `{summary['command']}`"]
-    return "\n".join(lines) + "\n"
-

@@ -25,7 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from mgrpo_scenarios import Scenario, Task, Verdict
+from mgrpo_scenarios import Scenario, Task, Verdict, split_tasks
 from mgrpo_scenarios.verifiers import token_f1
 
 __all__ = ["TaskOutcome", "EvalReport", "evaluate", "evaluate_hierarchy", "evaluate_single", "oracle_agent", "write_report"]
@@ -147,7 +147,7 @@ def evaluate(
     if hasattr(scenario, "build"):
         scenario.build()
     build_seconds = time.perf_counter() - t0
-    tasks = list(scenario.tasks(split))
+    tasks = split_tasks(scenario, split)
     if limit is not None:
         tasks = tasks[:limit]
     if not tasks:
@@ -233,7 +233,7 @@ def _evaluate_records(
     if hasattr(scenario, "build"):
         scenario.build()
     build_seconds = time.perf_counter() - t0
-    tasks = list(scenario.tasks(split))[:limit]
+    tasks = split_tasks(scenario, split)[:limit]
     if not tasks:
         raise ValueError(f"split {split!r} of {scenario.name!r} has no tasks")
     records: list[Any] = []

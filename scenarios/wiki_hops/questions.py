@@ -29,8 +29,12 @@ from .world import REVERSES, SCHEMA, TYPES, Entity, World
 
 __all__ = ["SPLITS", "DEFAULT_SIZES", "FACT_QUESTIONS", "COUNT_QUESTIONS", "generate_tasks", "number_words"]
 
-SPLITS = ("stage1/train", "stage1/test", "stage2/train", "stage2/test")
-DEFAULT_SIZES = {"stage1/train": 400, "stage1/test": 100, "stage2/train": 400, "stage2/test": 100}
+SPLITS = ("stage1/train", "stage1/test", "stage2/train", "stage2/test", "stage2/heldout")
+#: ``stage2/heldout`` is drawn after the train part, so asking for it leaves every other split as it was
+#: (the warm start's demonstrations included); its questions share no hop question with train or test.
+#: Empty by default: ``split_sizes: {stage2/heldout: N}`` asks for N questions that neither the warm
+#: start nor RL on ``stage2/train`` ever saw (a larger held-out set than ``stage2/test``'s 100).
+DEFAULT_SIZES = {"stage1/train": 400, "stage1/test": 100, "stage2/train": 400, "stage2/test": 100, "stage2/heldout": 0}
 
 FACT_QUESTIONS: dict[tuple[str, str], str] = {
     ("person", "born_in"): "Where was {x} born?",
@@ -265,9 +269,10 @@ def generate_tasks(world: World, sizes: dict[str, int] | None = None) -> dict[st
         rng = random.Random(f"wiki-hops:{world.seed}:questions:{stage}")
         candidates = _candidates(rng, world, stage)
         test_hops: dict[str, None] = {}
-        for part in ("test", "train"):
+        seen_hops: dict[str, None] = {}  # every hop question of test and train: none may recur held out
+        for part in ("test", "train", "heldout"):
             split = f"{stage}/{part}"
-            want = sizes[split]
+            want = sizes.get(split, 0)
             picked: list[Task] = []
             for _ in range(60 * want):
                 if len(picked) >= want:
@@ -278,13 +283,17 @@ def generate_tasks(world: World, sizes: dict[str, int] | None = None) -> dict[st
                 hop_questions = [h.question for h in task.hops]
                 if part == "train" and any(q in test_hops for q in hop_questions):
                     continue
+                if part == "heldout" and any(q in seen_hops for q in hop_questions):
+                    continue
                 if part == "test":
                     test_hops.update(dict.fromkeys(hop_questions))
+                seen_hops.update(dict.fromkeys(hop_questions))
                 seen_questions[task.question] = None
                 picked.append(Task(
                     id=f"wh-s{world.seed}-{stage}-{part}-{len(picked):04d}", question=task.question,
                     answer=task.answer, split=split, hops=task.hops, kind=task.kind, aliases=task.aliases,
                     metadata={**task.metadata, "num_hops": len(task.hops)},
                 ))
-            out[split] = picked
+            if split in SPLITS:
+                out[split] = picked
     return {split: out[split] for split in SPLITS}

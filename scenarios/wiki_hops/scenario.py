@@ -18,7 +18,9 @@ URLs:
 
 Splits:
     ``stage1/train``, ``stage1/test`` (one-hop lookups), ``stage2/train``, ``stage2/test`` (2-4 hop
-    chains, comparisons, aggregations). ``stage1`` and ``stage2`` alone mean their train part.
+    chains, comparisons, aggregations) and ``stage2/heldout`` (empty unless ``split_sizes`` asks for
+    it: stage-2 questions drawn after the train part, sharing no hop with train or test, so adding
+    it changes no other split). ``stage1`` and ``stage2`` alone mean their train part.
 
 Arguments:
     seed: the only source of randomness (same seed, version and size -> byte-identical pages and tasks).
@@ -158,7 +160,8 @@ class WikiHops:
         if self.near_dup_fraction != DEFAULT_NEAR_DUP:
             extra["near_dup_fraction"] = self.near_dup_fraction
         if self.split_sizes != DEFAULT_SIZES:
-            extra["split_sizes"] = self.split_sizes
+            # an empty split that did not exist before keeps the folder name of worlds built before it
+            extra["split_sizes"] = {s: n for s, n in self.split_sizes.items() if n or s != "stage2/heldout"}
         if extra:
             blob = json.dumps(extra, sort_keys=True).encode()
             name += "-" + hashlib.sha256(blob).hexdigest()[:8]

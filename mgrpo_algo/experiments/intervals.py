@@ -1,0 +1,96 @@
+"""Accuracy over k samples per question, and paired bootstrap intervals of differences.
+
+An evaluation with ``eval.samples = k`` at ``eval.temperature > 0`` gives each question k episodes.
+Its headline is **mean@k** (the share correct, averaged over the k samples and then over questions:
+DeepSeek-R1's "pass@1 averaged over k samples", DAPO's avg@k); **pass@k** (at least one of k correct)
+tells how much a policy could reach by sampling. A difference of two evaluations on the same
+questions (after - start, or M-GRPO - frozen-sub) is paired by question: each question's mean over
+its samples (and over seeds, where several runs are pooled) is one observation, and the interval is a
+percentile bootstrap over questions (``scipy.stats.bootstrap``), so the question-to-question spread,
+by far the largest, cancels out of the difference.
+
+Pure functions over ``{question id: [correct, ...]}``; the records of ``mgrpo_env.episode`` go in
+through :func:`per_question`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from math import comb
+from typing import Any
+
+import numpy as np
+
+__all__ = ["per_question", "mean_at_k", "pass_at_k", "question_means", "paired_difference", "pool_runs"]
+
+
+def per_question(records: Iterable[Any]) -> dict[str, list[bool]]:
+    """``{task id: [correct of each sample, in order]}`` of episode records (``record.task["id"]``)."""
+    out: dict[str, list[bool]] = {}
+    for r in records:
+        out.setdefault(str(r.task["id"]), []).append(bool(r.correct))
+    return out
+
+
+def mean_at_k(scores: Mapping[str, Sequence[bool]]) -> float:
+    """mean@k: per question the share of its samples that are correct, averaged over questions."""
+    if not scores:
+        raise ValueError("mean@k of no questions")
+    return float(np.mean([np.mean(v) for v in scores.values()]))
+
+
+def pass_at_k(scores: Mapping[str, Sequence[bool]], k: int | None = None) -> float:
+    """pass@k, the unbiased estimator of Chen et al. (2021): per question with n samples, c correct,
+    ``1 - C(n - c, k) / C(n, k)``; ``k`` defaults to n (then: any sample correct)."""
+    if not scores:
+        raise ValueError("pass@k of no questions")
+    values = []
+    for v in scores.values():
+        n, c = len(v), int(sum(v))
+        kk = n if k is None else k
+        if not 1 <= kk <= n:
+            raise ValueError(f"pass@{kk} needs at least {kk} samples per question, a question has {n}")
+        values.append(1.0 - comb(n - c, kk) / comb(n, kk))
+    return float(np.mean(values))
+
+
+def question_means(scores: Mapping[str, Sequence[bool]]) -> dict[str, float]:
+    """Each question's share of correct samples."""
+    return {q: float(np.mean(v)) for q, v in scores.items()}
+
+
+def pool_runs(runs: Sequence[Mapping[str, Sequence[bool]]]) -> dict[str, list[bool]]:
+    """Several runs (seeds) on the same questions as one: each question's samples of every run."""
+    keys = set(runs[0]) if runs else set()
+    for r in runs[1:]:
+        if set(r) != keys:
+            raise ValueError("runs to pool must cover the same questions")
+    return {q: [c for r in runs for c in r[q]] for q in (runs[0] if runs else {})}
+
+
+def paired_difference(
+    a: Mapping[str, Sequence[bool]], b: Mapping[str, Sequence[bool]], *, confidence: float = 0.95,
+    resamples: int = 10_000, seed: int = 0,
+) -> dict[str, float]:
+    """``mean@k(a) - mean@k(b)`` on their common questions, with a paired percentile bootstrap interval.
+
+    Returns ``{"diff", "low", "high", "questions", "confidence"}`` (fractions, not percent). Questions
+    in only one of the two are refused: a paired difference needs the same questions.
+    """
+    if set(a) != set(b):
+        only = sorted(set(a) ^ set(b))[:3]
+        raise ValueError(f"paired difference needs the same questions in both; differ e.g. {only}")
+    if not a:
+        raise ValueError("paired difference of no questions")
+    keys = sorted(a)
+    diffs = np.array([np.mean(a[q]) - np.mean(b[q]) for q in keys], dtype=np.float64)
+    mean = float(diffs.mean())
+    if len(diffs) < 2 or np.all(diffs == diffs[0]):
+        low = high = mean  # no spread to resample (scipy would warn and return NaN)
+    else:
+        from scipy.stats import bootstrap
+
+        res = bootstrap((diffs,), np.mean, confidence_level=confidence, n_resamples=resamples, method="percentile",
+                        random_state=np.random.default_rng(seed), vectorized=True)
+        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return {"diff": mean, "low": low, "high": high, "questions": float(len(keys)), "confidence": confidence}

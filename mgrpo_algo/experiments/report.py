@@ -1,0 +1,217 @@
+"""The comparison's report: the table, the checks computed from intervals, report.md.
+
+Every figure comes from ``summary.json`` (written by :func:`mgrpo_algo.experiments.compare.run_compare`);
+nothing here runs a model. Accuracy is **mean@k** (share correct over ``eval.samples`` samples per
+question, averaged over questions; with one greedy sample it is plain EM), greedy EM beside it when
+the evaluation samples. A check passes only when the lower bound of its paired 95% bootstrap interval
+clears the target (:mod:`mgrpo_algo.experiments.intervals`), so a lucky ordering is not read as a result.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["MODES", "format_table", "verdict", "markdown", "history_means", "interval_text"]
+
+MODES = ("mgrpo", "frozen-sub", "single-agent")
+#: The differences whose paired intervals the report shows: (name, minuend, subtrahend); "start" is the
+#: mode's own start evaluation.
+DIFFERENCES = (
+    ("mgrpo: after - start", "mgrpo", "start"),
+    ("frozen-sub: after - start", "frozen-sub", "start"),
+    ("single-agent: after - start", "single-agent", "start"),
+    ("after: mgrpo - frozen-sub", "mgrpo", "frozen-sub"),
+    ("after: frozen-sub - single-agent", "frozen-sub", "single-agent"),
+)
+
+
+def _pct(x: float | None, sign: bool = False) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x * 100:{'+.1f' if sign else '.1f'}}"
+
+
+def _pm(stats: Mapping[str, Mapping[str, float]], key: str, sign: bool = False) -> str:
+    mean = stats["mean"].get(key)
+    if mean is None or math.isnan(mean):
+        return "-"
+    return f"{_pct(mean, sign)} ± {stats['std'][key] * 100:.1f}"
+
+
+def interval_text(iv: Mapping[str, float] | None) -> str:
+    """``+12.3 [+5.1, +19.0]`` in points, or ``-`` when the interval was not computed."""
+    if not iv:
+        return "-"
+    return f"{_pct(iv['diff'], True)} [{_pct(iv['low'], True)}, {_pct(iv['high'], True)}]"
+
+
+def format_table(summary: Mapping[str, Any]) -> str:
+    """The markdown table: mean@k (percent, mean ± population std over seeds), the paired interval of
+    after - start pooled over seeds, greedy EM, the start's pass@k, rollouts, rollouts per minute, minutes."""
+    k = int(summary.get("eval", {}).get("samples", 1))
+    intervals = summary.get("intervals", {})
+    lines = [
+        f"| mode | start mean@{k} | after mean@{k} | Δ [95% CI] | start greedy | after greedy | start pass@{k} "
+        "| rollouts | rollouts/min | minutes |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, r in summary["results"].items():
+        m = r["mean"]
+        minutes = (m["train_seconds"] + m["eval_seconds"]) / 60
+        per_min = m.get("rollouts_per_minute")
+        lines.append(
+            f"| {mode} | {_pm(r, 'before_em')} | {_pm(r, 'after_em')} | {interval_text(intervals.get(f'{mode}: after - start'))} "
+            f"| {_pm(r, 'before_greedy')} | {_pm(r, 'after_greedy')} | {_pm(r, 'before_pass_k')} | {m['rollouts']:.0f} "
+            f"| {'-' if per_min is None else f'{per_min:.0f}'} | {minutes:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def _interval_check(intervals: Mapping[str, Any], name: str, check: str, target: float = 0.0,
+                    point_target: float | None = None) -> dict[str, Any]:
+    """Pass when the interval's lower bound is above ``target`` (and, with ``point_target``, the point
+    estimate reaches it); None when the difference was not computed (a mode not run)."""
+    iv = intervals.get(name)
+    if not iv:
+        return {"check": check, "passed": None, "figures": "not run"}
+    passed = iv["low"] > target and (point_target is None or iv["diff"] >= point_target)
+    n = int(iv["questions"])
+    return {"check": check, "passed": bool(passed),
+            "figures": f"{interval_text(iv)} points, {n} questions, {iv['confidence'] * 100:.0f}% paired bootstrap"}
+
+
+def verdict(summary: Mapping[str, Any], rise_points: float = 10.0) -> dict[str, Any]:
+    """The checks of the comparison, each computed from its paired interval (see the module docstring).
+
+    ``rise_held``: M-GRPO's after - start is >= ``rise_points`` and its interval is above 0.
+    ``order_held``: the intervals of mgrpo - frozen-sub and frozen-sub - single-agent are both above 0.
+    Either is None where a mode the claim needs was not run.
+    """
+    intervals = summary.get("intervals", {})
+    results = summary["results"]
+    k = int(summary.get("eval", {}).get("samples", 1))
+    rise = _interval_check(intervals, "mgrpo: after - start",
+                           f"M-GRPO's held-out mean@{k} rises >= {rise_points:.0f} points over its start, 95% interval above 0",
+                           point_target=rise_points / 100)
+    above = _interval_check(intervals, "after: mgrpo - frozen-sub", f"after training, mgrpo > frozen-sub in mean@{k} (interval above 0)")
+    below = _interval_check(intervals, "after: frozen-sub - single-agent",
+                            f"after training, frozen-sub > single-agent in mean@{k} (interval above 0)")
+    checks = [rise, above, below, _delegation_check(results)]
+    order_held = None if None in (above["passed"], below["passed"]) else bool(above["passed"] and below["passed"])
+    sentences = []
+    if rise["passed"] is not None:
+        sentences.append(f"M-GRPO's held-out mean@{k} changed by {interval_text(intervals['mgrpo: after - start'])} points "
+                         f"(after - start, 95% interval) over its start, so the +{rise_points:.0f} point rise "
+                         f"{'held' if rise['passed'] else 'did not hold'}.")
+    if order_held is not None:
+        sentences.append(f"The order mgrpo > frozen-sub > single-agent {'held' if order_held else 'did not hold'} "
+                         f"(mgrpo - frozen-sub {interval_text(intervals['after: mgrpo - frozen-sub'])}, frozen-sub - "
+                         f"single-agent {interval_text(intervals['after: frozen-sub - single-agent'])} points).")
+    return {"order_held": order_held, "rise_held": rise["passed"], "checks": checks, "text": " ".join(sentences)}
+
+
+def _delegation_check(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The hierarchy's main agent delegates during RL (else M-GRPO and frozen-sub are the same run)."""
+    check = "the main agent delegates during RL (mean sub-agents per rollout d_k > 0)"
+    rows = [r for m in ("mgrpo", "frozen-sub") if m in results for r in results[m].get("per_seed", [])]
+    if not rows:
+        return {"check": check, "passed": None, "figures": "no hierarchy mode was run"}
+    d_k = statistics.fmean(r.get("d_k_mean", 0.0) for r in rows)
+    return {"check": check, "passed": d_k > 0, "figures": f"d_k {d_k:.2f} (mean over iterations and runs)"}
+
+
+def history_means(history: Sequence[Mapping[str, Any]], key: str) -> tuple[float, float]:
+    """The mean of ``key`` over the first and over the last quarter of the iterations (NaN when absent)."""
+    values = [float(h[key]) for h in history if isinstance(h.get(key), (int, float))]
+    if not values:
+        return float("nan"), float("nan")
+    n = max(1, len(values) // 4)
+    return statistics.fmean(values[:n]), statistics.fmean(values[-n:])
+
+
+def _sub_agents_paragraph(summary: Mapping[str, Any]) -> list[str]:
+    """Why frozen-sub can lose, in this run's numbers: what the sub-agents earned early and late."""
+    results = summary["results"]
+    rows = []
+    for mode in ("mgrpo", "frozen-sub"):
+        if mode not in results:
+            continue
+        runs = results[mode]["per_seed"]
+        first = statistics.fmean(r["sub_reward"][0] for r in runs)
+        last = statistics.fmean(r["sub_reward"][1] for r in runs)
+        e_first = statistics.fmean(r["sub_expert"][0] for r in runs)
+        e_last = statistics.fmean(r["sub_expert"][1] for r in runs)
+        rows.append(f"| {mode} | {first:.3f} -> {last:.3f} | {e_first:.3f} -> {e_last:.3f} |")
+    if not rows:
+        return []
+    return [
+        "## The sub-agents",
+        "",
+        "Frozen-sub trains only the main agent; its sub-agents keep the warm start's skill, so every hop they "
+        "get wrong stays wrong. M-GRPO also trains the sub-agents on their own group-relative advantages "
+        "(R_S: format, the main agent's correctness, the expert score of their report). Sub-agent reward "
+        "R_S and expert score, mean over the first and the last quarter of the iterations:",
+        "",
+        "| mode | R_S first -> last | expert first -> last |",
+        "|---|---|---|",
+        *rows,
+    ]
+
+
+def _intervals_section(summary: Mapping[str, Any]) -> list[str]:
+    intervals = summary.get("intervals", {})
+    rows = [f"| {name} | {interval_text(intervals[name])} | {int(intervals[name]['questions'])} |"
+            for name, _, _ in DIFFERENCES if name in intervals]
+    if not rows:
+        return []
+    k = int(summary.get("eval", {}).get("samples", 1))
+    return ["## Paired differences", "",
+            f"Per question, the share correct of its {k} sample(s), pooled over seeds; the difference of two "
+            "evaluations on the same questions, with a percentile bootstrap over questions (points).", "",
+            "| difference | points [95% CI] | questions |", "|---|---|---:|", *rows, ""]
+
+
+def markdown(summary: Mapping[str, Any]) -> str:
+    """report.md of a comparison summary."""
+    e, b = summary["eval"], summary["budget"]
+    n = len(summary["seeds"])
+    how = "greedy" if e["temperature"] == 0 else f"temperature {e['temperature']}"
+    greedy = " Greedy EM (one sample per question) beside it." if e["temperature"] > 0 and e.get("greedy", True) else ""
+    lines = [
+        f"# mgrpo compare: {summary['scenario']}, {n} seed{'s' * (n > 1)}",
+        "",
+        f"Held-out split `{e['split']}`, {e['limit'] or 'all'} questions x {e['samples']} sample(s), {how}: "
+        f"mean@{e['samples']} is the share correct over the samples, averaged over questions.{greedy} "
+        f"Every run: {b['iterations']} iterations x {b['questions_per_iteration']} questions x {b['group_size']} "
+        f"rollouts = {b['rollouts']} rollouts, from the same warm-started models. Percent, mean ± population "
+        "std over seeds; Δ is after - start pooled over seeds with its paired 95% bootstrap interval; "
+        "rollouts/min counts training only; minutes = training + evaluation per run.",
+        "",
+        format_table(summary),
+        "",
+        summary["verdict"]["text"],
+        "",
+        "## Checks (each from its interval: pass only when the lower bound clears the target)",
+        "",
+        "| check | result | figures |",
+        "|---|---|---|",
+        *[f"| {c['check']} | {'n/a' if c['passed'] is None else 'pass' if c['passed'] else 'FAIL'} | {c['figures']} |"
+          for c in summary["verdict"].get("checks", [])],
+        "",
+        *_intervals_section(summary),
+        *_sub_agents_paragraph(summary),
+        "",
+        "![reward, accuracy and held-out curves](curves.png)",
+        "",
+        "Reproduce:",
+        "",
+        "```bash",
+        summary["reproduce"],
+        "```",
+    ]
+    if summary.get("command"):
+        lines += ["", f"Ran as: `{summary['command']}`"]
+    return "\n".join(lines) + "\n"
