@@ -186,7 +186,7 @@ def test_slot_payload_round_trip():
              SubSlot(RolloutKey(2, 0, 2), 1, 0, "sub_0", 0.25, 0.75)]
     payload = slot_payload(slots)
     assert payload[0] == {"type": "MainSlot", "key": {"index": 3, "query": 1, "rollout": 0}, "agent": "main_0",
-                          "reward": 0.5, "advantage": -1.0, "correct": 1.0, "format_ok": True}
+                          "reward": 0.5, "advantage": -1.0, "correct": 1.0, "format_ok": True, "turn_advantages": None}
     assert payload[1]["type"] == "SubSlot" and payload[1]["slot"] == 1
     assert [slot_from_payload(p) for p in payload] == slots
 

@@ -34,6 +34,7 @@ __all__ = [
     "main_advantages",
     "sub_advantages",
     "group_stats",
+    "step_advantages",
 ]
 
 #: Below this population std a group carries no signal and its advantages are exactly 0.
@@ -143,6 +144,46 @@ def sub_advantages(rewards: ArrayLike, mask: ArrayLike | None = None, *, eps: fl
         all-masked queries get 0.
     """
     return _standardize(rewards, mask, eps, 2, "sub_advantages")
+
+
+def step_advantages(anchors: Sequence[Any], returns: Sequence[float], *, eps: float = EPS) -> list[float]:
+    """Step-level advantages over anchor states (GiGPO, Feng et al. 2025, arXiv 2505.10978).
+
+    Turns of one group's rollouts that start from the *same* state (the same observation history,
+    ``anchors[i]`` equal) form an anchor group; each turn's step advantage is its return standardised
+    within that group: ``(G_i - mean) / std`` (population std). A turn whose state no other turn
+    shares, or whose anchor group's returns all agree, gets 0: only states where the group's rollouts
+    took different actions give credit, and that credit is the difference their outcomes made.
+
+    Args:
+        anchors: one hashable state key per turn (e.g. the prompt the turn was sampled from).
+        returns: that turn's return G_i (here the episode's terminal reward: undiscounted, one
+            reward at the end).
+        eps: an anchor group whose std is below this gives 0.
+
+    Returns:
+        One float per turn, in order.
+
+    >>> step_advantages(["s0", "s0", "s1", "s0"], [1.0, 0.0, 1.0, 1.0])
+    [0.7071067811865476, -1.414213562373095, 0.0, 0.7071067811865476]
+    """
+    if len(anchors) != len(returns):
+        raise ValueError(f"{len(anchors)} anchors for {len(returns)} returns")
+    groups: dict[Any, list[int]] = {}
+    for i, key in enumerate(anchors):
+        groups.setdefault(key, []).append(i)
+    out = [0.0] * len(anchors)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        values = np.asarray([returns[i] for i in members], dtype=np.float64)
+        std = float(values.std())
+        if std < eps:
+            continue
+        mean = float(values.mean())
+        for i in members:
+            out[i] = (float(returns[i]) - mean) / std
+    return out
 
 
 def group_stats(rewards: ArrayLike, mask: ArrayLike | None = None, *, eps: float = EPS) -> dict[str, float]:

@@ -487,6 +487,13 @@ class TrainConfig:
     align_quantile: float = 0.99
     align_strategy: str = "duplicate"
     """``duplicate`` (paper), ``duplicate_balanced`` or ``mask`` (pad with weight-0 slots)."""
+    step_advantage_weight: float = 0.0
+    """w of step-level credit (GiGPO, arXiv 2505.10978), for every role and every mode alike: a turn's
+    advantage is its trajectory's plus w x its step advantage, the return standardised among the
+    turns of the query's rollouts that start from the same state (``core.advantages.step_advantages``).
+    It credits the action taken where a group's rollouts diverge, not the whole trajectory: the
+    main agent is no longer blamed, at the turns before, for a sub-agent's wrong report. 0 (the
+    paper): one advantage per trajectory. GiGPO uses 1."""
     main_weights: tuple[float, float] = PAPER_MAIN_WEIGHTS
     """(a1, a2) of R_M; the paper's by default (``mgrpo_env.rewards.PAPER_MAIN_WEIGHTS``)."""
     sub_weights: tuple[float, float, float] = PAPER_SUB_WEIGHTS
@@ -537,6 +544,7 @@ class TrainConfig:
         _check(self.align_d >= 0, "align_d", "must be >= 0 (0 = choose from data)")
         _check(0 < self.align_quantile <= 1, "align_quantile", "must be in (0, 1]")
         _check(len(self.main_weights) == 2, "main_weights", "needs 2 values (a1, a2)")
+        _check(self.step_advantage_weight >= 0, "step_advantage_weight", "must be >= 0")
         _check(len(self.sub_weights) == 3, "sub_weights", "needs 3 values (b1, b2, b3)")
         _check(self.torch_threads >= 1, "torch_threads", "must be >= 1")
         _check(bool(self.stages), "stages", "needs at least one stage")

@@ -25,7 +25,7 @@ import numpy as np
 from mgrpo_env import align
 from mgrpo_env.episode import EpisodeRecord
 
-from .advantages import group_stats, main_advantages, sub_advantages
+from .advantages import group_stats, main_advantages, step_advantages, sub_advantages
 
 __all__ = [
     "COUNT_WINDOW",
@@ -35,6 +35,7 @@ __all__ = [
     "ScoredBatch",
     "alignment_width",
     "annotate",
+    "turn_states",
     "rollout_keys",
     "score_main",
     "score_sub",
@@ -66,6 +67,8 @@ class MainSlot:
     advantage: float
     correct: float
     format_ok: bool
+    turn_advantages: tuple[float, ...] | None = None
+    """Per turn: ``advantage`` + w x the turn's step advantage (``step_weight`` > 0), else None."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class SubSlot:
     agent: str
     reward: float
     advantage: float
+    turn_advantages: tuple[float, ...] | None = None
+    """Per turn: ``advantage`` + w x the sub-agent's step advantage (``step_weight`` > 0), else None."""
 
 
 @dataclass
@@ -151,21 +156,60 @@ def alignment_width(observed_counts: Sequence[int], align_d: int, quantile: floa
     return align_d or align.choose_d(list(observed_counts)[-COUNT_WINDOW:], quantile)
 
 
+def turn_states(trajectory: Any) -> list[Any]:
+    """One anchor key per turn of ``trajectory``: the chat it had read when it wrote that turn (every
+    message before its assistant message). Two turns with equal keys were sampled from the same state.
+    A trajectory whose messages do not line up with its turns gets keys no other turn shares."""
+    messages = list(getattr(trajectory, "messages", None) or [])
+    starts = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    if len(starts) != len(trajectory.turns):
+        return [("unaligned", id(trajectory), t) for t in range(len(trajectory.turns))]
+    return [tuple((m.get("role"), m.get("content")) for m in messages[:i]) for i in starts]
+
+
+def _step_credit(trajectories: Sequence[Any], returns: Sequence[float]) -> list[list[float]]:
+    """Step advantages of each trajectory's turns, anchor groups formed across ``trajectories`` (one query's)."""
+    anchors, flat_returns, owner = [], [], []
+    for j, (traj, ret) in enumerate(zip(trajectories, returns, strict=True)):
+        for key in turn_states(traj):
+            anchors.append(key)
+            flat_returns.append(float(ret))
+            owner.append(j)
+    flat = step_advantages(anchors, flat_returns)
+    out: list[list[float]] = [[] for _ in trajectories]
+    for j, value in zip(owner, flat, strict=True):
+        out[j].append(value)
+    return out
+
+
 def score_batch(
-    records: Sequence[EpisodeRecord], k: int, d: int, *, strategy: str, rng: np.random.Generator, single: bool = False
+    records: Sequence[EpisodeRecord], k: int, d: int, *, strategy: str, rng: np.random.Generator, single: bool = False,
+    step_weight: float = 0.0,
 ) -> ScoredBatch:
     """Records of B x K rollouts (task-major) -> the iteration's :class:`ScoredBatch`.
 
     Main: A_M per query over its K rollouts. Sub (not for ``single``): each rollout's sub-agents
     aligned to ``d`` slots, A_S pooled per query over its unmasked slots. Reads the rewards the env
     paid (``record.rewards``, ``trajectory.reward``); computes none.
+
+    ``step_weight`` w > 0 adds step-level credit (GiGPO): each turn's advantage is the trajectory's
+    plus w x its step advantage (:func:`mgrpo_algo.core.advantages.step_advantages`) over the turns of
+    the query's K rollouts (main) or of all the query's sub-agents (sub) that start from the same
+    state. 0 (the paper): one advantage per trajectory.
     """
     agent = "single_0" if single else "main_0"
     role = "single" if single else "main"
     keys, a_main, stats = score_main([r.rewards[agent] for r in records], k)
+    main_steps: dict[int, list[float]] = {}
+    if step_weight:
+        for q in range(len(records) // k):
+            group = records[q * k: (q + 1) * k]
+            for j, steps in enumerate(_step_credit([r.main for r in group], [r.rewards[agent] for r in group])):
+                main_steps[q * k + j] = steps
     main = [
         MainSlot(key, agent, float(records[key.index].rewards[agent]), a, float(records[key.index].correct),
-                 bool(records[key.index].main.format_ok))
+                 bool(records[key.index].main.format_ok),
+                 tuple(a + step_weight * v for v in main_steps[key.index]) if step_weight else None)
         for key, a in zip(keys, a_main, strict=True)
     ]
     metrics = {
@@ -177,7 +221,15 @@ def score_batch(
     if single:
         return ScoredBatch(main, [], 0, metrics)
     placed, a_sub, align_stats = score_sub([[s.reward for s in r.subs] for r in records], k, d, strategy=strategy, rng=rng)
-    sub = [SubSlot(key, s, i, records[key.index].subs[i].agent, reward, a)
+    sub_steps: dict[tuple[int, int], list[float]] = {}
+    if step_weight:
+        for q in range(len(records) // k):
+            owners = [(q * k + j, i) for j in range(k) for i in range(records[q * k + j].num_subs)]
+            trajectories = [records[idx].subs[i] for idx, i in owners]
+            for owner, steps in zip(owners, _step_credit(trajectories, [t.reward for t in trajectories]), strict=True):
+                sub_steps[owner] = steps
+    sub = [SubSlot(key, s, i, records[key.index].subs[i].agent, reward, a,
+                   tuple(a + step_weight * v for v in sub_steps[(key.index, i)]) if step_weight else None)
            for (key, s, i, reward), a in zip(placed, a_sub, strict=True)]
     subs = [s for r in records for s in r.subs]
     metrics.update({
@@ -216,4 +268,6 @@ def slot_from_payload(data: dict[str, Any]) -> MainSlot | SubSlot:
     """A slot back from :func:`slot_payload`'s dict."""
     fields = {n: v for n, v in data.items() if n != "type"}
     fields["key"] = RolloutKey(**fields["key"])
+    if fields.get("turn_advantages") is not None:
+        fields["turn_advantages"] = tuple(fields["turn_advantages"])
     return MainSlot(**fields) if data["type"] == "MainSlot" else SubSlot(**fields)

@@ -89,7 +89,7 @@ class _MicroBatch:
     attention_mask: Tensor  # [B, L]
     targets: Tensor  # [B, L-1], token t+1 for position t
     loss_mask: Tensor  # [B, L-1] float, loss_mask of the target token
-    advantages: Tensor  # [B]
+    advantages: Tensor  # [B], or [B, L-1] when a sample carries per-token advantages (step-level credit)
     weights: Tensor  # [B]
     old_logp: Tensor | None  # [B, L-1]
     ref_logp: Tensor | None  # [B, L-1]
@@ -298,7 +298,7 @@ class RoleLearner:
             attention_mask=attn.to(dev),
             targets=ids[:, 1:].to(dev),
             loss_mask=(mask[:, 1:] != 0).float().to(dev),
-            advantages=torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32, device=dev),
+            advantages=_advantages(samples, length, dev),
             weights=torch.tensor([float(s.weight) for s in samples], dtype=torch.float32, device=dev),
             old_logp=padded(old),
             ref_logp=padded(ref),
@@ -348,7 +348,7 @@ class RoleLearner:
         # A zero advantage zeroes a sample's policy-gradient term; with no KL or entropy term nothing
         # else gives it a gradient, so it only needs to count in the normaliser (see _optimizer_step).
         skip = cfg.skip_zero_advantage and cfg.kl_coef == 0 and cfg.entropy_coef == 0
-        trained = [not (skip and s.advantage == 0) for s in live]
+        trained = [not (skip and not s.has_signal) for s in live]
         counts["zero_adv_skipped"] = 1.0 - sum(trained) / len(live)
         was_training = self.model.training
         self.model.train()  # HF gradient checkpointing needs it; RL models carry no dropout (Qwen2: 0)
@@ -645,6 +645,17 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss_next))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+def _advantages(samples: Sequence[TokenSequence], length: int, device: torch.device) -> Tensor:
+    """[B] advantages, or [B, length - 1] (shifted like the targets) when a sample carries per-token ones."""
+    if all(s.token_advantages is None for s in samples):
+        return torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32, device=device)
+    out = torch.zeros((len(samples), length), dtype=torch.float32)
+    for row, s in enumerate(samples):
+        values = s.token_advantages if s.token_advantages is not None else [float(s.advantage)] * s.num_tokens
+        out[row, : s.num_tokens] = torch.as_tensor(values, dtype=torch.float32)
+    return out[:, 1:].to(device)  # position t predicts token t + 1
 
 
 def _scatter_columns(values: Tensor, columns: Tensor, length: int) -> Tensor:

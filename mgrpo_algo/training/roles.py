@@ -240,7 +240,8 @@ class RoleServer:
         from ..core.sequences import slot_sequence
 
         buffer = self._buffer(iteration)
-        return [slot_sequence(buffer[_key(s["key"]["index"], s["agent"])], s["advantage"], self.role) for s in slots]
+        return [slot_sequence(buffer[_key(s["key"]["index"], s["agent"])], s["advantage"], self.role,
+                              turn_advantages=s.get("turn_advantages")) for s in slots]
 
     def _applied(self, iteration: int, metrics: dict[str, float]) -> dict[str, float]:
         """Checkpoint (carrying ``last_applied``: the atomic rename commits the iteration), record it in

@@ -153,13 +153,15 @@ class InProcessRoles:
         if main_role in self.learners:
             metrics.update(self.learners[main_role].update([
                 slot_sequence([t.extra for t in records[m.key.index].main.turns], m.advantage, main_role,
-                              episode=records[m.key.index].episode_id, agent=m.agent, reward=m.reward)
+                              turn_advantages=m.turn_advantages, episode=records[m.key.index].episode_id,
+                              agent=m.agent, reward=m.reward)
                 for m in batch.main
             ]))
         if "sub" in self.learners:
             metrics.update(self.learners["sub"].update([
                 slot_sequence([t.extra for t in records[s.key.index].subs[s.sub].turns], s.advantage, "sub",
-                              episode=records[s.key.index].episode_id, agent=s.agent, reward=s.reward)
+                              turn_advantages=s.turn_advantages, episode=records[s.key.index].episode_id,
+                              agent=s.agent, reward=s.reward)
                 for s in batch.sub
             ]))
         for role in self.syncs:
@@ -307,7 +309,8 @@ class Trainer:
         t_collected = time.perf_counter()
         self.observed_counts = (self.observed_counts + [r.num_subs for r in records])[-COUNT_WINDOW:]
         d = 0 if single else alignment_width(self.observed_counts, cfg.align_d, cfg.align_quantile)
-        scored = score_batch(records, cfg.group_size, d, strategy=cfg.align_strategy, rng=align_rng, single=single)
+        scored = score_batch(records, cfg.group_size, d, strategy=cfg.align_strategy, rng=align_rng, single=single,
+                             step_weight=cfg.step_advantage_weight)
         annotate(records, scored)
         metrics: dict[str, Any] = dict(scored.metrics)
         if metrics.get("sub/expert_disabled") and not self._warned_no_expert:
