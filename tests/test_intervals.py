@@ -85,3 +85,12 @@ def test_paired_difference_no_spread_and_mismatch() -> None:
 
 def test_question_means() -> None:
     assert question_means({"a": [True, False, False, True]}) == {"a": 0.5}
+
+
+def test_moving_average_by_hand() -> None:
+    from mgrpo_algo.experiments.plots import moving_average
+
+    assert moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
+    assert moving_average([1.0, 2.0, 6.0], 5) == [1.0, 1.5, 3.0]
+    with pytest.raises(ValueError):
+        moving_average([1.0], 0)

@@ -12,15 +12,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PANELS", "plot_curves"]
+__all__ = ["PANELS", "SMOOTH", "moving_average", "plot_curves"]
 
-#: (title, metric keys tried in order: a mode plots the first one its runs logged).
+#: (title, metric keys tried in order: a mode plots the first one its runs logged). Rewards are in
+#: [0, 1] like the rates, so every panel is in percent.
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("reward (main / single)", ("main/reward_mean", "single/reward_mean")),
-    ("train accuracy (main / single)", ("main/accuracy", "single/accuracy")),
-    ("sub-agent reward", ("sub/reward_mean",)),
-    ("sub-agent expert score", ("sub/expert_mean",)),
+    ("training reward, main / single (%)", ("main/reward_mean", "single/reward_mean")),
+    ("training accuracy, main / single (%)", ("main/accuracy", "single/accuracy")),
+    ("format rate, main / single (%)", ("main/format_ok", "single/format_ok")),
+    ("sub-agent reward R_S (%)", ("sub/reward_mean",)),
+    ("sub-agent expert score (%)", ("sub/expert_mean",)),
+    ("sub-agent format rate (%)", ("sub/format_ok",)),
 )
+#: Iterations in the moving average of the training panels (the paper's figures smooth the same way).
+SMOOTH = 5
 
 
 def _mean_by_step(series: Sequence[Sequence[tuple[int, float]]]) -> tuple[list[int], list[float]]:
@@ -33,8 +38,20 @@ def _mean_by_step(series: Sequence[Sequence[tuple[int, float]]]) -> tuple[list[i
     return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
 
 
+def moving_average(values: Sequence[float], window: int = SMOOTH) -> list[float]:
+    """Trailing moving average: point i is the mean of values[max(0, i - window + 1) : i + 1]."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    out = []
+    for i in range(len(values)):
+        part = values[max(0, i - window + 1): i + 1]
+        out.append(sum(part) / len(part))
+    return out
+
+
 def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path) -> Path:
-    """Write the curves PNG.
+    """Write the curves PNG: six training panels (moving average over :data:`SMOOTH` iterations, the
+    raw values faint behind) and the held-out accuracy (mean@k) after 0, ..., N updates.
 
     ``runs[mode]`` is one dict per seed: ``history`` (the trainer's per-iteration metric dicts),
     ``eval`` (before/after points ``{"step", "em", "f1"}`` on the full held-out set) and ``curve``
@@ -46,27 +63,29 @@ def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Pat
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8), squeeze=False)
+    fig, axes = plt.subplots(2, 4, figsize=(20, 8), squeeze=False)
     flat = list(axes.flat)
     for ax, (title, keys) in zip(flat, PANELS, strict=False):
-        for mode, seeds in runs.items():
+        for i, (mode, seeds) in enumerate(runs.items()):
             key = next((k for k in keys if any(k in h for s in seeds for h in s["history"])), None)
             if key is None:
                 continue
-            series = [[(int(h["iteration"]), float(h[key])) for h in s["history"] if key in h] for s in seeds]
+            series = [[(int(h["iteration"]), float(h[key]) * 100) for h in s["history"] if key in h] for s in seeds]
             steps, values = _mean_by_step(series)
-            ax.plot(steps, values, "o-", label=f"{mode} ({key.split('/')[0]})", markersize=3)
+            ax.plot(steps, values, "-", color=f"C{i}", alpha=0.25, linewidth=1)
+            ax.plot(steps, moving_average(values), "-", color=f"C{i}", label=f"{mode} ({key.split('/')[0]})")
         ax.set_title(title)
-    for ax, metric in zip(flat[4:], ("em", "f1"), strict=True):
+    for ax, metric in zip(flat[6:], ("em", "f1"), strict=True):
         for i, (mode, seeds) in enumerate(runs.items()):
             color = f"C{i}"
-            steps, values = _mean_by_step([[(p["step"], p[metric]) for p in s["eval"]] for s in seeds])
+            steps, values = _mean_by_step([[(p["step"], p[metric] * 100) for p in s["eval"]] for s in seeds])
             ax.plot(steps, values, "o-", color=color, label=f"{mode}")
-            curve = [[(p["step"], p[metric]) for p in s.get("curve", [])] for s in seeds]
+            curve = [[(p["step"], p[metric] * 100) for p in s.get("curve", [])] for s in seeds]
             if any(curve):
                 steps, values = _mean_by_step(curve)
                 ax.plot(steps, values, "x--", color=color, alpha=0.6, label=f"{mode} (curve subset)")
-        ax.set_title(f"held-out {metric.upper()} (0 updates = warm start)")
+        label = "accuracy (mean@k)" if metric == "em" else "F1"
+        ax.set_title(f"held-out {label} (%), 0 updates = warm start")
     for ax in flat:
         ax.set_xlabel("updates")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -76,6 +95,6 @@ def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Pat
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
+    fig.savefig(out, dpi=80)
     plt.close(fig)
     return out
