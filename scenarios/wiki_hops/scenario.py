@@ -370,14 +370,17 @@ class WikiWorld:
             a client outside the tools (a person's browser, a benchmark's bare HTTP client).
         tools: a ready tool set ``{"search", "visit", "click"}``; :meth:`make_tools` gives another one
             with its own browsing session (the fetchers, browser and index are shared).
+        render_cache: the browser's cache of rendered pages (:mod:`mgrpo_tools.render_cache`), or
+            None when built with ``render_cache=False`` (every visit of a JavaScript page renders it).
     """
 
     def __init__(self, root: Path, *, host: str = "127.0.0.1", browser_mode: str = "auto", page_chars: int = 4000, search_k: int = 5,
                  cache_path: Path | None = None, snippet_chars: int = 300, goal_lines: int = 0,
-                 links: bool = True, evidence_only: bool = False) -> None:
+                 links: bool = True, evidence_only: bool = False, render_cache: bool = True) -> None:
         from mgrpo_tools.browser import BrowserFetcher
         from mgrpo_tools.cache import ResponseCache
         from mgrpo_tools.fetch import HttpFetcher
+        from mgrpo_tools.render_cache import RenderCache
         from mgrpo_tools.search import SearchTool, TantivyIndex
         from mgrpo_tools.url_policy import UrlPolicy
         from mgrpo_tools.webserver import LoopbackSite
@@ -389,6 +392,7 @@ class WikiWorld:
         self.links = links
         self.evidence_only = evidence_only
         self.cache = None
+        self.render_cache = None
         self.site = None
         self.http = None
         self.browser = None
@@ -402,8 +406,11 @@ class WikiWorld:
             self.policy.map_origin(ORIGIN, self.served_url)
             self.http = HttpFetcher(self.policy, cache=self.cache)
             # BrowserFetcher starts Chromium on its first fetch only: worlds that never meet a
-            # JavaScript page never launch a browser.
-            self.browser = BrowserFetcher(self.policy, cache=self.cache) if browser_mode != "never" else None
+            # JavaScript page never launch a browser. The site is static files and its scripts are
+            # deterministic, so each page is rendered once per world (mgrpo_tools.render_cache).
+            self.render_cache = RenderCache() if render_cache else None
+            self.browser = (BrowserFetcher(self.policy, cache=self.cache, render_cache=self.render_cache)
+                            if browser_mode != "never" else None)
             self.index = TantivyIndex(root / "index", url_prefix=ORIGIN)
             self.search = SearchTool(self.index, k=search_k, max_results=max(10, search_k), cache=self.cache,
                                      snippet_chars=snippet_chars)
