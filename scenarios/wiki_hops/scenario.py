@@ -38,6 +38,9 @@ Arguments:
         ``/wiki/<Name>``), and :meth:`WikiHops.world_tokens` for a tokenizer in which every entity
         name, slug, value and relation is one token.
     cache_path: optional SQLite response cache shared by the fetchers and the search tool.
+    render_cache: render each JavaScript page once per open world and serve later visits the same
+        DOM (the pages are static files with deterministic scripts; ``mgrpo_tools.render_cache``).
+        False renders at every visit (the behaviour before the cache, for benchmarks).
     near_dup_fraction: share of entities that are near-duplicate siblings of another (default 0.1).
     split_sizes: tasks per split (default 400 train / 100 test per stage).
 
@@ -106,6 +109,7 @@ class WikiHops:
         near_dup_fraction: float = DEFAULT_NEAR_DUP,
         split_sizes: dict[str, int] | None = None,
         profile: str = "full",
+        render_cache: bool = True,
     ) -> None:
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
@@ -135,6 +139,7 @@ class WikiHops:
         self.page_chars = page_chars
         self.search_k = int(search_k)
         self.cache_path = Path(cache_path) if cache_path is not None else None
+        self.render_cache = bool(render_cache)
         self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
         self.metadata: dict[str, Any] = {
             "version": VERSION,
@@ -271,7 +276,8 @@ class WikiHops:
         return WikiWorld(self.build(), host=host, browser_mode=self.browser_mode, page_chars=self.page_chars,
                          search_k=self.search_k, cache_path=self.cache_path,
                          snippet_chars=settings["snippet_chars"], goal_lines=settings["goal_lines"],
-                         links=settings["links"], evidence_only=settings["evidence_only"])
+                         links=settings["links"], evidence_only=settings["evidence_only"],
+                         render_cache=self.render_cache)
 
     def verify(self, task: Task, prediction: str) -> Verdict:
         from mgrpo_scenarios.verifiers import AnswerVerifier
