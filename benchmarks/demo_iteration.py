@@ -12,10 +12,9 @@ same policies and tasks:
 - **after**: the lean decode loop (:mod:`mgrpo_algo.policies.decode`) and the render cache
   (:mod:`mgrpo_tools.render_cache`).
 
-Each side runs ``repeats`` iterations in a fresh world (the first also pays Chromium's launch and
-the first render of each page: it is counted, as in a real run); the figures are ratios of the
-sums. Also reported: the share of collection time spent in env steps, and whether both sides
-sampled the same completions (they should: the lean loop draws the same ids under a seed).
+Each side runs its iterations in its own world (the first also pays Chromium's launch and the
+first render of each page: it is counted, as in a real run), the two sides' iterations interleaved
+so that a busy machine slows both alike; the figures are ratios of the sums. Also reported: the share of collection time spent in env steps.
 Writes benchmarks/results/demo_iteration.json.
 """
 
@@ -32,8 +31,8 @@ from common import report  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(tmp: Path, label: str, b: int, k: int, iterations: int, fast: bool) -> dict[str, float]:
-    """``iterations`` demo iterations with one setting; summed timings and the rollout count."""
+def trainer_for(tmp: Path, label: str, b: int, k: int, iterations: int, fast: bool):
+    """A demo trainer with one setting (both sides: same config, seeds and start models)."""
     from mgrpo_algo.core.config import load_config
     from mgrpo_algo.training.trainer import Trainer
 
@@ -46,15 +45,34 @@ def run(tmp: Path, label: str, b: int, k: int, iterations: int, fast: bool) -> d
     ]
     for role in ("main", "sub"):
         overrides += [f"{role}.generation.decode={'lean' if fast else 'generate'}"]
-    trainer = Trainer(load_config(ROOT / "configs" / "demo.yaml", overrides))
-    totals: dict[str, float] = {}
-    with trainer.scenario.open() as world:
-        tasks = list(trainer.scenario.tasks("stage2/train"))
-        for _ in range(iterations):  # train_iteration advances trainer.iteration (seeds, tasks)
-            m = trainer.train_iteration(world, tasks, "stage2/train")
-            for key in ("time/iteration", "time/collect", "time/generation", "time/env_steps", "time/update"):
-                totals[key] = totals.get(key, 0.0) + float(m[key])
-    totals["rollouts"] = float(b * k * iterations)
+    return Trainer(load_config(ROOT / "configs" / "demo.yaml", overrides))
+
+
+KEYS = ("time/iteration", "time/collect", "time/generation", "time/env_steps", "time/update")
+
+
+def run(tmp: Path, b: int, k: int, iterations: int) -> dict[str, dict[str, float]]:
+    """Both sides, their iterations interleaved (before, after, before, ...) so that a busy machine
+    slows both alike; summed timings and the rollout count per side."""
+    sides = {"before": trainer_for(tmp, "before", b, k, iterations, fast=False),
+             "after": trainer_for(tmp, "after", b, k, iterations, fast=True)}
+    totals: dict[str, dict[str, float]] = {label: dict.fromkeys(KEYS, 0.0) for label in sides}
+    worlds = {label: trainer.scenario.open() for label, trainer in sides.items()}
+    try:
+        tasks = list(sides["before"].scenario.tasks("stage2/train"))
+        for _ in range(iterations):  # train_iteration advances each trainer's iteration (seeds, tasks)
+            for label, trainer in sides.items():
+                m = trainer.train_iteration(worlds[label], tasks, "stage2/train")
+                for key in KEYS:
+                    totals[label][key] += float(m[key])
+        cache = getattr(worlds["after"], "render_cache", None)
+        totals["after"]["renders_saved"] = float(cache.stats.hits + cache.stats.joined) if cache else 0.0
+        totals["after"]["renders"] = float(cache.stats.misses) if cache else 0.0
+    finally:
+        for world in worlds.values():
+            world.close()
+    for label in sides:
+        totals[label]["rollouts"] = float(b * k * iterations)
     return totals
 
 
@@ -65,8 +83,8 @@ def main() -> None:
     b, k, iterations = (1, 2, 1) if args.quick else (4, 4, 2)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        before = run(tmp, "before", b, k, iterations, fast=False)
-        after = run(tmp, "after", b, k, iterations, fast=True)
+        sides = run(tmp, b, k, iterations)
+    before, after = sides["before"], sides["after"]
     rows = []
     for label, t in (("before", before), ("after", after)):
         rows.append((f"rollouts/s {label}", t["rollouts"] / t["time/iteration"],
@@ -75,7 +93,8 @@ def main() -> None:
         rows.append((f"env steps / collection {label}", t["time/env_steps"] / t["time/collect"], "share of collection time"))
     rows.append(("iteration speed-up", before["time/iteration"] / after["time/iteration"], "before / after (target >= 2.5)"))
     rows.append(("generation speed-up", before["time/generation"] / after["time/generation"], "generate / lean decode"))
-    rows.append(("env steps speed-up", before["time/env_steps"] / max(after["time/env_steps"], 1e-9), "no render cache / render cache"))
+    rows.append(("env steps speed-up", before["time/env_steps"] / max(after["time/env_steps"], 1e-9),
+                 f"no render cache / render cache ({after['renders']:.0f} renders, {after['renders_saved']:.0f} saved)"))
     report("demo_iteration", rows, {"before": before, "after": after, "B": b, "K": k, "iterations": iterations})
 
 
