@@ -217,6 +217,23 @@ def test_js_pages_render_in_the_browser(scenario: WikiHops, graph) -> None:
                     assert f"{rel.label} | {graph.display(e, rel.key)}" in result.text
 
 
+@pytest.mark.browser
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")
+def test_js_pages_render_once_per_world_with_the_same_observation(scenario: WikiHops, graph) -> None:
+    from mgrpo_scenarios.wiki_hops.scenario import WikiWorld
+
+    page = next(e for e in graph.entities if e.js)
+    with scenario.open() as world, WikiWorld(scenario.build(), render_cache=False) as plain:
+        url = f"{world.url}/wiki/{page.slug}"
+        first, second = (world.make_tools()["visit"]({"url": url, "goal": "facts"}) for _ in range(2))
+        reference = plain.make_tools()["visit"]({"url": url, "goal": "facts"})
+        assert plain.render_cache is None and world.render_cache is not None
+        assert first.meta["via"] == second.meta["via"] == reference.meta["via"] == "browser"
+        assert not first.meta["from_cache"] and second.meta["from_cache"] and not reference.meta["from_cache"]
+        assert second.text == first.text == reference.text
+        assert world.render_cache.stats.misses == 1 and world.render_cache.stats.hits == 1
+
+
 # ----------------------------------------------------------------------------------- tasks
 
 

@@ -46,6 +46,9 @@ JS_FETCH_HTML = """<!doctype html><html><head><title>Fetch Page</title></head><b
 <script>fetch('/data.json').then(r => r.json()).then(d => {
   document.getElementById('app').innerHTML = '<p>' + d.message + '</p>'; });</script>
 </body></html>"""
+JS_BUSY_HTML = """<!doctype html><html><head><title>Busy Page</title></head><body><p id="n">0</p>
+<script>let n = 0; setInterval(() => fetch('/data.json').then(() => {
+document.getElementById('n').textContent = String(++n); }), 20);</script></body></html>"""
 JS_FETCH_TEXT = "Loaded later by fetch: the harbour of Velmora opened in 1877."
 
 STORAGE_HTML = """<!doctype html><html><head><title>Storage</title></head><body><script>
@@ -128,6 +131,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._html(JS_HTML)
         elif path == "/js-fetch":
             self._html(JS_FETCH_HTML)
+        elif path == "/js-no-store":  # a script page that forbids storing: never served from a cache
+            self._send(200, JS_HTML.encode("utf-8"), "text/html; charset=utf-8", Cache_Control="no-store")
+        elif path == "/js-busy":  # a script page that never goes quiet: its DOM depends on when it is read
+            self._html(JS_BUSY_HTML)
         elif path == "/data.json":
             self._send(200, json.dumps({"message": JS_FETCH_TEXT}).encode(), "application/json")
         elif path == "/subresource":

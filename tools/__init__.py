@@ -22,6 +22,7 @@ _EXPORTS = {
     "FetchResult": "fetch", "HttpFetcher": "fetch", "is_text_content_type": "fetch",
     "Document": "html_text", "Link": "html_text", "html_to_document": "html_text", "render_page": "html_text",
     "OriginMap": "origin_map",
+    "RenderCache": "render_cache", "RenderCacheStats": "render_cache",
     "BraveSearchBackend": "search", "SearchBackend": "search", "SearchHit": "search", "SearchTool": "search", "SearxngBackend": "search", "TantivyIndex": "search", "dedup_url": "search", "host_matches": "search", "normalize_site": "search",
     "UrlPolicy": "url_policy", "normalize_url": "url_policy", "origin_of": "url_policy",
     "BROWSER_MODES": "visit", "BrowsingSession": "visit", "ClickTool": "visit", "VisitTool": "visit", "make_browsing_tools": "visit",

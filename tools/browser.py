@@ -42,6 +42,7 @@ from .base import ToolError
 from .cache import ResponseCache
 from .fetch import REDIRECT_STATUSES, FetchResult, _looks_binary, is_text_content_type
 from .pinning import AsyncPinnedTransport
+from .render_cache import RenderCache
 from .url_policy import UrlPolicy
 
 __all__ = ["BrowserFetcher", "CHROMIUM_ARGS"]
@@ -111,6 +112,8 @@ class BrowserFetcher:
         max_idle_wait_s: the longest wait for that quiet period.
         launch_args: Chromium command-line switches.
         startup_timeout_s: limit for launching the browser.
+        render_cache: optional in-memory cache of rendered pages (:mod:`.render_cache`), for sites
+            whose pages are static: each page is rendered once, later fetches get the same DOM.
     """
 
     via = "browser"
@@ -130,6 +133,7 @@ class BrowserFetcher:
         max_idle_wait_s: float = 2.0,
         launch_args: tuple[str, ...] = CHROMIUM_ARGS,
         startup_timeout_s: float = 60.0,
+        render_cache: RenderCache | None = None,
     ) -> None:
         self.policy = policy
         self.executable_path = executable_path
@@ -143,6 +147,7 @@ class BrowserFetcher:
         self.max_idle_wait_s = max_idle_wait_s
         self.launch_args = tuple(launch_args)
         self.startup_timeout_s = startup_timeout_s
+        self.render_cache = render_cache
         self._lock = threading.Lock()
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -172,18 +177,28 @@ class BrowserFetcher:
             hit = self.cache.get("browser", key)
             if hit is not None:
                 return FetchResult.from_cache_value(hit, time.perf_counter() - start)
-        checked = key  # the address rules run when the route handler connects (pinned)
+        if self.render_cache is not None:
+            if self._closed:  # a closed fetcher refuses hits too, as it would a render
+                raise ToolError("backend", "the browser fetcher is closed")
+            result = self.render_cache.get_or_render(key, lambda: self._render_now(key, start),
+                                                     lambda: time.perf_counter() - start)
+        else:
+            result = self._render_now(key, start)[0]
+        if self.cache is not None:
+            self.cache.put("browser", key, result.to_cache())
+        return result
+
+    def _render_now(self, checked: str, start: float) -> tuple[FetchResult, bool]:
+        """Render a policy-checked URL on the worker loop: ``(result, whether it may be reused)``."""
+        # The address rules run when the route handler connects (pinned).
         loop = self._ensure_started()
         future = asyncio.run_coroutine_threadsafe(self._fetch_async(checked, start), loop)
         try:
             # The coroutine enforces timeout_s itself; the margin covers a slow (re)launch.
-            result = future.result(timeout=self.timeout_s + self.startup_timeout_s)
+            return future.result(timeout=self.timeout_s + self.startup_timeout_s)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise ToolError("timeout", f"the browser did not render {checked} in time") from None
-        if self.cache is not None:
-            self.cache.put("browser", key, result.to_cache())
-        return result
 
     def close(self) -> None:
         """Close the browser and stop the worker thread; later fetches are refused."""
@@ -339,7 +354,7 @@ class BrowserFetcher:
 
     # -- one fetch (runs on the worker loop) ---------------------------------------------------
 
-    async def _fetch_async(self, url: str, start: float) -> FetchResult:
+    async def _fetch_async(self, url: str, start: float) -> tuple[FetchResult, bool]:
         from playwright.async_api import Error as PlaywrightError
 
         assert self._pages is not None
@@ -358,7 +373,7 @@ class BrowserFetcher:
                 raise ToolError("timeout", f"{url} did not render within {self.timeout_s:g} s") from None
             raise ToolError("http", f"the browser could not load {url}: {message}") from None
 
-    async def _render(self, job: _Job, start: float) -> FetchResult:
+    async def _render(self, job: _Job, start: float) -> tuple[FetchResult, bool]:
         from playwright.async_api import Error as PlaywrightError
 
         tab = await self._take_tab()
@@ -392,7 +407,10 @@ class BrowserFetcher:
             content_type = ""
             if response is not None:
                 content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-            await self._settle(job)
+            settled = await self._settle(job)
+            # A page still fetching when we read it, or one that forbids storing, is not reused.
+            reusable = settled and "no-store" not in (
+                response.headers.get("cache-control", "").lower() if response is not None else "")
             html = self.policy.origin_map.virtualize_text(await self._content(page))
             if len(html.encode("utf-8", errors="replace")) > self.max_bytes:
                 raise ToolError("content", f"page larger than {self.max_bytes} bytes at {current}")
@@ -405,29 +423,31 @@ class BrowserFetcher:
                 from_cache=False,
                 via=self.via,
                 blocked=tuple(job.blocked),
-            )
+            ), reusable
         finally:
             # Closing takes ~20 ms the caller need not wait for; the context is never reused. The
             # spare is prepared after the fetch, not during it: starting a renderer costs CPU.
             self._spawn(self._close_tab(tab), self._closing)
             self._schedule_refill()
 
-    async def _settle(self, job: _Job) -> None:
-        """Wait until no request has been in flight for ``idle_s`` (bounded), for JS-loaded content.
+    async def _settle(self, job: _Job) -> bool:
+        """Wait until no request has been in flight for ``idle_s`` (bounded), for JS-loaded content;
+        False when the wait ran out first (the page was still loading when read).
 
         Requests are counted in the route handler, which sees them all; a document without
         scripts cannot change after ``load``, so it is not waited for.
         """
         if not job.has_scripts:
-            return
+            return True
         # A script may start a request from its onload handler just after we got "load": wait
         # at least idle_s from now, not from the last request.
         job.last_activity = time.monotonic()
         limit = min(time.monotonic() + self.max_idle_wait_s, job.deadline - 0.5)
         while time.monotonic() < limit:
             if job.inflight == 0 and time.monotonic() - job.last_activity >= self.idle_s:
-                return
+                return True
             await asyncio.sleep(0.02)
+        return False
 
     @staticmethod
     async def _content(page: Any) -> str:

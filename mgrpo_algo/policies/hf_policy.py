@@ -58,6 +58,8 @@ import torch
 
 from mgrpo_env.rollout import PolicyRequest, PolicyResponse
 
+from .decode import decode as lean_decode
+from .decode import process_scores
 from .kv_cache import KVCacheManager, supports_reuse
 
 __all__ = ["STOP_TAGS", "load_tokenizer", "ChatPrompter", "StopSpec", "stop_spec", "cut_at_stop", "TransformersPolicy"]
@@ -223,14 +225,7 @@ class _Sampler:
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.pending is not None:
             self.picked.append(self.pending.gather(1, input_ids[:, -1:]).squeeze(1))
-        scores = scores.float()
-        raw = torch.log_softmax(scores, dim=-1) if self.mode == "raw" else None
-        if self.temperature > 0:
-            if self.temperature != 1.0:
-                scores = scores / self.temperature
-            if self.top_p < 1.0:
-                scores = _top_p(scores, self.top_p)
-        self.pending = raw if raw is not None else torch.log_softmax(scores, dim=-1)
+        scores, self.pending = process_scores(scores.float(), self.temperature, self.top_p, self.mode)
         return scores
 
     def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
@@ -292,6 +287,10 @@ class TransformersPolicy:
             (:mod:`mgrpo_algo.policies.kv_cache`: only the new ids are fed at the next turn; least recently
             used caches are evicted past the budget and re-prefilled). 0 turns reuse off. Ignored
             (always re-prefill) for models with sliding-window or linear-attention layers.
+        decode: ``"lean"`` (default: :func:`mgrpo_algo.policies.decode.decode`, a sampling loop over
+            the model's forward with the same ids and log-probs as ``generate``, several times
+            faster on small models) or ``"generate"`` (transformers' ``generate``, the reference).
+            Tokenizers whose stop tags are several tokens always use ``generate``.
     """
 
     def __init__(
@@ -311,6 +310,7 @@ class TransformersPolicy:
         logprobs_mode: str = "processed",
         name: str | None = None,
         kv_cache_mb: float = 1024.0,
+        decode: str = "lean",
     ) -> None:
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -320,6 +320,8 @@ class TransformersPolicy:
             raise ValueError("max_new_tokens and max_prompt_tokens must be >= 1")
         if logprobs_mode not in ("processed", "raw"):
             raise ValueError(f"logprobs_mode must be 'processed' or 'raw', got {logprobs_mode!r}")
+        if decode not in ("lean", "generate"):
+            raise ValueError(f"decode must be 'lean' or 'generate', got {decode!r}")
         if kv_cache_mb < 0:
             raise ValueError(f"kv_cache_mb must be >= 0, got {kv_cache_mb}")
         if max_batch_size is not None and max_batch_size < 1:
@@ -348,6 +350,7 @@ class TransformersPolicy:
         self.seed = int(seed)
         self.max_batch_size = max_batch_size
         self.logprobs_mode = logprobs_mode
+        self.decode = decode
         self.name = name or f"hf:{source or type(self.model).__name__}"
         self.prompter = ChatPrompter(self.tokenizer, max_prompt_tokens)
         self.max_positions = getattr(self.model.config, "max_position_embeddings", None)
@@ -421,10 +424,8 @@ class TransformersPolicy:
 
     def _generate(self, prompts: list[list[int]], seed: int,
                   keys: list[tuple[int, str]] | None = None) -> list[tuple[list[int], list[float], str]]:
-        """One left-padded ``generate`` over ``prompts``: (completion ids, logprobs, finish reason) each.
+        """One left-padded batch over ``prompts``: (completion ids, logprobs, finish reason) each.
         With KV reuse, rows whose ``keys`` hold a cache feed only their new ids (see :mod:`.kv_cache`)."""
-        from transformers import GenerationConfig, LogitsProcessorList
-
         device = self.device
         layout = None
         if self.kv is not None:
@@ -440,6 +441,35 @@ class TransformersPolicy:
         new_tokens = self.max_new_tokens
         if self.max_positions:  # from the longest prompt, not the padded width: reuse must not change it
             new_tokens = max(1, min(new_tokens, self.max_positions - max(len(p) for p in prompts)))
+        cache_in = layout.cache if layout is not None else None
+        model = self.model
+        was_training = model.training
+        try:
+            model.eval()
+            if self.decode == "lean" and not self.stop.strings:
+                with torch.no_grad(), _seeded(seed, device):
+                    generated, logprobs, cache_out = lean_decode(
+                        model, input_ids.to(device), attention.to(device), cache_in, max_new_tokens=new_tokens,
+                        stop_ids=self.stop.token_ids, pad_id=self.pad_id, temperature=self.temperature,
+                        top_p=self.top_p, logprobs_mode=self.logprobs_mode)
+            else:
+                generated, logprobs, cache_out = self._hf_generate(input_ids, attention, cache_in, width, new_tokens, seed)
+        finally:
+            model.train(was_training)
+        results = []
+        for row in range(len(prompts)):
+            ids, finish = cut_at_stop(generated[row].tolist(), self.stop, self.tokenizer)
+            results.append((ids, [float(x) for x in logprobs[row, : len(ids)]], finish))
+        if layout is not None and self.kv is not None:
+            self.kv.store(layout, cache_out, prompts, [r[0] for r in results])
+        return results
+
+    def _hf_generate(self, input_ids: torch.Tensor, attention: torch.Tensor, cache: Any, width: int,
+                     new_tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """transformers' ``generate`` (the reference path): ``(new tokens, their log-probs, cache)``."""
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        device = self.device
         greedy = self.temperature == 0
         config = GenerationConfig(
             do_sample=not greedy,
@@ -454,10 +484,8 @@ class TransformersPolicy:
         )
         sampler = _Sampler(self.temperature, self.top_p, self.logprobs_mode)
         model = self.model
-        was_training = model.training
         saved_config = getattr(model, "generation_config", None)
         try:
-            model.eval()
             model.generation_config = GenerationConfig()  # neutral defaults: no checkpoint sampling tweaks
             with torch.no_grad(), _seeded(seed, device):
                 out = model.generate(
@@ -466,21 +494,13 @@ class TransformersPolicy:
                     generation_config=config,
                     logits_processor=LogitsProcessorList([sampler]),
                     **({"tokenizer": self.tokenizer} if self.stop.strings else {}),
-                    **({_cache_kwarg(): layout.cache} if layout is not None and layout.cache is not None else {}),
+                    **({_cache_kwarg(): cache} if cache is not None else {}),
                 )
         finally:
             if saved_config is not None:
                 model.generation_config = saved_config
-            model.train(was_training)
         generated = out.sequences[:, width:].cpu()
-        logprobs = sampler.finish(generated)
-        results = []
-        for row in range(len(prompts)):
-            ids, finish = cut_at_stop(generated[row].tolist(), self.stop, self.tokenizer)
-            results.append((ids, [float(x) for x in logprobs[row, : len(ids)]], finish))
-        if layout is not None and self.kv is not None:
-            self.kv.store(layout, getattr(out, _cache_kwarg(), None), prompts, [r[0] for r in results])
-        return results
+        return generated, sampler.finish(generated), getattr(out, _cache_kwarg(), None)
 
 
 def _dtype_kwarg(dtype: torch.dtype) -> dict[str, Any]:

@@ -109,7 +109,7 @@ class InProcessRoles:
             self.policies[role] = TransformersPolicy(
                 model, paths[role], role=role, max_new_tokens=g.max_new_tokens, temperature=g.temperature,
                 top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens, seed=policy_seed(config.seed, role, 0),
-                kv_cache_mb=g.kv_cache_mb,
+                kv_cache_mb=g.kv_cache_mb, decode=g.decode,
             )
         self.start_iteration = 0
         state = out / "loop_state.json"

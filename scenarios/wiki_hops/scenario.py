@@ -40,6 +40,9 @@ Arguments:
         ``/wiki/<Name>``), and :meth:`WikiHops.world_tokens` for a tokenizer in which every entity
         name, slug, value and relation is one token.
     cache_path: optional SQLite response cache shared by the fetchers and the search tool.
+    render_cache: render each JavaScript page once per open world and serve later visits the same
+        DOM (the pages are static files with deterministic scripts; ``mgrpo_tools.render_cache``).
+        False renders at every visit (the behaviour before the cache, for benchmarks).
     near_dup_fraction: share of entities that are near-duplicate siblings of another (default 0.1).
     split_sizes: tasks per split (default 400 train / 100 test per stage).
 
@@ -108,6 +111,7 @@ class WikiHops:
         near_dup_fraction: float = DEFAULT_NEAR_DUP,
         split_sizes: dict[str, int] | None = None,
         profile: str = "full",
+        render_cache: bool = True,
     ) -> None:
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
@@ -137,6 +141,7 @@ class WikiHops:
         self.page_chars = page_chars
         self.search_k = int(search_k)
         self.cache_path = Path(cache_path) if cache_path is not None else None
+        self.render_cache = bool(render_cache)
         self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
         self.metadata: dict[str, Any] = {
             "version": VERSION,
@@ -274,7 +279,8 @@ class WikiHops:
         return WikiWorld(self.build(), host=host, browser_mode=self.browser_mode, page_chars=self.page_chars,
                          search_k=self.search_k, cache_path=self.cache_path,
                          snippet_chars=settings["snippet_chars"], goal_lines=settings["goal_lines"],
-                         links=settings["links"], evidence_only=settings["evidence_only"])
+                         links=settings["links"], evidence_only=settings["evidence_only"],
+                         render_cache=self.render_cache)
 
     def verify(self, task: Task, prediction: str) -> Verdict:
         from mgrpo_scenarios.verifiers import AnswerVerifier
@@ -373,14 +379,17 @@ class WikiWorld:
             a client outside the tools (a person's browser, a benchmark's bare HTTP client).
         tools: a ready tool set ``{"search", "visit", "click"}``; :meth:`make_tools` gives another one
             with its own browsing session (the fetchers, browser and index are shared).
+        render_cache: the browser's cache of rendered pages (:mod:`mgrpo_tools.render_cache`), or
+            None when built with ``render_cache=False`` (every visit of a JavaScript page renders it).
     """
 
     def __init__(self, root: Path, *, host: str = "127.0.0.1", browser_mode: str = "auto", page_chars: int = 4000, search_k: int = 5,
                  cache_path: Path | None = None, snippet_chars: int = 300, goal_lines: int = 0,
-                 links: bool = True, evidence_only: bool = False) -> None:
+                 links: bool = True, evidence_only: bool = False, render_cache: bool = True) -> None:
         from mgrpo_tools.browser import BrowserFetcher
         from mgrpo_tools.cache import ResponseCache
         from mgrpo_tools.fetch import HttpFetcher
+        from mgrpo_tools.render_cache import RenderCache
         from mgrpo_tools.search import SearchTool, TantivyIndex
         from mgrpo_tools.url_policy import UrlPolicy
         from mgrpo_tools.webserver import LoopbackSite
@@ -392,6 +401,7 @@ class WikiWorld:
         self.links = links
         self.evidence_only = evidence_only
         self.cache = None
+        self.render_cache = None
         self.site = None
         self.http = None
         self.browser = None
@@ -405,8 +415,11 @@ class WikiWorld:
             self.policy.map_origin(ORIGIN, self.served_url)
             self.http = HttpFetcher(self.policy, cache=self.cache)
             # BrowserFetcher starts Chromium on its first fetch only: worlds that never meet a
-            # JavaScript page never launch a browser.
-            self.browser = BrowserFetcher(self.policy, cache=self.cache) if browser_mode != "never" else None
+            # JavaScript page never launch a browser. The site is static files and its scripts are
+            # deterministic, so each page is rendered once per world (mgrpo_tools.render_cache).
+            self.render_cache = RenderCache() if render_cache else None
+            self.browser = (BrowserFetcher(self.policy, cache=self.cache, render_cache=self.render_cache)
+                            if browser_mode != "never" else None)
             self.index = TantivyIndex(root / "index", url_prefix=ORIGIN)
             self.search = SearchTool(self.index, k=search_k, max_results=max(10, search_k), cache=self.cache,
                                      snippet_chars=snippet_chars)

@@ -1,0 +1,159 @@
+"""A lean decode loop over the model's forward: the samples of HF ``generate``, without its overhead.
+
+The tiny models of this project cost a few MFLOP per token, so ``generate`` is bound by what it does
+around the forward at every step (input preparation, stopping criteria, logits-processor lists,
+output bookkeeping). :func:`decode` is the same algorithm written out for the one case
+:class:`~mgrpo_algo.policies.hf_policy.TransformersPolicy` needs (a decoder-only model, a
+``DynamicCache``, temperature / top-p sampling, one-token stop ids) and feeds the model exactly what
+``generate`` feeds it:
+
+- the prefill gets the ids after the cache (``input_ids[:, past:]``), the 2-D attention mask over
+  cached + new columns, position ids ``cumsum(mask) - 1`` (0 at padding) and ``logits_to_keep=1``;
+- each later step gets the last sampled token, the mask grown by a column of ones and the previous
+  position + 1;
+- the scores go through the same temperature / top-p processing, the token is drawn with
+  ``torch.multinomial(softmax(scores), 1)`` on the whole batch (or ``argmax``), a finished row gets
+  the pad id, and the loop stops when every row has sampled a stop id or ``max_new_tokens`` is reached.
+
+Same inputs in the same order means the same logits and the same random draws, so under one seed
+the sampled ids and log-probs equal ``generate``'s (tests/test_decode.py checks them against it on
+ragged batches with KV reuse). Stop *strings* (tags of several tokens) are not handled here: the
+policy uses ``generate`` for tokenizers that need them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["process_scores", "decode", "reserve"]
+
+
+def _growing_layer_class() -> type:
+    """A ``DynamicLayer`` that appends into a preallocated buffer instead of concatenating.
+
+    ``DynamicLayer.update`` copies the whole cache at every step (``torch.cat``): O(length) per token,
+    the largest cost of a decode step at 1-3 k cached tokens. This layer writes the new keys and values
+    into spare room and hands out views of the filled part: the same values, in the same layout per
+    (row, head), with no copy. Room runs out only if more is fed than was reserved; then it doubles.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        def __init__(self, capacity: int) -> None:
+            super().__init__()
+            self.capacity = int(capacity)
+            self.length = 0
+            self._k: torch.Tensor | None = None
+            self._v: torch.Tensor | None = None
+
+        def _grow(self, like: torch.Tensor, needed: int) -> None:
+            size = max(needed, self.capacity, 2 * (self._k.shape[2] if self._k is not None else 0))
+            k = like.new_empty((like.shape[0], like.shape[1], size, like.shape[3]))
+            v = torch.empty_like(k)
+            if self._k is not None and self.length:
+                k[:, :, : self.length] = self._k[:, :, : self.length]
+                v[:, :, : self.length] = self._v[:, :, : self.length]
+            self._k, self._v = k, v
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            end = self.length + key_states.shape[-2]
+            if self._k is None or end > self._k.shape[2]:
+                self._grow(key_states, end)
+            assert self._k is not None and self._v is not None
+            self._k[:, :, self.length: end] = key_states
+            self._v[:, :, self.length: end] = value_states
+            self.length = end
+            self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+            return self.keys, self.values
+
+    return GrowingLayer
+
+
+def reserve(cache: Any, extra: int) -> None:
+    """Give every layer of a ``DynamicCache`` room for ``extra`` more positions (in place)."""
+    grower = _growing_layer_class()
+    for i, layer in enumerate(cache.layers):
+        if isinstance(layer, grower):
+            continue
+        new = grower(layer.get_seq_length() + extra if layer.is_initialized else extra)
+        if layer.is_initialized and layer.get_seq_length() > 0:
+            new.update(layer.keys, layer.values)
+        cache.layers[i] = new
+
+
+def process_scores(logits: torch.Tensor, temperature: float, top_p: float, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(scores to sample from, log-probs to record)`` for one step's float32 logits ``[B, V]``.
+
+    Temperature then top-p (nothing else); the log-probs are those of the distribution sampled from
+    (``mode="processed"``) or ``log_softmax(logits)`` (``"raw"``). Temperature 0 leaves the logits
+    as they are (greedy).
+    """
+    from .hf_policy import _top_p  # noqa: PLC0415 - one definition of the nucleus, shared with the generate path
+
+    scores = logits
+    raw = torch.log_softmax(scores, dim=-1) if mode == "raw" else None
+    if temperature > 0:
+        if temperature != 1.0:
+            scores = scores / temperature
+        if top_p < 1.0:
+            scores = _top_p(scores, top_p)
+    return scores, raw if raw is not None else torch.log_softmax(scores, dim=-1)
+
+
+@torch.no_grad()
+def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any, *,
+           max_new_tokens: int, stop_ids: Sequence[int], pad_id: int, temperature: float, top_p: float,
+           logprobs_mode: str = "processed") -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """Sample up to ``max_new_tokens`` after left-padded ``input_ids`` ``[B, W]``.
+
+    ``cache`` is a ``DynamicCache`` holding the first ``cache.get_seq_length()`` columns (or None: a
+    fresh one is made). Returns ``(new_tokens [B, n], logprobs [B, n], cache)`` on the CPU, ``n`` the
+    steps run; the cache holds the prompt and every sampled token but the last (never fed), as with
+    ``generate``. Seed the RNG around the call; the model should be in eval mode.
+    """
+    from transformers import DynamicCache
+
+    from .hf_policy import _cache_kwarg
+
+    kwarg = _cache_kwarg()  # the forward's name for the cache (``cache`` in transformers 5.x)
+    device = input_ids.device
+    if cache is None:
+        cache = DynamicCache(config=model.config)
+    past = cache.get_seq_length()
+    reserve(cache, input_ids.shape[1] - past + max_new_tokens)
+    mask = attention_mask
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    stops = torch.tensor(list(stop_ids), dtype=torch.long, device=device)
+    batch = input_ids.shape[0]
+    unfinished = torch.ones(batch, dtype=torch.bool, device=device)
+    ones = torch.ones((batch, 1), dtype=mask.dtype, device=device)
+    tokens, logps = [], []
+    feed, feed_pos = input_ids[:, past:], positions[:, past:]
+    last_pos = positions[:, -1:]
+    for step in range(max_new_tokens):
+        out = model(input_ids=feed, attention_mask=mask, position_ids=feed_pos, **{kwarg: cache}, use_cache=True,
+                    logits_to_keep=1, return_dict=True)
+        logits = out.logits[:, -1].to(dtype=torch.float32, copy=True)
+        del out
+        scores, logp = process_scores(logits, temperature, top_p, logprobs_mode)
+        if temperature > 0:
+            nxt = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        else:
+            nxt = torch.argmax(scores, dim=-1)
+        nxt = torch.where(unfinished, nxt, torch.full_like(nxt, pad_id))
+        tokens.append(nxt)
+        logps.append(logp.gather(1, nxt[:, None]).squeeze(1))
+        unfinished &= ~(nxt[:, None] == stops).any(-1)
+        if step + 1 == max_new_tokens or not bool(unfinished.any()):
+            break
+        feed = nxt[:, None]
+        last_pos = last_pos + 1
+        feed_pos = last_pos
+        mask = torch.cat([mask, ones], dim=-1)
+    return torch.stack(tokens, 1).cpu(), torch.stack(logps, 1).cpu(), cache

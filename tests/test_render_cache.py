@@ -1,0 +1,188 @@
+"""RenderCache: each page of a static site rendered once, exactly as a fresh render, and bounded."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from web_fixtures import JS_FETCH_TEXT, JS_TEXT, RouteServer, route_server_fixture  # noqa: F401 - fixtures
+
+from mgrpo_tools import BrowserFetcher, FetchResult, HttpFetcher, RenderCache, ToolError, UrlPolicy, VisitTool
+
+CHROMIUM = "/usr/bin/chromium"
+chromium = pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=f"Chromium not installed at {CHROMIUM}")
+
+
+def _page(url: str, text: str) -> FetchResult:
+    return FetchResult(url=url, status=200, content_type="text/html", text=text, elapsed_s=0.3,
+                       from_cache=False, via="browser")
+
+
+def _zero() -> float:
+    return 0.0
+
+
+# ------------------------------------------------------------------------- the cache alone (no browser)
+
+
+def test_a_page_is_rendered_once_and_hits_are_the_same_result() -> None:
+    cache, calls = RenderCache(), []
+
+    def render() -> tuple[FetchResult, bool]:
+        calls.append(1)
+        return _page("http://a.test/x", "<p>x</p>"), True
+
+    first = cache.get_or_render("http://a.test/x", render, _zero)
+    second = cache.get_or_render("http://a.test/x", render, _zero)
+    assert len(calls) == 1 and not first.from_cache and second.from_cache
+    assert (second.url, second.status, second.text, second.via) == (first.url, first.status, first.text, first.via)
+    assert second.elapsed_s == 0.0  # a hit reports the caller's time, not the render's
+    assert cache.stats.as_dict() == {"hits": 1, "misses": 1, "joined": 0, "uncacheable": 0, "evictions": 0}
+
+
+def test_uncacheable_renders_and_failures_are_not_kept() -> None:
+    cache, calls = RenderCache(), []
+
+    def live() -> tuple[FetchResult, bool]:
+        calls.append(1)
+        return _page("http://a.test/live", f"<p>{len(calls)}</p>"), False
+
+    texts = [cache.get_or_render("http://a.test/live", live, _zero).text for _ in range(3)]
+    assert texts == ["<p>1</p>", "<p>2</p>", "<p>3</p>"] and len(cache) == 0
+    assert cache.stats.uncacheable == 3
+
+    def broken() -> tuple[FetchResult, bool]:
+        calls.append(1)
+        raise ToolError("timeout", "too slow")
+
+    for _ in range(2):
+        with pytest.raises(ToolError, match="too slow"):
+            cache.get_or_render("http://a.test/broken", broken, _zero)
+    assert len(cache) == 0 and len(calls) == 5  # tried again at each visit
+
+
+def test_bounded_by_entries_and_bytes_least_recently_used_first() -> None:
+    cache = RenderCache(max_entries=2, max_bytes=10)
+    for name in ("a", "b"):
+        cache.get_or_render(name, lambda n=name: (_page(n, n * 3), True), _zero)
+    cache.get_or_render("a", lambda: (_page("a", "new"), True), _zero)  # a hit: "a" is now the most recent
+    cache.get_or_render("c", lambda: (_page("c", "ccc"), True), _zero)
+    assert len(cache) == 2 and cache.stats.evictions == 1
+    assert cache.get_or_render("a", lambda: (_page("a", "fresh"), True), _zero).text == "aaa"  # kept
+    assert cache.get_or_render("b", lambda: (_page("b", "again"), True), _zero).text == "again"  # evicted
+    assert cache.nbytes <= 10
+    cache.get_or_render("big", lambda: (_page("big", "x" * 11), True), _zero)  # larger than the budget
+    assert cache.get_or_render("big", lambda: (_page("big", "y"), True), _zero).text == "y"
+    assert len(cache) <= 2 and cache.nbytes <= 10
+    with pytest.raises(ValueError):
+        RenderCache(max_entries=0)
+
+
+def test_concurrent_visits_of_one_page_share_one_render() -> None:
+    cache, calls, gate = RenderCache(), [], threading.Event()
+
+    def slow() -> tuple[FetchResult, bool]:
+        calls.append(1)
+        gate.wait(5)
+        return _page("p", "<p>once</p>"), True
+
+    with ThreadPoolExecutor(6) as pool:
+        futures = [pool.submit(cache.get_or_render, "p", slow, _zero) for _ in range(6)]
+        time.sleep(0.2)
+        gate.set()
+        texts = [f.result(timeout=10).text for f in futures]
+    assert texts == ["<p>once</p>"] * 6 and len(calls) == 1
+    assert cache.stats.misses == 1 and cache.stats.joined + cache.stats.hits == 5
+
+    def failing() -> tuple[FetchResult, bool]:
+        gate2.wait(5)
+        raise ToolError("http", "HTTP 500")
+
+    gate2 = threading.Event()
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(cache.get_or_render, "q", failing, _zero) for _ in range(3)]
+        time.sleep(0.2)
+        gate2.set()
+        for f in futures:  # every waiter sees the owner's failure; nothing is kept
+            with pytest.raises(ToolError, match="HTTP 500"):
+                f.result(timeout=10)
+    assert "q" not in cache._entries
+
+
+# ------------------------------------------------------------------------- through Chromium
+
+
+@pytest.fixture(scope="module")
+def policy(route_server: RouteServer) -> UrlPolicy:
+    policy = UrlPolicy()
+    policy.allow_origin(route_server.origin)
+    return policy
+
+
+@pytest.fixture(scope="module")
+def fetchers(policy: UrlPolicy) -> Iterator[tuple[BrowserFetcher, BrowserFetcher, HttpFetcher]]:
+    """A browser with a render cache, one without, and the HTTP fetcher of the visit tool."""
+    cached = BrowserFetcher(policy, executable_path=CHROMIUM, timeout_s=10, max_idle_wait_s=0.5,
+                            render_cache=RenderCache(max_entries=16))
+    fresh = BrowserFetcher(policy, executable_path=CHROMIUM, timeout_s=10, max_idle_wait_s=0.5)
+    http = HttpFetcher(policy, timeout_s=5)
+    yield cached, fresh, http
+    for f in (cached, fresh, http):
+        f.close()
+
+
+@pytest.mark.browser
+@chromium
+@pytest.mark.parametrize("path", ["/js", "/js-fetch"])
+def test_cached_render_is_exactly_a_fresh_render(path: str, fetchers, route_server: RouteServer) -> None:
+    cached, fresh, http = fetchers
+    url = route_server.url(path)
+    before = len(route_server.hits(path))
+    first, second = cached.fetch(url), cached.fetch(url)
+    assert not first.from_cache and second.from_cache
+    assert len(route_server.hits(path)) == before + 1  # the second visit did not reach the site
+    reference = fresh.fetch(url)
+    assert second.text == first.text == reference.text
+    assert (second.url, second.status, second.content_type, second.blocked) == (
+        reference.url, reference.status, reference.content_type, reference.blocked)
+    assert (JS_TEXT if path == "/js" else JS_FETCH_TEXT) in second.text
+    # What the agent reads (the visit tool's observation) is the same text too.
+    tool_cached = VisitTool(http, cached, browser_mode="auto")({"url": url, "goal": "archive"})
+    tool_fresh = VisitTool(http, fresh, browser_mode="auto")({"url": url, "goal": "archive"})
+    assert tool_cached.ok and tool_cached.meta["via"] == "browser" and tool_cached.meta["from_cache"]
+    assert tool_cached.text == tool_fresh.text
+
+
+@pytest.mark.browser
+@chromium
+@pytest.mark.parametrize("path", ["/js-no-store", "/js-busy"])
+def test_no_store_and_unsettled_pages_are_rendered_every_time(path: str, fetchers, route_server: RouteServer) -> None:
+    cached, _, _ = fetchers
+    url = route_server.url(path)
+    before = len(route_server.hits(path))
+    results = [cached.fetch(url) for _ in range(2)]
+    assert len(route_server.hits(path)) == before + 2
+    assert not any(r.from_cache for r in results)
+    assert url not in cached.render_cache._entries
+
+
+@pytest.mark.browser
+@chromium
+def test_the_policy_runs_before_the_cache(route_server: RouteServer) -> None:
+    own = UrlPolicy()
+    own.allow_origin(route_server.origin)
+    with BrowserFetcher(own, executable_path=CHROMIUM, timeout_s=10, render_cache=RenderCache()) as browser:
+        url = route_server.url("/js")
+        assert JS_TEXT in browser.fetch(url).text and browser.fetch(url).from_cache
+        own.disallow_origin(route_server.origin)
+        with pytest.raises(ToolError) as info:
+            browser.fetch(url)  # rendered before, refused now
+        assert info.value.kind == "policy"
+        own.allow_origin(route_server.origin)
+        assert browser.fetch(url).from_cache
+    with pytest.raises(ToolError, match="closed"):
+        browser.fetch(url)  # a closed fetcher refuses even a kept page
