@@ -33,6 +33,7 @@ import mgrpo_scenarios
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.rollout import CollectStats, collect, collect_single
+from mgrpo_env.tool_health import backend_failures
 
 from ..core.config import TrainConfig, config_to_dict
 from ..core.faults import FaultPoints
@@ -320,6 +321,9 @@ class Trainer:
         self.faults.hit("loop_after_update", role="loop", iteration=t)
         write_jsonl(self.out / "episodes.jsonl", records, append=True)
         metrics.update(self.roles.placement_metrics())
+        failures = backend_failures(records)  # a missing browser or search backend degrades results: say so
+        metrics["tools/backend_failures"] = sum(failures.values())
+        metrics.update({f"tools/backend_failures/{kind.replace(' ', '_')}": n for kind, n in failures.items()})
         metrics.update({
             "iteration": t,
             "split": split,
