@@ -39,13 +39,21 @@ def _scenario_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _build_scenario(name: str, pairs: Sequence[str]) -> Any:
+    import re
+
     import mgrpo_scenarios
 
     try:
         return mgrpo_scenarios.get(name, **_scenario_kwargs(pairs))
     except KeyError as exc:
         raise SystemExit(f"mgrpo: {exc.args[0]}") from None
-    except TypeError as exc:  # an unknown --set key
+    except TypeError as exc:  # an unknown --set key, or a required one not given
+        missing = re.search(r"missing \d+ required (?:positional |keyword-only )?arguments?: (.+)$", str(exc))
+        if missing:
+            names = re.findall(r"'(\w+)'", missing.group(1))
+            how = " and ".join(f"--{n}" if n == "data" else f"--set {n}=..." for n in names)
+            raise SystemExit(f"mgrpo: scenario {name!r} needs {how}"
+                             + (" (the benchmark's released files)" if "data" in names else "")) from None
         raise SystemExit(f"mgrpo: bad option for scenario {name!r}: {exc}") from None
     except (OSError, ValueError) as exc:  # a missing --data path, an unreadable or malformed file
         raise SystemExit(f"mgrpo: scenario {name!r}: {exc}") from None
@@ -261,6 +269,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     import shlex
 
+    from mgrpo_env.tool_health import backend_failure_line
+
     from .core.config import load_config
     from .experiments.compare import check_compare, format_table, run_compare
     from .training.preflight import PreflightError, check_writable, preflight
@@ -282,8 +292,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                           *[part for item in args.set for part in ("--set", item)],
                           "--seeds", str(args.seeds), "--out", args.out, "--modes", ",".join(modes)])
     summary = run_compare(config, seeds=args.seeds, out_dir=args.out, modes=modes, progress=not args.quiet, command=command)
+    failures = summary.get("tool_backend_failures") or {}
+    if failures:  # first, where it cannot be missed
+        print(backend_failure_line(failures))
     print(format_table(summary))
     print(summary["verdict"]["text"])
+    print(backend_failure_line(failures))
     print(f"wrote {args.out}/summary.json, report.md, curves.png; TensorBoard: tensorboard --logdir {args.out}/tb")
     return 0
 
@@ -352,12 +366,15 @@ def _interrupt_on_stop_signals() -> None:
 def _cmd_view(args: argparse.Namespace) -> int:
     from .experiments.view import write_view
 
+    run_dir = Path(args.run_dir)
+    target = Path(args.out) if args.out else (run_dir.parent if run_dir.is_file() else run_dir) / "view.html"
+    existed = target.exists()
     try:
         out, shown, total = write_view(args.run_dir, args.out, max_episodes=args.max_episodes)
     except (OSError, ValueError) as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out} ({shown} of {total} episodes)")
+    print(f"wrote {out} ({shown} of {total} episodes){'; it replaced the previous one' if existed else ''}")
     return 0
 
 

@@ -200,3 +200,53 @@ def test_eval_interrupted_keeps_finished_episodes_and_resume_completes(small_sce
     assert [r["seed"] for r in resumed] == [r["seed"] for r in full]
     assert [r["final_answer"] for r in resumed] == [r["final_answer"] for r in full]
     assert {r["episode_id"] for r in kept} <= {r["episode_id"] for r in resumed}  # kept ones were not rerun
+
+
+# ------------------------------------------------------------------------------ make installs Chromium or stops
+
+
+@pytest.mark.parametrize("target", ["demo", "demo-oracle", "warm-start", "test"])
+def test_make_targets_that_need_chromium_stop_at_once_in_one_line(target):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    start = time.perf_counter()
+    done = subprocess.run(["make", "-s", target, "CHROMIUM=/nonexistent/chromium", "APT_GET=/nonexistent/apt-get"],
+                          cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and time.perf_counter() - start < 10
+    assert "pip" not in done.stdout + done.stderr  # stopped before installing anything
+    ours = [line for line in done.stderr.splitlines() if not line.startswith("make: ***")]
+    assert len(ours) == 1 and "apt-get install -y chromium" in ours[0], done.stderr
+
+
+# ------------------------------------------------------------------------------ the small items
+
+
+def test_oracle_agent_on_a_scenario_without_an_oracle_is_one_line(tmp_path, capsys):
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"question": "capital of France?", "answer": "Paris"}\n')
+    for agent in ("oracle", "scenario-oracle"):
+        assert main(["eval", "--scenario", "qa-file", "--data", str(data), "--agent", agent,
+                     "--set", "browser_mode=never"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "oracle" in err and "--agent random" in err, err
+
+
+def test_a_benchmark_without_data_names_the_flag(capsys):
+    assert main(["eval", "--scenario", "gaia"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "mgrpo: scenario 'gaia' needs --data (the benchmark's released files)"
+
+
+def test_view_says_when_it_replaces_a_page(tmp_path, capsys):
+    records = [_record({}, seed=0)]
+    (tmp_path / "episodes.jsonl").write_text(json.dumps(records[0].to_dict()) + "\n")
+    assert main(["view", str(tmp_path)]) == 0
+    assert "replaced" not in capsys.readouterr().out
+    assert main(["view", str(tmp_path)]) == 0
+    assert "it replaced the previous one" in capsys.readouterr().out
+
+
+def test_python_dash_m_mgrpo_algo_is_the_cli():
+    done = subprocess.run([sys.executable, "-m", "mgrpo_algo", "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "usage: mgrpo" in done.stdout

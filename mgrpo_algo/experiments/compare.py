@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.tool_health import backend_failure_line, backend_failures_in_files
+
 from ..core.config import TRAIN_MODES, TrainConfig, config_to_dict
 
 __all__ = ["MODES", "check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate"]
@@ -224,6 +226,9 @@ def run_compare(
         "command": command,
         "reproduce": _reproduce(out, seeds, modes),
     }
+    # a missing browser or search backend lowers every number: counted over every episode file of the run
+    summary["tool_backend_failures"] = backend_failures_in_files(
+        sorted(p for name in ("eval_before.jsonl", "episodes.jsonl", "eval_after.jsonl") for p in out.glob(f"seed*/*/{name}")))
     summary["verdict"] = verdict(summary)
     plot_curves(curves, out / "curves.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
@@ -464,9 +469,11 @@ def _markdown(summary: Mapping[str, Any]) -> str:
     e, b = summary["eval"], summary["budget"]
     n = len(summary["seeds"])
     how = "greedy" if e["temperature"] == 0 else f"temperature {e['temperature']}"
+    failures = summary.get("tool_backend_failures") or {}
     lines = [
         f"# mgrpo compare: {summary['scenario']}, {n} seed{'s' * (n > 1)}",
         "",
+        *([f"**{backend_failure_line(failures)}**", ""] if failures else []),
         f"Held-out split `{e['split']}`, {e['limit'] or 'all'} questions x {e['samples']} sample(s), {how}. "
         f"Every run: {b['iterations']} iterations x {b['questions_per_iteration']} questions x {b['group_size']} "
         f"rollouts = {b['rollouts']} rollouts, from the same warm-started models. EM and F1 in percent, "
@@ -484,6 +491,8 @@ def _markdown(summary: Mapping[str, Any]) -> str:
           for c in summary["verdict"].get("checks", [])],
         "",
         *_sub_agents_paragraph(summary),
+        "",
+        backend_failure_line(failures) + ".",
         "",
         "![reward, accuracy and held-out curves](curves.png)",
         "",
