@@ -132,7 +132,8 @@ def require_browser(scenario: str, reason: str | None) -> None:
     """
     if reason is None:
         return
-    from mgrpo_tools.browser_check import INSTALL_HINT, BrowserUnavailable, default_chromium, find_chromium
+    from mgrpo_tools.browser_check import BrowserUnavailable
+    from mgrpo_tools.chromium import INSTALL_HINT, default_chromium, find_chromium
 
     if find_chromium() is None:
         raise BrowserUnavailable(f"scenario {scenario!r} needs a browser ({reason}) but Chromium is not at "

@@ -39,8 +39,8 @@ from urllib.parse import urljoin
 import httpx
 
 from .base import ToolError
-from .browser_check import INSTALL_HINT, default_chromium
 from .cache import ResponseCache
+from .chromium import INSTALL_HINT, default_chromium
 from .fetch import REDIRECT_STATUSES, FetchResult, _looks_binary, is_text_content_type
 from .pinning import AsyncPinnedTransport
 from .url_policy import UrlPolicy

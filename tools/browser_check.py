@@ -1,4 +1,4 @@
-"""Where Chromium is, and a one-shot check that it really starts (for preflight checks).
+"""A one-shot check that Chromium really starts (for preflight checks).
 
 The browser starts lazily on the first page that needs JavaScript, so a missing or broken Chromium
 used to surface only as ``browser_error`` entries deep inside episode records while every such page
@@ -11,32 +11,15 @@ is Debian's ``/usr/bin/chromium``.
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 
-__all__ = ["BrowserUnavailable", "INSTALL_HINT", "check_browser", "default_chromium", "find_chromium"]
+from .chromium import INSTALL_HINT, default_chromium, find_chromium
 
-DEFAULT_CHROMIUM = "/usr/bin/chromium"
-INSTALL_HINT = "install it with `apt-get install -y chromium` (or set MGRPO_CHROMIUM to its path)"
+__all__ = ["BrowserUnavailable", "INSTALL_HINT", "check_browser", "default_chromium", "find_chromium"]
 
 
 class BrowserUnavailable(RuntimeError):
     """Chromium is missing or does not start; the message is one line and says how to fix it."""
-
-
-def default_chromium() -> str:
-    """The Chromium executable to use: ``$MGRPO_CHROMIUM`` or ``/usr/bin/chromium``."""
-    return os.environ.get("MGRPO_CHROMIUM") or DEFAULT_CHROMIUM
-
-
-def find_chromium(path: str | None = None) -> str | None:
-    """The absolute path of an executable Chromium (``path`` or :func:`default_chromium`), or None."""
-    path = path or default_chromium()
-    found = path if os.path.isabs(path) else shutil.which(path)
-    if found and os.path.isfile(found) and os.access(found, os.X_OK):
-        return found
-    return None
 
 
 def check_browser(path: str | None = None, *, timeout_s: float = 60.0) -> float:
