@@ -59,6 +59,19 @@ def test_a_chromium_that_does_not_start_fails_the_launch_check_in_one_line(monke
     assert time.perf_counter() - start < 20
 
 
+def test_train_preflight_launches_the_browser_once(tmp_path, monkeypatch, small_scenario):
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.training.preflight import preflight
+
+    monkeypatch.setenv("MGRPO_CHROMIUM", "/bin/false")  # present (opening a world would pass), but does not start
+    config = load_config(None, [f"out_dir={tmp_path}/o", f"models_dir={tmp_path}/m",
+                                f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}}}"])
+    with pytest.raises(PreflightError, match="cannot start Chromium at /bin/false.*browser_mode: never"):
+        preflight(config)
+    config.scenario_kwargs["browser_mode"] = "never"
+    preflight(config)  # said explicitly: no browser needed
+
+
 @pytest.mark.skipif(not os.access("/usr/bin/chromium", os.X_OK), reason="no Chromium at /usr/bin/chromium")
 def test_the_launch_check_passes_with_chromium():
     assert check_browser() < 30
@@ -107,7 +120,9 @@ def test_bad_model_paths_and_devices_fail_in_preflight(tmp_path, capsys, overrid
     if "cuda" in override and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     start = time.perf_counter()
-    assert main(_train(tmp_path, override)) == 2
+    # a split that does not exist is checked after the models and devices: if they were not, the run
+    # stops on it (fast, and with the wrong message) instead of training for minutes
+    assert main(_train(tmp_path, override, "stages=[{split: stage9/train, iterations: 1}]")) == 2
     err = capsys.readouterr().err.strip()
     assert expected in err and len(err.splitlines()) == 1, err
     assert time.perf_counter() - start < 10
@@ -144,7 +159,7 @@ def test_train_into_a_used_run_folder_is_refused_and_nothing_is_touched(tmp_path
     (out / "checkpoints" / "iter-3").mkdir(parents=True)
     (out / "metrics.jsonl").write_text('{"iteration": 3}\n')
     (out / "notes.txt").write_text("mine")
-    assert main(_train(tmp_path)) == 2
+    assert main(_train(tmp_path, "main.model=/nonexistent/x")) == 2  # the folder is checked first
     err = capsys.readouterr().err.strip()
     assert "--resume" in err and "--overwrite" in err and "out_dir" in err and len(err.splitlines()) == 1
     assert (out / "metrics.jsonl").read_text() == '{"iteration": 3}\n' and (out / "checkpoints" / "iter-3").is_dir()
