@@ -7,8 +7,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mgrpo-installed
 TORCH_PIN ?= torch==2.13.0
+# The browser for pages that need JavaScript (wiki-hops builds 10% of its pages with a script).
+CHROMIUM ?= $(or $(MGRPO_CHROMIUM),/usr/bin/chromium)
+APT_GET ?= apt-get
 
-.PHONY: install test test-all demo demo-oracle warm-start lint clean bench bench-quick mutation
+.PHONY: install chromium test test-all demo demo-oracle warm-start lint clean bench bench-quick mutation
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,34 +21,46 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-test: $(STAMP)
+# Chromium where it can be installed (root and apt-get), else one line saying how; without it every
+# JavaScript page would read as empty text and lower every result.
+chromium:
+	@test -x "$(CHROMIUM)" || { \
+	  if [ "$$(id -u)" = 0 ] && command -v $(APT_GET) >/dev/null 2>&1; then \
+	    echo "installing Chromium ($(APT_GET) install -y chromium)"; \
+	    $(APT_GET) update -qq && $(APT_GET) install -y -qq chromium >/dev/null && test -x "$(CHROMIUM)"; \
+	  else \
+	    echo "make: Chromium is needed at $(CHROMIUM): install it with 'sudo apt-get install -y chromium' (or set MGRPO_CHROMIUM to its path)" >&2; \
+	    exit 2; \
+	  fi; }
+
+test: chromium $(STAMP)
 	$(PY) -m pytest -q
 
-test-all: $(STAMP)
+test-all: chromium $(STAMP)
 	$(PY) -m pytest -q -m "not gpu"
 
 # The main job: from the committed warm start (configs/demo-warm-start, checksum-verified),
 # M-GRPO / frozen-sub / single-agent at the same rollout budget (configs/demo.yaml, 2 cores),
 # then the episode viewer of the M-GRPO run.
-demo: $(STAMP)
+demo: chromium $(STAMP)
 	$(VENV)/bin/mgrpo compare --config configs/demo.yaml --seeds 1 --out runs/demo
 	$(VENV)/bin/mgrpo view runs/demo/seed0/mgrpo
 
 # Rebuild the demo's start models from scratch (world, tokenizer, tiny models, oracle demonstrations,
 # supervised warm start; ~25 min on 2 CPU cores) into configs/demo-warm-start with its SHA256SUMS.
-warm-start: $(STAMP)
+warm-start: chromium $(STAMP)
 	$(VENV)/bin/mgrpo warm-start --config configs/demo.yaml --out configs/demo-warm-start
 
 # The scripted oracle through the same env and tools (1-2 min): the world is solvable.
-demo-oracle: $(STAMP)
+demo-oracle: chromium $(STAMP)
 	$(VENV)/bin/mgrpo eval --scenario wiki-hops --split stage2/test --agent oracle --out runs/demo-oracle
 	$(VENV)/bin/mgrpo view runs/demo-oracle
 
-bench: $(STAMP)
+bench: chromium $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
 	$(PY) benchmarks/bench.py
 
-bench-quick: $(STAMP)
+bench-quick: chromium $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
 	$(PY) benchmarks/bench.py --quick
 

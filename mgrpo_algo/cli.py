@@ -39,13 +39,21 @@ def _scenario_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _build_scenario(name: str, pairs: Sequence[str]) -> Any:
+    import re
+
     import mgrpo_scenarios
 
     try:
         return mgrpo_scenarios.get(name, **_scenario_kwargs(pairs))
     except KeyError as exc:
         raise SystemExit(f"mgrpo: {exc.args[0]}") from None
-    except TypeError as exc:  # an unknown --set key
+    except TypeError as exc:  # an unknown --set key, or a required one not given
+        missing = re.search(r"missing \d+ required (?:positional |keyword-only )?arguments?: (.+)$", str(exc))
+        if missing:
+            names = re.findall(r"'(\w+)'", missing.group(1))
+            how = " and ".join(f"--{n}" if n == "data" else f"--set {n}=..." for n in names)
+            raise SystemExit(f"mgrpo: scenario {name!r} needs {how}"
+                             + (" (the benchmark's released files)" if "data" in names else "")) from None
         raise SystemExit(f"mgrpo: bad option for scenario {name!r}: {exc}") from None
     except (OSError, ValueError) as exc:  # a missing --data path, an unreadable or malformed file
         raise SystemExit(f"mgrpo: scenario {name!r}: {exc}") from None
@@ -80,10 +88,19 @@ def _checkpoint_policies(spec: str, temperature: float, max_new_tokens: int) -> 
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from mgrpo_env.episode import write_jsonl
+    from mgrpo_env.episode import read_jsonl, write_jsonl
 
-    from .experiments.evaluate import evaluate, evaluate_hierarchy, oracle_agent, write_report
+    from .experiments.evaluate import evaluate, evaluate_hierarchy, oracle_agent
+    from .training.preflight import PreflightError, check_browser_for, check_writable
 
+    out = Path(args.out) if args.out else None
+    try:  # before the world is built: an evaluation whose results cannot be kept does not start
+        if out is not None:
+            check_writable(out, "output folder (--out)")
+    except PreflightError as exc:
+        raise SystemExit(f"mgrpo: {exc}") from None
+    if args.resume and out is None:
+        raise SystemExit("mgrpo: --resume needs --out (the folder whose episodes.jsonl it continues)")
     pairs = list(args.set) + ([f"data={args.data}"] if args.data else [])
     scenario = _build_scenario(args.scenario, pairs)
     if args.agent not in AGENTS and not (Path(args.agent).is_dir() or "=" in args.agent):
@@ -93,45 +110,92 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         args.split = getattr(scenario, "default_split", None) or "stage2/test"
     if args.split not in scenario.splits():
         raise SystemExit(f"mgrpo: unknown split {args.split!r}; {args.scenario} has {', '.join(scenario.splits())}")
-    records = None
+    policies = None
     if args.agent == "scenario-oracle":
-        report = evaluate(scenario, args.split, oracle_agent(scenario), agent_name=args.agent, limit=args.limit,
-                          workers=args.workers, progress=not args.quiet)
+        if not hasattr(scenario, "oracle"):
+            raise SystemExit(f"mgrpo: scenario {args.scenario!r} ships no oracle; use --agent random or a model folder")
     else:
         from mgrpo_env.policies import OraclePolicy, RandomPolicy
 
         if args.agent == "oracle":
-            policies = {"main": OraclePolicy(scenario, "main"), "sub": OraclePolicy(scenario, "sub")}
+            try:
+                policies = {"main": OraclePolicy(scenario, "main"), "sub": OraclePolicy(scenario, "sub")}
+            except ValueError as exc:  # a scenario without the oracle's hooks
+                raise SystemExit(f"mgrpo: --agent oracle: {exc}; use --agent random or a model folder") from None
         elif args.agent == "random":
             policies = {"main": RandomPolicy("main", seed=args.seed), "sub": RandomPolicy("sub", seed=args.seed + 1)}
-        else:
-            policies = _checkpoint_policies(args.agent, args.temperature, args.max_new_tokens)
-        runs = []
-        records = []
+    try:
+        check_browser_for(scenario)
+    except PreflightError as exc:
+        raise SystemExit(f"mgrpo: {exc}") from None
+    if policies is None and args.agent != "scenario-oracle":
+        policies = _checkpoint_policies(args.agent, args.temperature, args.max_new_tokens)
+    if args.agent == "scenario-oracle":
+        report = evaluate(scenario, args.split, oracle_agent(scenario), agent_name=args.agent, limit=args.limit,
+                          workers=args.workers, progress=not args.quiet)
+        return _eval_done(report, None, out)
+    episodes = out / "episodes.jsonl" if out is not None else None
+    previous = []
+    if episodes is not None and episodes.exists():
+        if not args.resume:
+            raise SystemExit(f"mgrpo: {episodes} exists; continue it with --resume or choose another --out")
+        previous = read_jsonl(episodes)
+    elif episodes is not None:
+        episodes.parent.mkdir(parents=True, exist_ok=True)
+    sink = episodes.open("a") if episodes is not None else None
+
+    def keep(record: Any) -> None:  # each finished episode is on disk at once: Ctrl-C loses only unfinished ones
+        if sink is not None:
+            sink.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+            sink.flush()
+
+    runs, records = [], []
+    report = None
+    try:
         for run in range(args.runs):  # the paper averages 3 runs
+            run_seed = args.seed + 1000 * run
             report, run_records = evaluate_hierarchy(scenario, args.split, policies, agent_name=args.agent, k=args.k,
-                                                     limit=args.limit, seed=args.seed + 1000 * run, progress=not args.quiet)
+                                                     limit=args.limit, seed=run_seed, progress=not args.quiet,
+                                                     on_episode=keep, previous=previous)
             runs.append(report)
             records += run_records
-        if args.runs > 1:
-            ems = [r.exact_match for r in runs]
-            mean = sum(ems) / len(ems)
-            spread = (sum((e - mean) ** 2 for e in ems) / len(ems)) ** 0.5
-            print(f"{args.runs} runs: exact match {mean:.3f} +- {spread:.3f} (population std); per run {ems}")
+    except KeyboardInterrupt:
+        kept = sum(1 for line in episodes.open() if line.strip()) if episodes is not None else 0
+        where = f"kept {kept} finished episodes in {episodes}; finish with the same command and --resume" \
+            if episodes is not None else "nothing kept (no --out)"
+        print(f"\nmgrpo: interrupted: {where}", file=sys.stderr)
+        return 130
+    finally:
+        if sink is not None:
+            sink.close()
+    if args.runs > 1:
+        ems = [r.exact_match for r in runs]
+        mean = sum(ems) / len(ems)
+        spread = (sum((e - mean) ** 2 for e in ems) / len(ems)) ** 0.5
+        print(f"{args.runs} runs: exact match {mean:.3f} +- {spread:.3f} (population std); per run {ems}")
+    if episodes is not None:
+        write_jsonl(episodes, records)  # in order, and without the copies of tasks an interruption left half done
+    return _eval_done(report, records, out)
+
+
+def _eval_done(report: Any, records: list[Any] | None, out: Path | None) -> int:
+    """Print the table; write the summary, outcomes (and the episodes' line) under ``out``."""
+    from .experiments.evaluate import write_report
+
     print(report.table())
-    if args.out:
-        out = write_report(report, args.out)
-        print(f"wrote {out / 'summary.json'} and {out / 'outcomes.jsonl'}", end="")
-        if records is not None:
-            write_jsonl(out / "episodes.jsonl", records)
-            print(f" and {out / 'episodes.jsonl'}", end="")
-        print()
+    if out is not None:
+        write_report(report, out)
+        extra = f" and {out / 'episodes.jsonl'}" if records is not None else ""
+        print(f"wrote {out / 'summary.json'} and {out / 'outcomes.jsonl'}{extra}")
     return 0
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from mgrpo_env.tool_health import backend_failure_line
+
     from .core.config import load_config
     from .training.preflight import PreflightError, preflight
+    from .training.run_folder import check_fresh_run_folder, clear_run_folder
 
     if args.placement is None and (args.store or args.staleness):
         print("mgrpo: --store and --staleness need --placement (decoupled role servers)", file=sys.stderr)
@@ -147,10 +211,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"mgrpo: bad config: {exc}", file=sys.stderr)
         return 2
     try:  # before any model, tokenizer or demonstration is built
+        check_fresh_run_folder(config.out_dir, resume=args.resume, overwrite=args.overwrite)
         preflight(config)
     except PreflightError as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
+    if args.overwrite:
+        cleared = clear_run_folder(config.out_dir)
+        if cleared:
+            print(f"--overwrite: removed {', '.join(cleared)} from {config.out_dir}", flush=True)
     from torch.utils.tensorboard import SummaryWriter
 
     from .experiments.compare import log_scalars
@@ -159,6 +228,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # tensorboard --logdir OUT_DIR/tb; flushed every few seconds, so a crashed run keeps its scalars.
     # Opened at the first iteration: a run refused before it starts leaves no empty log folder.
     writers: list[Any] = []
+    backend_totals: dict[str, int] = {}
 
     def log(metrics: dict[str, Any]) -> None:
         if not writers:
@@ -168,9 +238,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(
             f"iter {metrics['iteration']:>3} {metrics['split']:<13} {role} reward {metrics[f'{role}/reward_mean']:.3f} "
             f"acc {metrics[f'{role}/accuracy']:.3f} | {metrics['time/iteration']:.1f}s "
-            f"(gen {metrics['time/generation']:.1f}s, tools {metrics['time/tools']:.1f}s, update {metrics['time/update']:.1f}s)",
+            f"(gen {metrics['time/generation']:.1f}s, tools {metrics['time/tools']:.1f}s summed over threads, "
+            f"update {metrics['time/update']:.1f}s)",
             flush=True,
         )
+        failures = {k.rsplit("/", 1)[1].replace("_", " "): int(v) for k, v in metrics.items()
+                    if k.startswith("tools/backend_failures/")}
+        for kind, n in failures.items():
+            backend_totals[kind] = backend_totals.get(kind, 0) + n
+        if failures:
+            print(backend_failure_line(failures) + f" in iteration {metrics['iteration']}", flush=True)
 
     try:
         trainer = Trainer(config, log=log)
@@ -178,16 +255,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
     with trainer:
+        first = trainer.iteration  # a resumed run starts after the iterations already committed
         history = trainer.run()
     for writer in writers:
         writer.close()
-    print(f"{len(history)} iterations; metrics in {config.out_dir}/metrics.jsonl, episodes in {config.out_dir}/episodes.jsonl, "
+    done = f"{len(history)} iterations" if not first else f"{len(history)} iterations this run ({first + len(history)} in all, resumed after {first})"
+    print(backend_failure_line(backend_totals))
+    print(f"{done}; metrics in {config.out_dir}/metrics.jsonl, episodes in {config.out_dir}/episodes.jsonl, "
           f"TensorBoard in {config.out_dir}/tb")
     return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     import shlex
+
+    from mgrpo_env.tool_health import backend_failure_line
 
     from .core.config import load_config
     from .experiments.compare import check_compare, format_table, run_compare
@@ -210,8 +292,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                           *[part for item in args.set for part in ("--set", item)],
                           "--seeds", str(args.seeds), "--out", args.out, "--modes", ",".join(modes)])
     summary = run_compare(config, seeds=args.seeds, out_dir=args.out, modes=modes, progress=not args.quiet, command=command)
+    failures = summary.get("tool_backend_failures") or {}
+    if failures:  # first, where it cannot be missed
+        print(backend_failure_line(failures))
     print(format_table(summary))
     print(summary["verdict"]["text"])
+    print(backend_failure_line(failures))
     print(f"wrote {args.out}/summary.json, report.md, curves.png; TensorBoard: tensorboard --logdir {args.out}/tb")
     return 0
 
@@ -280,12 +366,15 @@ def _interrupt_on_stop_signals() -> None:
 def _cmd_view(args: argparse.Namespace) -> int:
     from .experiments.view import write_view
 
+    run_dir = Path(args.run_dir)
+    target = Path(args.out) if args.out else (run_dir.parent if run_dir.is_file() else run_dir) / "view.html"
+    existed = target.exists()
     try:
         out, shown, total = write_view(args.run_dir, args.out, max_episodes=args.max_episodes)
     except (OSError, ValueError) as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out} ({shown} of {total} episodes)")
+    print(f"wrote {out} ({shown} of {total} episodes){'; it replaced the previous one' if existed else ''}")
     return 0
 
 
@@ -312,6 +401,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
     ev.add_argument("--workers", type=int, default=4, help="tasks run concurrently")
     ev.add_argument("--out", default=None, help="folder for summary.json and outcomes.jsonl")
+    ev.add_argument("--resume", action="store_true",
+                    help="continue an interrupted evaluation: the episodes already in OUT/episodes.jsonl are kept and not run again")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
     ev.set_defaults(func=_cmd_eval)
 
@@ -330,6 +421,9 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--resume", action="store_true",
                     help="continue the run in out_dir after its last committed iteration (same config; "
                     "role servers always resume from their own checkpoints)")
+    tr.add_argument("--overwrite", action="store_true",
+                    help="start afresh in a used out_dir: its metrics, episodes, checkpoints, loop state and final "
+                    "models are removed first (without it, a used out_dir is refused)")
     tr.set_defaults(func=_cmd_train)
 
     cp = sub.add_parser("compare", help="M-GRPO vs frozen-sub vs single-agent at the same rollout budget, over seeds")

@@ -65,7 +65,15 @@ from .core import (
     split_tasks,
 )
 from .episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
-from .protocol import MAIN_TOOLS, SUB_TOOLS, format_error, format_tool_response, parse_action, system_prompt
+from .protocol import (
+    MAIN_TOOLS,
+    SUB_TOOLS,
+    format_error,
+    format_tool_response,
+    parse_action,
+    require_text,
+    system_prompt,
+)
 from .spaces import action_space, observation_space, sanitize
 
 __all__ = ["MGRPOEnv", "env", "raw_env"]
@@ -159,7 +167,7 @@ class MGRPOEnv(AECEnv):
             self._was_dead_step(action)
             return
         self._cumulative_rewards[agent] = 0.0
-        text = action if isinstance(action, str) else ""
+        text = require_text(action, agent)
         if agent == MAIN:
             self._step_main(text)
         else:

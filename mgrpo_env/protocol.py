@@ -39,6 +39,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 __all__ = [
+    "require_text",
     "ERROR_KINDS",
     "FINAL_TAGS",
     "ParsedAction",
@@ -542,3 +543,20 @@ def system_prompt(role: Role, tools: Mapping[str, Any], style: str = "full") -> 
 
 def _spec_json(spec: Any) -> dict[str, Any]:
     return {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
+
+
+def require_text(action: object, agent: str) -> str:
+    """A live agent's action as given: its text. Anything else is a programming error (a forgotten
+    ``decode()``, a dict of tool arguments, ``None`` for an agent that is not done), raised as a
+    ``TypeError``; malformed *text* is the agent's format error and never raises.
+
+    >>> require_text(b"<answer>x</answer>", "main_0")
+    Traceback (most recent call last):
+    ...
+    TypeError: the action of main_0 must be a str (the agent's text), got bytes: decode() it first
+    """
+    if isinstance(action, str):
+        return action
+    hint = {bytes: ": decode() it first", bytearray: ": decode() it first",
+            type(None): ": None is only for an agent that is done"}.get(type(action), "")
+    raise TypeError(f"the action of {agent} must be a str (the agent's text), got {type(action).__name__}{hint}")

@@ -100,6 +100,7 @@ def collect(
     env_kwargs: Mapping[str, Any] | None = None,
     stats: CollectStats | None = None,
     on_round: Callable[[int, int], None] | None = None,
+    on_episode: Callable[[EpisodeRecord], None] | None = None,
 ) -> list[EpisodeRecord]:
     """Run ``k`` rollouts of every task; returns records ordered task-major (task i, rollout j at i*k+j).
 
@@ -114,6 +115,8 @@ def collect(
         env_kwargs: limits and reward settings for :class:`MGRPOEnv`.
         stats: filled with timings when given.
         on_round: called with (finished episodes, total) after each round (progress bars).
+        on_episode: called with each record as soon as its episode ends (an evaluation appends it to
+            its JSONL, so an interrupted run keeps what it finished).
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -142,6 +145,8 @@ def collect(
                     if role in policies:
                         _release(policies[role], i, ended)
                 if not env.agents:
+                    if records[i] is None and on_episode is not None:
+                        on_episode(env.record)
                     records[i] = env.record
                     continue
                 still.append(i)

@@ -51,7 +51,14 @@ from mgrpo_scenarios import Scenario, Task
 from . import rewards as reward_fns
 from .core import Limits, WorldHandle, call_tool, pick_task, resolve_scenario, safe_verify, split_tasks
 from .episode import AgentTrajectory, EpisodeRecord, Turn
-from .protocol import SINGLE_TOOLS, format_error, format_tool_response, parse_action, system_prompt
+from .protocol import (
+    SINGLE_TOOLS,
+    format_error,
+    format_tool_response,
+    parse_action,
+    require_text,
+    system_prompt,
+)
 from .rewards import PAPER_MAIN_WEIGHTS
 from .spaces import action_space, observation_space, sanitize
 
@@ -128,7 +135,7 @@ class SingleAgentEnv(gym.Env):
         return out
 
     def _step(self, action: str) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
-        text = action if isinstance(action, str) else ""
+        text = require_text(action, "the single agent")
         traj = self._traj
         parsed = parse_action(text, role="single", allowed_tools=SINGLE_TOOLS, max_chars=self.max_action_chars)
         turn = Turn(action=text, kind=parsed.kind, error_kind=parsed.error_kind)

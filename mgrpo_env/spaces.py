@@ -53,9 +53,18 @@ def sanitize(text: str, max_chars: int) -> str:
     return text
 
 
+class UnicodeText(spaces.Text):
+    """A ``Text`` space over :data:`CHARSET` whose ``repr`` is one short line (Gymnasium's lists every
+    one of the ~55,000 characters: ``print(env.action_space)`` printed ~60,000 of them)."""
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.min_length}, {self.max_length}, "
+                f"charset=<{len(self.character_set)} printable Unicode characters>)")
+
+
 @functools.lru_cache(maxsize=32)
 def _text_prototype(max_chars: int) -> spaces.Text:
-    return spaces.Text(max_length=max_chars, min_length=0, charset=CHARSET)
+    return UnicodeText(max_length=max_chars, min_length=0, charset=CHARSET)
 
 
 def observation_space(max_chars: int) -> spaces.Dict:
@@ -78,7 +87,7 @@ def _action_prototype(max_chars: int, role: str) -> ProtocolText:
     return ProtocolText(max_chars, role)
 
 
-class ProtocolText(spaces.Text):
+class ProtocolText(UnicodeText):
     """A Text action space whose samples are half protocol actions for ``role``, half random text.
 
     Args:

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from mgrpo_tools.base import Tool
 
-__all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "split_tasks", "split_parts"]
+__all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "require_browser", "split_tasks", "split_parts"]
 
 
 @dataclass(frozen=True)
@@ -139,3 +139,23 @@ def split_tasks(scenario: Scenario, split: str) -> list[Task]:
                 seen.add(task.id)
                 out.append(task)
     return out
+
+
+def require_browser(scenario: str, reason: str | None) -> None:
+    """Refuse to open a world whose pages need Chromium when there is no Chromium executable.
+
+    ``reason`` is the scenario's ``browser_needed`` (None: no browser needed). Without this check a
+    missing browser only lowered every result: each JavaScript page read as empty text.
+
+    Raises:
+        mgrpo_tools.browser_check.BrowserUnavailable: one line, with how to install Chromium and how
+            to run without it.
+    """
+    if reason is None:
+        return
+    from mgrpo_tools.browser_check import BrowserUnavailable
+    from mgrpo_tools.chromium import INSTALL_HINT, default_chromium, find_chromium
+
+    if find_chromium() is None:
+        raise BrowserUnavailable(f"scenario {scenario!r} needs a browser ({reason}) but Chromium is not at "
+                                 f"{default_chromium()}; {INSTALL_HINT}, or set browser_mode: never to run without it")

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from mgrpo_scenarios.base import Task, Verdict
+from mgrpo_scenarios.base import Task, Verdict, require_browser
 from mgrpo_tools.base import Tool
 
 from .tables import read_rows
@@ -320,8 +320,15 @@ class _Benchmark(ABC):
     def _load(self, split: str) -> Iterator[Task]:
         """The split's tasks, read from the benchmark's own files."""
 
+    @property
+    def browser_needed(self) -> str | None:
+        """Open-web pages may need JavaScript: Chromium is required unless ``browser_mode`` is ``never``."""
+        mode = self.world_options.get("browser_mode", "auto")
+        return None if mode == "never" else f"browser_mode is {mode!r} on the open web"
+
     def open(self) -> OpenWebWorld:
         """The open-web world; use as ``with scenario.open() as world: ...``."""
+        require_browser(self.name, self.browser_needed)
         return OpenWebWorld(**self.world_options)
 
     def verify(self, task: Task, prediction: str) -> Verdict:

@@ -167,7 +167,7 @@ def test_missing_chromium_is_a_clear_backend_error(
     fetcher = BrowserFetcher(browser_policy, executable_path="/opt/none/chromium")
     with pytest.raises(ToolError) as info:
         fetcher.fetch(route_server.url("/"))
-    assert info.value.kind == "backend" and info.value.message == "Chromium not found at /opt/none/chromium"
+    assert info.value.kind == "backend" and info.value.message.startswith("Chromium not found at /opt/none/chromium; install it with `apt-get install -y chromium`")
     assert not fetcher.started
 
 

@@ -102,6 +102,12 @@ def test_png_report_and_tensorboard(compared):
     assert "## Paired differences" in report and "| mgrpo: after - start |" in report
     assert "![" in report and "curves.png" in report and summary["verdict"]["text"] in report
     assert "mgrpo compare --config" in report and (out / "config.yaml").is_file()
+    # tool backend failures are counted over every episode file and named in the report (issue 21)
+    assert summary["tool_backend_failures"] == {} and "tool backend failures: none." in report
+    from mgrpo_algo.experiments.compare import _markdown
+
+    degraded = _markdown({**summary, "tool_backend_failures": {"browser backend": 3}}).splitlines()
+    assert degraded[2].startswith("**WARNING: tool backend failures: browser backend 3")
     expected = {
         "mgrpo": {"main/reward_mean", "main/accuracy", "sub/reward_mean", "sub/expert_mean", "rollouts"},
         "frozen-sub": {"main/reward_mean", "sub/reward_mean"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from pettingzoo.test import api_test, seed_test
@@ -144,11 +145,21 @@ def test_too_long_action_is_a_format_failure(make_env):
     assert "Error (too_long)" in env.observe("main_0")["text"]
 
 
-def test_non_string_action_is_a_format_failure(make_env):
+@pytest.mark.parametrize(("action", "named"), [(12345, "got int"), (b"<answer>x</answer>", "got bytes: decode() it first"),
+                                             ({"name": "search"}, "got dict"), (None, "got NoneType: None is only")])
+def test_a_non_string_action_for_a_live_agent_is_a_type_error(make_env, action, named):
+    # a programming error (a forgotten decode()), not the agent's format failure (issue 21)
     env = make_env()
     env.reset(seed=0)
-    env.step(12345)
+    with pytest.raises(TypeError, match="the action of main_0 must be a str.*" + re.escape(named)):
+        env.step(action)
+    env.step("no tags at all")  # malformed text stays a format error, never an exception
     assert "Error (no_tag)" in env.observe("main_0")["text"]
+
+
+def test_spaces_print_in_one_short_line(make_env):
+    env = make_env()
+    assert len(repr(env.action_space("main_0"))) < 200 and len(repr(env.observation_space("main_0"))) < 200
 
 
 def test_reset_is_deterministic_and_uses_np_random(make_env):

@@ -230,7 +230,7 @@ def test_visit_auto_mode_falls_back_when_browser_unavailable(
     visit = VisitTool(http, missing, browser_mode="auto")
     result = visit({"url": route_server.url("/js"), "goal": "g"})
     assert result.ok and result.meta["via"] == "http"
-    assert result.meta["browser_error"] == "backend: Chromium not found at /nonexistent/chromium"
+    assert result.meta["browser_error"].startswith("backend: Chromium not found at /nonexistent/chromium; install it with `apt-get install -y chromium`")
     plain = visit({"url": route_server.url("/"), "goal": "g"})  # enough text: no browser attempt
     assert "browser_error" not in plain.meta
 

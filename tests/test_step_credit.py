@@ -147,3 +147,31 @@ def test_learner_uses_per_token_advantages() -> None:
     assert after[1] > before[1] and after[4] < before[4]
     zero = TokenSequence(ids, mask, 0.0, token_advantages=[0.0] * 6)
     assert learner.update([zero])["main/zero_adv_skipped"] == 1.0
+
+
+def test_informative_only_drops_samples_without_signal_from_the_normaliser() -> None:
+    """Two samples, one with advantage 0: with ``informative_only`` the step is the one on the
+    informative sample alone (the normaliser counts 1, not 2), so the change is larger."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from mgrpo_algo.core.config import LearnerConfig
+    from mgrpo_algo.learning.learner import RoleLearner
+
+    def run(informative_only: bool) -> tuple[float, dict[str, float]]:
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64))
+        # plain SGD-like sizes: one step, no clipping, so the step scales with the normaliser
+        learner = RoleLearner("sub", model, LearnerConfig(lr=1e-3, max_grad_norm=None, informative_only=informative_only))
+        seqs = [TokenSequence([1, 5, 7, 2], [0, 1, 1, 0], 1.0), TokenSequence([1, 6, 8, 3], [0, 1, 1, 0], 0.0)]
+        before = sum(learner.logprobs(seqs[:1])[0])
+        metrics = learner.update(seqs)
+        return sum(learner.logprobs(seqs[:1])[0]) - before, metrics
+
+    plain, m_plain = run(False)
+    dropped, m_drop = run(True)
+    assert m_drop["sub/uninformative_dropped"] == 1.0 and m_drop["sub/samples"] == 1.0
+    assert "sub/uninformative_dropped" not in m_plain and m_plain["sub/samples"] == 2.0
+    assert plain > 0 and dropped > 0
+    # AdamW's first step is sign-like, so compare the loss instead: half the normaliser, twice the loss
+    assert m_drop["sub/pg_loss"] == pytest.approx(2 * m_plain["sub/pg_loss"], rel=1e-4)

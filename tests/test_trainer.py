@@ -122,6 +122,21 @@ def test_two_iterations_in_each_mode(mode, small_scenario, tmp_path):
     assert (tmp_path / "run" / "checkpoints" / "stage2" / role / "learner.json").exists()
     # the learner's model object is the policy's: rollouts always see the current weights
     assert trainer.policies[role].model is trainer.learners[role].model
+    # every saved model folder is a complete Hugging Face folder (issue 21): a checkpoint's and the final ones
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    roles = ["single"] if mode == "single-agent" else ["main", "sub"]
+    folders = [tmp_path / "run" / "checkpoints" / "stage2" / role / "model",
+               *[tmp_path / "run" / "final" / r for r in roles]]
+    for folder in folders:
+        assert AutoTokenizer.from_pretrained(folder).chat_template, folder
+        assert AutoModelForCausalLM.from_pretrained(folder).config.model_type == "qwen2"
+    if mode == "mgrpo":
+        from mgrpo_algo.cli import main
+
+        code = main(["eval", "--agent", str(tmp_path / "run" / "final"), "--set", "num_entities=300",
+                     "--set", f"data_dir={small_scenario.data_dir}", "--limit", "1", "--max-new-tokens", "8", "--quiet"])
+        assert code == 0
 
 
 def test_served_main_role_gets_its_lora_adapter_after_every_update(small_scenario, tmp_path):

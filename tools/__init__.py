@@ -6,6 +6,8 @@
 * :mod:`.origin_map` - stable virtual origins for sites served on a loopback port.
 * :mod:`.fetch` - plain HTTP fetching with the policy on every redirect hop.
 * :mod:`.browser` - headless Chromium (Playwright) for pages that need JavaScript.
+* :mod:`.chromium` - where Chromium is (``MGRPO_CHROMIUM``) and how to install it.
+* :mod:`.browser_check` - a one-shot launch check for preflight.
 * :mod:`.html_text` - HTML to readable, paginated text with numbered links.
 * :mod:`.visit` - the ``visit`` and ``click`` tools.
 * :mod:`.webserver` - a loopback HTTP server for offline sites.
@@ -18,6 +20,7 @@ This package imports nothing from mgrpo_env, mgrpo_algo or mgrpo_scenarios, and 
 _EXPORTS = {
     "BaseTool": "base", "Tool": "base", "ToolError": "base", "ToolResult": "base", "optional_int": "base", "require_str": "base", "require_str_list": "base",
     "CHROMIUM_ARGS": "browser", "BrowserFetcher": "browser",
+    "BrowserUnavailable": "browser_check", "check_browser": "browser_check", "find_chromium": "chromium",
     "CACHE_MODES": "cache", "ResponseCache": "cache", "request_key": "cache",
     "FetchResult": "fetch", "HttpFetcher": "fetch", "is_text_content_type": "fetch",
     "Document": "html_text", "Link": "html_text", "html_to_document": "html_text", "render_page": "html_text",

@@ -40,6 +40,7 @@ import httpx
 
 from .base import ToolError
 from .cache import ResponseCache
+from .chromium import INSTALL_HINT, default_chromium
 from .fetch import REDIRECT_STATUSES, FetchResult, _looks_binary, is_text_content_type
 from .pinning import AsyncPinnedTransport
 from .render_cache import RenderCache
@@ -98,7 +99,7 @@ class BrowserFetcher:
 
     Args:
         policy: URL policy for the page and each of its requests.
-        executable_path: the Chromium binary (Debian: ``/usr/bin/chromium``).
+        executable_path: the Chromium binary (default: ``$MGRPO_CHROMIUM`` or Debian's ``/usr/bin/chromium``).
         timeout_s: limit for one fetch, navigation and rendering included.
         max_bytes: largest document (and rendered DOM) accepted.
         cache: optional response cache (namespace ``"browser"``).
@@ -122,7 +123,7 @@ class BrowserFetcher:
         self,
         policy: UrlPolicy,
         *,
-        executable_path: str = "/usr/bin/chromium",
+        executable_path: str | None = None,
         timeout_s: float = 15.0,
         max_bytes: int = 2_000_000,
         cache: ResponseCache | None = None,
@@ -136,7 +137,7 @@ class BrowserFetcher:
         render_cache: RenderCache | None = None,
     ) -> None:
         self.policy = policy
-        self.executable_path = executable_path
+        self.executable_path = executable_path or default_chromium()
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self.cache = cache
@@ -168,6 +169,10 @@ class BrowserFetcher:
     def started(self) -> bool:
         """True once the worker thread runs (the browser itself may be relaunched on demand)."""
         return self._thread is not None
+
+    def start(self) -> None:
+        """Launch Chromium now rather than on the first fetch; raise :class:`ToolError` if it cannot start."""
+        self._ensure_started()
 
     def fetch(self, url: str) -> FetchResult:
         """Render ``url`` and return its DOM; raise :class:`ToolError` on any failure."""
@@ -233,7 +238,7 @@ class BrowserFetcher:
             path = self.executable_path
             found = path if os.path.isabs(path) else shutil.which(path)
             if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
-                raise ToolError("backend", f"Chromium not found at {path}")
+                raise ToolError("backend", f"Chromium not found at {path}; {INSTALL_HINT}")
             try:
                 import playwright.async_api  # noqa: F401 - fail early with a clear message
             except ImportError:

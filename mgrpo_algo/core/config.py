@@ -84,6 +84,12 @@ class LearnerConfig:
     entropy_coef: float = 0.0
     """Weight of the entropy bonus (paper: 0). > 0 backpropagates through the full-vocabulary entropy,
     which costs memory of the order of the logits."""
+    informative_only: bool = False
+    """Drop samples whose advantage is 0 on every token (a group whose rollouts all scored the same)
+    from the batch and from the loss normaliser, as DAPO's dynamic sampling drops such groups: the
+    step is the mean over the samples that carry signal, so a batch where most groups agree still
+    takes a full-sized step (the paper: False, they count in the "seq-mean" denominator). The share
+    dropped is the metric ``uninformative_dropped`` (a count)."""
     skip_zero_advantage: bool = True
     """With kl_coef and entropy_coef 0, samples whose advantage is exactly 0 (a group where every
     rollout scored the same) add no gradient: they are not run forward/backward, but stay in the loss

@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.tool_health import backend_failures_in_files
+
 from ..core.config import TRAIN_MODES, TrainConfig, config_to_dict
 from . import intervals as iv
 from .report import DIFFERENCES, format_table, history_means, markdown, verdict
@@ -255,6 +257,9 @@ def run_compare(
         "command": command,
         "reproduce": _reproduce(out, seeds, modes),
     }
+    # a missing browser or search backend lowers every number: counted over every episode file of the run
+    summary["tool_backend_failures"] = backend_failures_in_files(
+        sorted(p for name in ("eval_before.jsonl", "episodes.jsonl", "eval_after.jsonl") for p in out.glob(f"seed*/*/{name}")))
     summary["verdict"] = verdict(summary)
     plot_curves(curves, out / "curves.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")

@@ -25,6 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from mgrpo_env.tool_health import call_failure
 from mgrpo_scenarios import Scenario, Task, Verdict, split_tasks
 from mgrpo_scenarios.verifiers import token_f1
 
@@ -69,6 +70,8 @@ class EvalReport:
     tool_errors: dict[str, int]
     tool_latency_ms_median: dict[str, float]
     browser_visits: int | None
+    tool_backend_failures: dict[str, int] = field(default_factory=dict)
+    """Per kind (``mgrpo_env.tool_health``): the browser or a tool backend failed, results are degraded."""
     outcomes: list[TaskOutcome] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -77,7 +80,11 @@ class EvalReport:
         return data
 
     def table(self) -> str:
-        lines = [
+        from mgrpo_env.tool_health import backend_failure_line
+
+        # a degraded run says so first, not only deep inside its episodes
+        lines = [backend_failure_line(self.tool_backend_failures)] if self.tool_backend_failures else []
+        lines += [
             f"{self.scenario} {self.split} - agent: {self.agent} - {self.num_tasks} tasks",
             f"{'kind':<14}{'n':>6}{'EM':>8}{'F1':>8}",
         ]
@@ -94,6 +101,7 @@ class EvalReport:
         )
         shown = "not recorded" if self.browser_visits is None else self.browser_visits
         lines.append(f"tools: {calls}; browser-rendered visits: {shown}")
+        lines.append(backend_failure_line(self.tool_backend_failures))
         return "\n".join(lines)
 
 
@@ -183,18 +191,23 @@ def evaluate_hierarchy(
     seed: int = 0,
     env_kwargs: dict[str, Any] | None = None,
     progress: bool = True,
+    on_episode: Callable[[Any], None] | None = None,
+    previous: list[Any] | None = None,
 ) -> tuple[EvalReport, list[Any]]:
     """Run the hierarchy (``policies`` = {"main": ..., "sub": ...}) on ``split`` through the AEC env.
 
-    Returns the report and the episode records (for JSONL and ``mgrpo view``).
+    Returns the report and the episode records (for JSONL and ``mgrpo view``). ``on_episode`` gets
+    each record as its episode ends; ``previous`` records (an interrupted run's, read back) count as
+    done: their episodes (by seed) are not run again and they are part of the report.
     """
     from mgrpo_env.rollout import collect
 
     def run(batch: list[Task], world: Any, batch_seed: int) -> list[Any]:
-        return collect(scenario, batch, k, policies, world=world, seed=batch_seed, env_kwargs=env_kwargs)
+        return collect(scenario, batch, k, policies, world=world, seed=batch_seed, env_kwargs=env_kwargs,
+                       on_episode=on_episode)
 
     return _evaluate_records(scenario, split, run, agent_name=agent_name, k=k, limit=limit, batch_size=batch_size,
-                             seed=seed, progress=progress, desc=f"{scenario.name} {split}")
+                             seed=seed, progress=progress, desc=f"{scenario.name} {split}", previous=previous)
 
 
 def evaluate_single(
@@ -226,9 +239,13 @@ def evaluate_single(
 
 def _evaluate_records(
     scenario: Scenario, split: str, run: Callable[[list[Task], Any, int], list[Any]], *, agent_name: str, k: int,
-    limit: int | None, batch_size: int, seed: int, progress: bool, desc: str,
+    limit: int | None, batch_size: int, seed: int, progress: bool, desc: str, previous: list[Any] | None = None,
 ) -> tuple[EvalReport, list[Any]]:
-    """Build, open the world once, ``run`` the tasks in batches (K rollouts each), report."""
+    """Build, open the world once, ``run`` the tasks in batches (K rollouts each), report.
+
+    Task i's rollout j resets with seed ``seed + i*k + j`` wherever it runs, so a resumed evaluation
+    (``previous``: records already done, matched by seed) runs the same episodes the first one would have.
+    """
     t0 = time.perf_counter()
     if hasattr(scenario, "build"):
         scenario.build()
@@ -236,19 +253,32 @@ def _evaluate_records(
     tasks = split_tasks(scenario, split)[:limit]
     if not tasks:
         raise ValueError(f"split {split!r} of {scenario.name!r} has no tasks")
-    records: list[Any] = []
+    wanted = set(range(seed, seed + len(tasks) * k))
+    by_seed = {r.seed: r for r in previous or [] if r.seed in wanted}  # the last copy of an episode wins
+    records: list[Any] = list(by_seed.values())
+    done = set(by_seed)
+    todo = [i for i in range(len(tasks)) if not all(seed + i * k + j in done for j in range(k))]
+    rerun = set(todo)
+    records = [r for r in records if (r.seed - seed) // k not in rerun]  # a task half done runs again whole
+    # batches of consecutive task indices (so that the seeds are the ones of an uninterrupted run)
+    batches: list[list[int]] = []
+    for i in todo:
+        if batches and batches[-1][-1] == i - 1 and len(batches[-1]) < batch_size:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
     t1 = time.perf_counter()
     with scenario.open() as world:
         open_seconds = time.perf_counter() - t1
         t2 = time.perf_counter()
-        bar = tqdm(total=len(tasks) * k, desc=desc, unit="task", disable=not progress)
-        for start in range(0, len(tasks), batch_size):
-            batch = tasks[start : start + batch_size]
-            records += run(batch, world, seed + start * k)
+        bar = tqdm(total=len(tasks) * k, initial=len(records), desc=desc, unit="task", disable=not progress)
+        for batch in batches:
+            records += run([tasks[i] for i in batch], world, seed + batch[0] * k)
             bar.update(len(batch) * k)
             bar.set_postfix(acc=f"{sum(r.correct for r in records) / len(records):.3f}")
         bar.close()
         eval_seconds = time.perf_counter() - t2
+    records.sort(key=lambda r: r.seed if r.seed is not None else 0)
     outcomes = [_record_outcome(r) for r in records]
     return _report(scenario.name, split, agent_name, outcomes, build_seconds, open_seconds, eval_seconds), records
 
@@ -265,7 +295,8 @@ def _record_outcome(r: Any) -> TaskOutcome:
         f1=token_f1(r.final_answer or "", r.task["answer"], r.task.get("aliases", ())),
         seconds=r.wall_s,
         steps=[
-            {"tool": c.tool, "ok": c.ok, "latency_s": c.latency_s, "via": c.meta.get("via")}
+            {"tool": c.tool, "ok": c.ok, "latency_s": c.latency_s, "via": c.meta.get("via"),
+             **({"failure": kind} if (kind := call_failure(c.tool, c.ok, c.error, c.meta)) else {})}
             for traj in [r.main, *r.subs]
             for c in traj.tool_calls
         ],
@@ -288,6 +319,7 @@ def _report(
     }
     calls: Counter[str] = Counter()
     errors: Counter[str] = Counter()
+    failures: Counter[str] = Counter()
     latencies: dict[str, list[float]] = defaultdict(list)
     browser = 0
     recorded_via = any("via" in step for o in outcomes for step in o.steps)
@@ -301,6 +333,8 @@ def _report(
                 latencies[name].append(float(step["latency_s"]) * 1000)
             if step.get("via") == "browser":
                 browser += 1
+            if step.get("failure"):
+                failures[str(step["failure"])] += 1
     n = len(outcomes)
     return EvalReport(
         scenario=scenario,
@@ -318,6 +352,7 @@ def _report(
         tool_errors=dict(errors),
         tool_latency_ms_median={k: statistics.median(v) for k, v in latencies.items()},
         browser_visits=browser if recorded_via else None,
+        tool_backend_failures=dict(sorted(failures.items())),
         outcomes=outcomes,
     )
 

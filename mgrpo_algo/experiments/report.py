@@ -14,6 +14,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mgrpo_env.tool_health import backend_failure_line
+
 __all__ = ["MODES", "format_table", "verdict", "markdown", "history_means", "interval_text"]
 
 MODES = ("mgrpo", "frozen-sub", "single-agent")
@@ -180,9 +182,11 @@ def markdown(summary: Mapping[str, Any]) -> str:
     n = len(summary["seeds"])
     how = "greedy" if e["temperature"] == 0 else f"temperature {e['temperature']}"
     greedy = " Greedy EM (one sample per question) beside it." if e["temperature"] > 0 and e.get("greedy", True) else ""
+    failures = summary.get("tool_backend_failures") or {}
     lines = [
         f"# mgrpo compare: {summary['scenario']}, {n} seed{'s' * (n > 1)}",
         "",
+        *([f"**{backend_failure_line(failures)}**", ""] if failures else []),
         f"Held-out split `{e['split']}`, {e['limit'] or 'all'} questions x {e['samples']} sample(s), {how}: "
         f"mean@{e['samples']} is the share correct over the samples, averaged over questions.{greedy} "
         f"Every run: {b['iterations']} iterations x {b['questions_per_iteration']} questions x {b['group_size']} "
@@ -203,6 +207,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
         "",
         *_intervals_section(summary),
         *_sub_agents_paragraph(summary),
+        "",
+        backend_failure_line(failures) + ".",
         "",
         "![reward, accuracy and held-out curves](curves.png)",
         "",

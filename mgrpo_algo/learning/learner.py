@@ -325,13 +325,21 @@ class RoleLearner:
         if bad:
             raise ValueError(f"sample weights must be >= 0, got {bad[:3]}")
         live = [s for s in sequences if s.weight > 0 and any(s.loss_mask[1:])]
+        if cfg.informative_only:  # DAPO's dynamic sampling by weight: groups without spread leave the batch
+            informative = [s for s in live if s.has_signal]
+            uninformative = len(live) - len(informative)
+            live = informative
+        else:
+            uninformative = 0
         counts = {
             "samples": float(len(live)),
-            "masked_samples": float(len(sequences) - len(live)),
+            "masked_samples": float(len(sequences) - len(live) - uninformative),
             "tokens": float(sum(sum(s.loss_mask[1:]) for s in live)),
             "seq_tokens": float(sum(s.num_tokens for s in live)),
             "lr": float(self.optimizer.param_groups[0]["lr"]),
         }
+        if cfg.informative_only:
+            counts["uninformative_dropped"] = float(uninformative)
         if not live:
             return self._prefixed(
                 {

@@ -20,7 +20,8 @@ from typing import Any
 
 from ..core.config import TrainConfig
 
-__all__ = ["PreflightError", "preflight", "check_store", "check_writable", "check_scenario"]
+__all__ = ["PreflightError", "preflight", "check_store", "check_writable", "check_scenario", "check_browser_for",
+           "check_model", "check_device", "check_models_and_devices"]
 
 
 class PreflightError(ValueError):
@@ -105,8 +106,27 @@ def check_scenario(config: TrainConfig, *, include_eval: bool = True) -> Any:
     return scenario
 
 
+def check_browser_for(scenario: Any) -> None:
+    """A scenario whose pages need JavaScript (``scenario.browser_needed``) gets a browser that starts:
+    Chromium is launched once and closed (about a second), before any work.
+
+    Without this a missing Chromium only lowered every result (each JavaScript page read as empty
+    text). ``browser_mode: never`` in the scenario's options is the explicit way to run without one.
+    """
+    reason = getattr(scenario, "browser_needed", None)
+    if not reason:
+        return
+    from mgrpo_tools.browser_check import BrowserUnavailable, check_browser
+
+    try:
+        check_browser()
+    except BrowserUnavailable as exc:
+        raise PreflightError(f"scenario {scenario.name!r} needs a browser ({reason}): {exc}, "
+                             "or set browser_mode: never to run without it") from None
+
+
 def preflight(config: TrainConfig, *, check_eval: bool = False) -> None:
-    """Every check above, cheapest first: folders, the store, the scenario and its splits.
+    """Every check, cheapest first: folders, the store, models and devices, the scenario, the browser.
 
     ``check_eval``: also require ``config.eval.split`` (``mgrpo compare`` evaluates it; ``mgrpo
     train`` does not).
@@ -115,4 +135,74 @@ def preflight(config: TrainConfig, *, check_eval: bool = False) -> None:
     if not all(getattr(config, role).model for role in ("main", "sub", "single")):
         check_writable(config.models_dir, "models folder (models_dir)")
     check_store(config.placement.store or None)
-    check_scenario(config, include_eval=check_eval)
+    check_models_and_devices(config)
+    check_browser_for(check_scenario(config, include_eval=check_eval))
+
+
+def _looks_like_path(name: str) -> bool:
+    """A model given as a path (``/x``, ``./x``, ``~/x``, ``C:\\x``) rather than a hub name ``org/name``."""
+    return name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or Path(name).exists()
+
+
+def check_model(name: str, what: str, *, timeout_s: float = 3.0) -> None:
+    """``name`` is a local model folder (with ``config.json``) or a Hugging Face hub name that is cached
+    or downloadable: an uncached name fails at once when ``HF_HUB_OFFLINE`` is set, and after
+    ``timeout_s`` when the hub does not answer (instead of a long hang and a traceback later)."""
+    if _looks_like_path(name):
+        folder = Path(name).expanduser()
+        if not folder.is_dir():
+            raise PreflightError(f"{what} {name!r} is not a folder (a Hugging Face model folder or hub name)")
+        if not (folder / "config.json").is_file():
+            raise PreflightError(f"{what} {name!r} has no config.json: not a Hugging Face model folder")
+        return
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return  # cached: from_pretrained needs no network
+    except ValueError as exc:  # not a valid repo id
+        raise PreflightError(f"{what} {name!r} is neither a local folder nor a hub name: {exc}") from None
+    if constants.HF_HUB_OFFLINE:
+        raise PreflightError(f"{what} {name!r} is not a local folder and not in the Hugging Face cache "
+                             "(HF_HUB_OFFLINE is set); download it first or give a local folder")
+    import httpx
+
+    url = f"{constants.ENDPOINT}/api/models/{name}"
+    try:
+        answer = httpx.head(url, timeout=timeout_s, follow_redirects=True)
+    except httpx.HTTPError as exc:
+        raise PreflightError(f"{what} {name!r} is not a local folder nor cached, and the hub {constants.ENDPOINT} "
+                             f"does not answer ({type(exc).__name__}); download it first or give a local folder") from None
+    if answer.status_code in (401, 404):
+        raise PreflightError(f"{what} {name!r} is not a local folder and the hub has no such model (or it is gated)")
+
+
+def check_device(device: str, what: str) -> None:
+    """A non-CPU ``device`` exists in this torch build (a CPU build given ``cuda`` fails here, in one line)."""
+    kind, _, index = device.partition(":")
+    if kind == "cpu":
+        return
+    import torch
+
+    module = getattr(torch, kind, None)
+    available = bool(module is not None and hasattr(module, "is_available") and module.is_available())
+    if kind == "mps":
+        available = torch.backends.mps.is_available()
+    if not available:
+        build = "a CPU-only torch build" if kind == "cuda" and torch.version.cuda is None else f"torch {torch.__version__}"
+        raise PreflightError(f"{what} is {device!r} but no {kind} device is available ({build}); set it to 'cpu'")
+    count = module.device_count() if module is not None and hasattr(module, "device_count") else 1
+    if index and int(index) >= count:
+        raise PreflightError(f"{what} is {device!r} but only {count} {kind} device(s) exist")
+
+
+def check_models_and_devices(config: TrainConfig) -> None:
+    """The roles this mode uses: their models load (folder or hub name) and their devices exist."""
+    roles = ["single"] if config.mode == "single-agent" else ["main", "sub"]
+    for role in roles:
+        rc = getattr(config, role)
+        check_device(rc.learner.device, f"config field '{role}.learner.device'")
+        if rc.model:
+            check_model(rc.model, f"config field '{role}.model'")
+    if config.warm_start.epochs and not all(getattr(config, role).model for role in roles):
+        check_device(config.warm_start.device, "config field 'warm_start.device'")

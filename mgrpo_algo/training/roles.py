@@ -112,6 +112,8 @@ class RoleServer:
                                          temperature=g.temperature, top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens,
                                          seed=policy_seed(seed, role, self.state["last_applied"] + 1), kv_cache_mb=g.kv_cache_mb,
                                          decode=g.decode)
+        if self.learner.tokenizer is None:  # the checkpoint is a complete Hugging Face folder
+            self.learner.tokenizer = self.policy.tokenizer
         self.buffers: dict[int, dict[str, list[dict[str, Any]]]] = {}
         self._acts = 0  # act calls of the current collection (the ``call`` of the ``act`` kill point)
         last = self.state["last_applied"]

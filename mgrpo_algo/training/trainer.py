@@ -33,12 +33,14 @@ import mgrpo_scenarios
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.rollout import CollectStats, collect, collect_single
+from mgrpo_env.tool_health import backend_failures
 
 from ..core.config import TrainConfig, config_to_dict
 from ..core.faults import FaultPoints
 from ..core.scoring import COUNT_WINDOW, ScoredBatch, alignment_width, annotate, score_batch
 from ..core.seeding import iteration_rngs, policy_seed
 from ..core.sequences import slot_sequence
+from .final_models import export_final_models
 from .roles import _write_json  # the role servers' atomic JSON write: one copy
 
 __all__ = ["Trainer", "InProcessRoles", "ROLE_BACKENDS", "role_model_paths", "trained_roles"]
@@ -111,6 +113,9 @@ class InProcessRoles:
                 top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens, seed=policy_seed(config.seed, role, 0),
                 kv_cache_mb=g.kv_cache_mb, decode=g.decode,
             )
+            if role in self.learners and self.learners[role].tokenizer is None:
+                # checkpoints are complete Hugging Face folders (tokenizer and chat template with the weights)
+                self.learners[role].tokenizer = self.policies[role].tokenizer
         self.start_iteration = 0
         state = out / "loop_state.json"
         if config.resume and state.exists():
@@ -247,7 +252,7 @@ class Trainer:
         self.reward_config = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(config.expert_judge.make()))
         self._warned_no_expert = False
         roles = ["single"] if config.mode == "single-agent" else ["main", "sub"]
-        paths = role_model_paths(config, self.scenario, roles)
+        paths = self.model_paths = role_model_paths(config, self.scenario, roles)
         backend = ROLE_BACKENDS[placement.kind]
         self.roles: Any = (resolve_name(backend) if isinstance(backend, str) else backend)(config, paths, self.out)
         self.iteration = self.roles.start_iteration
@@ -284,6 +289,7 @@ class Trainer:
                     done += 1
                 self.roles.end_stage(stage_index)
         self.roles.finish(self.iteration - 1)
+        export_final_models(self.roles, self.model_paths, self.out)  # OUT_DIR/final/<role>/: loadable as is
         return history
 
     def train_iteration(self, world: Any, tasks: list[Any], split: str) -> dict[str, Any]:
@@ -323,6 +329,9 @@ class Trainer:
         self.faults.hit("loop_after_update", role="loop", iteration=t)
         write_jsonl(self.out / "episodes.jsonl", records, append=True)
         metrics.update(self.roles.placement_metrics())
+        failures = backend_failures(records)  # a missing browser or search backend degrades results: say so
+        metrics["tools/backend_failures"] = sum(failures.values())
+        metrics.update({f"tools/backend_failures/{kind.replace(' ', '_')}": n for kind, n in failures.items()})
         metrics.update({
             "iteration": t,
             "split": split,

@@ -66,7 +66,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mgrpo_scenarios.base import Task, Verdict
+from mgrpo_scenarios.base import Task, Verdict, require_browser
 from mgrpo_tools.base import Tool
 
 from .pages import write_site
@@ -269,12 +269,29 @@ class WikiHops:
 
     # ------------------------------------------------------------------------------- world
 
+    @property
+    def browser_needed(self) -> str | None:
+        """Why this world needs Chromium (its JavaScript pages would read as empty text), or None.
+
+        Only ``browser_mode="never"`` (or a world without JavaScript pages) runs without one.
+        """
+        if self.browser_mode == "always":
+            return "browser_mode is 'always'"
+        if self.browser_mode == "auto" and self.js_fraction > 0:
+            return f"{self.js_fraction:.0%} of its pages build their text with JavaScript"
+        return None
+
     def open(self, *, host: str = "127.0.0.1") -> WikiWorld:
         """Build if needed and start the world; use as ``with scenario.open() as world: ...``.
 
         ``host`` is the address the loopback site binds (``mgrpo serve --host``); keep the default
         unless the site must be reachable from other machines.
+
+        Raises:
+            BrowserUnavailable: :attr:`browser_needed` and no Chromium executable (a cheap check; the
+                CLI's preflight also launches it once).
         """
+        require_browser(self.name, self.browser_needed)
         settings = PROFILES[self.profile]
         return WikiWorld(self.build(), host=host, browser_mode=self.browser_mode, page_chars=self.page_chars,
                          search_k=self.search_k, cache_path=self.cache_path,
