@@ -1,20 +1,22 @@
 """Can RL fit its own training questions? M-GRPO and frozen-sub on a small fixed set, before vs after.
 
-    .venv/bin/python benchmarks/fit_train.py [--quick] [--recipe fit|paper] [--questions 16] [--set KEY=VALUE ...]
+    .venv/bin/python benchmarks/fit_train.py [--quick] [--recipe fit|paper] [--questions 4] [--set KEY=VALUE ...]
 
 The sanity check of issue 23: train on the first N ``stage2/train`` questions of the demo's world
-(``split_sizes: {stage2/train: N}``, so the set is fixed and every iteration sees all of it) from the
-committed warm start, then evaluate **the same questions** with k = 8 samples at the rollout
-temperature: mean@8 before and after, its paired bootstrap interval, pass@8, and the sub-agents'
-own accuracy (the expert score of their reports) before and after. ``mgrpo`` trains both roles,
+(``split_sizes: {stage2/train: N}``, so the set is fixed; by default every iteration sees all of it,
+K = 16 rollouts each) from the committed warm start, then evaluate **the same questions** with k
+samples at the rollout temperature: mean@k before and after, its paired bootstrap interval, pass@k
+(what sampling reaches at all: RL cannot fit a question none of its samples solves), and the
+sub-agents' own accuracy (the expert score of their reports) before and after. ``mgrpo`` trains both roles,
 ``frozen-sub`` only the main agent: the difference isolates what the sub learner adds.
 
 Recipes (every field is a ``mgrpo_algo.core.config.TrainConfig`` override; the comparison runs
 through ``mgrpo compare``, so the same numbers come out of the CLI):
 
-* ``paper``: the paper's rewards and trajectory-level advantages, the demo's learner defaults
-  scaled to this budget;
-* ``fit``: the settings the sweep in README ("Can RL fit its training questions?") kept.
+* ``paper``: the paper's rewards (format pays) and its "seq-mean" normaliser over every sample;
+* ``fit``: correctness-only main reward (a guess in the right format earns nothing) and
+  ``informative_only`` learners (groups without spread leave the batch, as DAPO's dynamic
+  sampling drops them); the sweep in README ("Can RL fit its training questions?") says why.
 
 Writes benchmarks/results/fit_train.json (and the comparison folder under runs/fit_train/).
 """
@@ -32,21 +34,31 @@ from common import RESULTS, report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
-COMMON = [
-    "stages=[{split: stage2/train, iterations: 16}]",
-    "questions_per_iteration=8",
-    "group_size=8",
-    "main.learner.minibatches=4",
-    "sub.learner.minibatches=4",
-    "eval.split=stage2/train",
-    "eval.samples=8",
-    "eval.temperature=1.0",
-    "eval.greedy=false",
-    "checkpoint=false",
-]
+def settings(recipe: str, questions: int, batch: int, group: int, iterations: int, samples: int) -> list[str]:
+    """The TrainConfig overrides of a run: the fixed question set, the budget, the recipe."""
+    common = [
+        f"scenario_kwargs={{num_entities: 300, seed: 0, profile: tiny, split_sizes: {{stage2/train: {questions}}}}}",
+        f"stages=[{{split: stage2/train, iterations: {iterations}}}]",
+        f"questions_per_iteration={batch}",
+        f"group_size={group}",
+        "main.learner.minibatches=4",
+        "sub.learner.minibatches=4",
+        "main.learner.lr=3e-4",
+        "sub.learner.lr=3e-4",
+        "eval.split=stage2/train",
+        f"eval.limit={questions}",
+        f"eval.samples={samples}",
+        "eval.temperature=1.0",
+        "eval.greedy=false",
+        "checkpoint=false",
+    ]
+    return common + RECIPES[recipe]
+
+
+#: What each recipe adds to the common settings (measured side by side in README's fitting table).
 RECIPES: dict[str, list[str]] = {
-    "paper": ["main.learner.lr=3e-4", "sub.learner.lr=3e-4"],
-    "fit": ["main.learner.lr=3e-4", "sub.learner.lr=3e-4", "main_weights=[0.0, 1.0]", "step_advantage_weight=1.0"],
+    "paper": [],
+    "fit": ["main_weights=[0.0, 1.0]", "main.learner.informative_only=true", "sub.learner.informative_only=true"],
 }
 
 
@@ -60,9 +72,13 @@ def sub_accuracy(path: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="4 questions, 2 iterations of 4 x 2 (CI smoke run)")
+    parser.add_argument("--quick", action="store_true", help="2 questions, 2 iterations of 2 x 2 (CI smoke run)")
     parser.add_argument("--recipe", default="fit", choices=sorted(RECIPES))
-    parser.add_argument("--questions", type=int, default=16)
+    parser.add_argument("--questions", type=int, default=4, help="the first N stage2/train questions")
+    parser.add_argument("--batch", type=int, default=0, help="questions per iteration (default: all N)")
+    parser.add_argument("--group-size", type=int, default=16, help="K rollouts per question")
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=16, help="k of the before/after mean@k")
     parser.add_argument("--modes", default="mgrpo,frozen-sub")
     parser.add_argument("--out", default=str(ROOT / "runs" / "fit_train"))
     parser.add_argument("--set", action="append", default=[], help="more TrainConfig overrides (after the recipe's)")
@@ -71,12 +87,11 @@ def main() -> None:
     from mgrpo_algo.core.config import load_config
     from mgrpo_algo.experiments.compare import run_compare
 
-    questions = 4 if args.quick else args.questions
-    overrides = [f"scenario_kwargs={{num_entities: 300, seed: 0, profile: tiny, split_sizes: {{stage2/train: {questions}}}}}",
-                 *COMMON, *RECIPES[args.recipe], f"eval.limit={questions}", *args.set]
     if args.quick:
-        overrides += ["stages=[{split: stage2/train, iterations: 2}]", "questions_per_iteration=4", "group_size=2",
-                      "eval.samples=2"]
+        args.questions, args.batch, args.group_size, args.iterations, args.samples = 2, 2, 2, 2, 2
+    questions = args.questions
+    overrides = [*settings(args.recipe, questions, args.batch or questions, args.group_size, args.iterations, args.samples),
+                 *args.set]
     config = load_config(str(ROOT / "configs" / "demo.yaml"), overrides)
     modes = [m for m in args.modes.split(",") if m]
     out = Path(args.out) / ("quick" if args.quick else args.recipe)
@@ -104,9 +119,10 @@ def main() -> None:
             (f"{mode}: training", run["train_seconds"] / 60, f"minutes for {run['rollouts']} rollouts"),
         ]
     rows.append(("total", minutes, "minutes, evaluations included"))
-    report("fit_train", rows, {"recipe": args.recipe, "questions": questions, "overrides": overrides,
+    name = "fit_train" if args.recipe == "fit" else f"fit_train_{args.recipe}"
+    report(name, rows, {"recipe": args.recipe, "questions": questions, "overrides": overrides,
                                "modes": per_mode, "quick": args.quick})
-    (RESULTS / "fit_train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (RESULTS / f"{name}_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":
