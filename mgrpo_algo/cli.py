@@ -9,6 +9,7 @@ Commands available now:
     mgrpo train --config configs/tiny.yaml [--set mode=frozen-sub --set main.learner.lr=1e-4] [--resume]
     mgrpo train --config configs/tiny.yaml --placement processes --store redis://127.0.0.1:6379 [--staleness 1]
     mgrpo compare --config configs/tiny.yaml --seeds 3 --out runs/compare [--modes mgrpo,frozen-sub,single-agent]
+    mgrpo config [main.learner eval] [--config configs/qwen2.5-0.5b.yaml]   # every field, default, doc
 
 Scenario options are passed as ``--set key=value`` (values parsed as YAML scalars), for example
 ``serve --set seed=1 --set num_entities=500``; in ``eval`` ``--set`` takes config fields, and a key
@@ -158,6 +159,26 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_config(args: argparse.Namespace) -> int:
+    from .config_doc import config_fields, format_fields
+    from .core.config import load_config
+
+    current = None
+    if args.config or args.set:
+        try:
+            current = load_config(args.config, args.set)
+        except (ValueError, OSError) as exc:
+            print(f"mgrpo: bad config: {exc}", file=sys.stderr)
+            return 2
+    paths = [f.path for f in config_fields()]
+    unknown = [p for p in args.prefix if not any(q == p or q.startswith((p + ".", p + "[")) for q in paths)]
+    if unknown:
+        print(f"mgrpo: no config field {unknown[0]!r} (mgrpo config lists them all)", file=sys.stderr)
+        return 2
+    print(format_fields(args.prefix, current=current, brief=args.brief))
+    return 0
+
+
 def _cmd_warm_start(args: argparse.Namespace) -> int:
     import mgrpo_scenarios
 
@@ -272,6 +293,13 @@ def _parser() -> argparse.ArgumentParser:
                     help="comma-separated modes to compare")
     cp.add_argument("--quiet", action="store_true", help="no progress bars")
     cp.set_defaults(func=_cmd_compare)
+
+    cf = sub.add_parser("config", help="every config field (the TrainConfig tree) with its default and its doc")
+    cf.add_argument("prefix", nargs="*", help="only the fields under these (main.learner, eval, limits.max_main_turns)")
+    cf.add_argument("--config", default=None, help="also show the values this YAML file sets where they differ")
+    cf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (as train's --set)")
+    cf.add_argument("--brief", action="store_true", help="only the first sentence of each doc")
+    cf.set_defaults(func=_cmd_config)
 
     ws = sub.add_parser("warm-start", help="train a config's warm start once and export it with checksums")
     ws.add_argument("--config", required=True, help="YAML file of TrainConfig fields (its warm_start section)")
