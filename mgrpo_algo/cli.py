@@ -2,15 +2,18 @@
 
 Commands available now:
     mgrpo eval  --scenario wiki-hops --split stage2/test --agent oracle [--out runs/demo]
-                --agent {oracle,scenario-oracle,random}
+    mgrpo eval  --config configs/demo.yaml --agent configs/demo-warm-start [--set eval.limit=20] [--out DIR]
+                --agent {oracle,scenario-oracle,random,FOLDER,main=PATH,sub=PATH,single=PATH}
     mgrpo serve --scenario wiki-hops            # serve the offline world on 127.0.0.1 until Ctrl-C
     mgrpo view RUN_DIR                          # a static HTML page of the run's episodes
     mgrpo train --config configs/tiny.yaml [--set mode=frozen-sub --set main.learner.lr=1e-4] [--resume]
     mgrpo train --config configs/tiny.yaml --placement processes --store redis://127.0.0.1:6379 [--staleness 1]
     mgrpo compare --config configs/tiny.yaml --seeds 3 --out runs/compare [--modes mgrpo,frozen-sub,single-agent]
+    mgrpo config [main.learner eval] [--config configs/qwen2.5-0.5b.yaml]   # every field, default, doc
 
 Scenario options are passed as ``--set key=value`` (values parsed as YAML scalars), for example
-``--set seed=1 --set num_entities=500``.
+``serve --set seed=1 --set num_entities=500``; in ``eval`` ``--set`` takes config fields, and a key
+that is not one is a scenario option (``scenario_kwargs.KEY``).
 """
 
 from __future__ import annotations
@@ -39,155 +42,9 @@ def _scenario_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _build_scenario(name: str, pairs: Sequence[str]) -> Any:
-    import re
+    from .experiments.eval_cli import build_scenario
 
-    import mgrpo_scenarios
-
-    try:
-        return mgrpo_scenarios.get(name, **_scenario_kwargs(pairs))
-    except KeyError as exc:
-        raise SystemExit(f"mgrpo: {exc.args[0]}") from None
-    except TypeError as exc:  # an unknown --set key, or a required one not given
-        missing = re.search(r"missing \d+ required (?:positional |keyword-only )?arguments?: (.+)$", str(exc))
-        if missing:
-            names = re.findall(r"'(\w+)'", missing.group(1))
-            how = " and ".join(f"--{n}" if n == "data" else f"--set {n}=..." for n in names)
-            raise SystemExit(f"mgrpo: scenario {name!r} needs {how}"
-                             + (" (the benchmark's released files)" if "data" in names else "")) from None
-        raise SystemExit(f"mgrpo: bad option for scenario {name!r}: {exc}") from None
-    except (OSError, ValueError) as exc:  # a missing --data path, an unreadable or malformed file
-        raise SystemExit(f"mgrpo: scenario {name!r}: {exc}") from None
-
-
-AGENTS = ("oracle", "scenario-oracle", "random")
-
-
-def _role_model(folder: Path, role: str) -> str | None:
-    """A role's model inside an agent folder: ``ROLE/model`` (a learner checkpoint) or ``ROLE``."""
-    for candidate in (folder / role / "model", folder / role):
-        if (candidate / "config.json").is_file():
-            return str(candidate)
-    return None
-
-
-def _checkpoint_policies(spec: str, temperature: float, max_new_tokens: int) -> dict[str, Any]:
-    """Policies for ``--agent FOLDER`` (with main/ and sub/ models) or ``--agent main=PATH,sub=PATH``."""
-    from .policies.hf_policy import TransformersPolicy
-
-    if "=" in spec:
-        paths = dict(part.split("=", 1) for part in spec.split(","))
-    else:
-        folder = Path(spec)
-        paths = {role: p for role in ("main", "sub") if (p := _role_model(folder, role))}
-    missing = {"main", "sub"} - set(paths)
-    if missing:
-        raise SystemExit(f"mgrpo: --agent {spec!r} has no model for {', '.join(sorted(missing))} "
-                         "(expected FOLDER/main[/model] and FOLDER/sub[/model], or main=PATH,sub=PATH)")
-    return {role: TransformersPolicy(path, role=role, temperature=temperature, max_new_tokens=max_new_tokens)
-            for role, path in paths.items()}
-
-
-def _cmd_eval(args: argparse.Namespace) -> int:
-    from mgrpo_env.episode import read_jsonl, write_jsonl
-
-    from .experiments.evaluate import evaluate, evaluate_hierarchy, oracle_agent
-    from .training.preflight import PreflightError, check_browser_for, check_writable
-
-    out = Path(args.out) if args.out else None
-    try:  # before the world is built: an evaluation whose results cannot be kept does not start
-        if out is not None:
-            check_writable(out, "output folder (--out)")
-    except PreflightError as exc:
-        raise SystemExit(f"mgrpo: {exc}") from None
-    if args.resume and out is None:
-        raise SystemExit("mgrpo: --resume needs --out (the folder whose episodes.jsonl it continues)")
-    pairs = list(args.set) + ([f"data={args.data}"] if args.data else [])
-    scenario = _build_scenario(args.scenario, pairs)
-    if args.agent not in AGENTS and not (Path(args.agent).is_dir() or "=" in args.agent):
-        raise SystemExit(f"mgrpo: unknown --agent {args.agent!r}; use one of {', '.join(AGENTS)}, a folder of role "
-                         "models, or main=PATH,sub=PATH")
-    if args.split is None:
-        args.split = getattr(scenario, "default_split", None) or "stage2/test"
-    if args.split not in scenario.splits():
-        raise SystemExit(f"mgrpo: unknown split {args.split!r}; {args.scenario} has {', '.join(scenario.splits())}")
-    policies = None
-    if args.agent == "scenario-oracle":
-        if not hasattr(scenario, "oracle"):
-            raise SystemExit(f"mgrpo: scenario {args.scenario!r} ships no oracle; use --agent random or a model folder")
-    else:
-        from mgrpo_env.policies import OraclePolicy, RandomPolicy
-
-        if args.agent == "oracle":
-            try:
-                policies = {"main": OraclePolicy(scenario, "main"), "sub": OraclePolicy(scenario, "sub")}
-            except ValueError as exc:  # a scenario without the oracle's hooks
-                raise SystemExit(f"mgrpo: --agent oracle: {exc}; use --agent random or a model folder") from None
-        elif args.agent == "random":
-            policies = {"main": RandomPolicy("main", seed=args.seed), "sub": RandomPolicy("sub", seed=args.seed + 1)}
-    try:
-        check_browser_for(scenario)
-    except PreflightError as exc:
-        raise SystemExit(f"mgrpo: {exc}") from None
-    if policies is None and args.agent != "scenario-oracle":
-        policies = _checkpoint_policies(args.agent, args.temperature, args.max_new_tokens)
-    if args.agent == "scenario-oracle":
-        report = evaluate(scenario, args.split, oracle_agent(scenario), agent_name=args.agent, limit=args.limit,
-                          workers=args.workers, progress=not args.quiet)
-        return _eval_done(report, None, out)
-    episodes = out / "episodes.jsonl" if out is not None else None
-    previous = []
-    if episodes is not None and episodes.exists():
-        if not args.resume:
-            raise SystemExit(f"mgrpo: {episodes} exists; continue it with --resume or choose another --out")
-        previous = read_jsonl(episodes)
-    elif episodes is not None:
-        episodes.parent.mkdir(parents=True, exist_ok=True)
-    sink = episodes.open("a") if episodes is not None else None
-
-    def keep(record: Any) -> None:  # each finished episode is on disk at once: Ctrl-C loses only unfinished ones
-        if sink is not None:
-            sink.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
-            sink.flush()
-
-    runs, records = [], []
-    report = None
-    try:
-        for run in range(args.runs):  # the paper averages 3 runs
-            run_seed = args.seed + 1000 * run
-            report, run_records = evaluate_hierarchy(scenario, args.split, policies, agent_name=args.agent, k=args.k,
-                                                     limit=args.limit, seed=run_seed, progress=not args.quiet,
-                                                     on_episode=keep, previous=previous)
-            runs.append(report)
-            records += run_records
-    except KeyboardInterrupt:
-        kept = sum(1 for line in episodes.open() if line.strip()) if episodes is not None else 0
-        where = f"kept {kept} finished episodes in {episodes}; finish with the same command and --resume" \
-            if episodes is not None else "nothing kept (no --out)"
-        print(f"\nmgrpo: interrupted: {where}", file=sys.stderr)
-        return 130
-    finally:
-        if sink is not None:
-            sink.close()
-    if args.runs > 1:
-        ems = [r.exact_match for r in runs]
-        mean = sum(ems) / len(ems)
-        spread = (sum((e - mean) ** 2 for e in ems) / len(ems)) ** 0.5
-        print(f"{args.runs} runs: exact match {mean:.3f} +- {spread:.3f} (population std); per run {ems}")
-    if episodes is not None:
-        write_jsonl(episodes, records)  # in order, and without the copies of tasks an interruption left half done
-    return _eval_done(report, records, out)
-
-
-def _eval_done(report: Any, records: list[Any] | None, out: Path | None) -> int:
-    """Print the table; write the summary, outcomes (and the episodes' line) under ``out``."""
-    from .experiments.evaluate import write_report
-
-    print(report.table())
-    if out is not None:
-        write_report(report, out)
-        extra = f" and {out / 'episodes.jsonl'}" if records is not None else ""
-        print(f"wrote {out / 'summary.json'} and {out / 'outcomes.jsonl'}{extra}")
-    return 0
+    return build_scenario(name, _scenario_kwargs(pairs))
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -302,6 +159,26 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_config(args: argparse.Namespace) -> int:
+    from .config_doc import config_fields, format_fields
+    from .core.config import load_config
+
+    current = None
+    if args.config or args.set:
+        try:
+            current = load_config(args.config, args.set)
+        except (ValueError, OSError) as exc:
+            print(f"mgrpo: bad config: {exc}", file=sys.stderr)
+            return 2
+    paths = [f.path for f in config_fields()]
+    unknown = [p for p in args.prefix if not any(q == p or q.startswith((p + ".", p + "[")) for q in paths)]
+    if unknown:
+        print(f"mgrpo: no config field {unknown[0]!r} (mgrpo config lists them all)", file=sys.stderr)
+        return 2
+    print(format_fields(args.prefix, current=current, brief=args.brief))
+    return 0
+
+
 def _cmd_warm_start(args: argparse.Namespace) -> int:
     import mgrpo_scenarios
 
@@ -382,29 +259,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mgrpo", description="Train and evaluate multi-agent deep-research systems with M-GRPO.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    ev = sub.add_parser("eval", help="evaluate an agent on a scenario split")
-    ev.add_argument("--scenario", default="wiki-hops", help="scenario name (see mgrpo_scenarios.names())")
-    ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="scenario option")
-    ev.add_argument("--split", default=None, help="default: the scenario's default split (wiki-hops: stage2/test)")
-    ev.add_argument(
-        "--agent",
-        default="oracle",
-        help="oracle: scripted main and sub-agents through the AEC env; scenario-oracle: the scenario's "
-        "solver calling the tools directly; random: random protocol actions",
-    )
-    ev.add_argument("--k", type=int, default=1, help="rollouts per question (hierarchy agents)")
-    ev.add_argument("--runs", type=int, default=1, help="independent runs to average (the paper uses 3)")
-    ev.add_argument("--data", default=None, help="the benchmark's released files (scenarios that read them)")
-    ev.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of model agents")
-    ev.add_argument("--max-new-tokens", type=int, default=128, help="tokens per turn of model agents")
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
-    ev.add_argument("--workers", type=int, default=4, help="tasks run concurrently")
-    ev.add_argument("--out", default=None, help="folder for summary.json and outcomes.jsonl")
-    ev.add_argument("--resume", action="store_true",
-                    help="continue an interrupted evaluation: the episodes already in OUT/episodes.jsonl are kept and not run again")
-    ev.add_argument("--quiet", action="store_true", help="no progress bar")
-    ev.set_defaults(func=_cmd_eval)
+    from .experiments.eval_cli import add_eval_parser
+
+    add_eval_parser(sub)
 
     tr = sub.add_parser("train", help="train with M-GRPO or a baseline (mode in the config)")
     tr.add_argument("--config", default=None, help="YAML file of mgrpo_algo.core.config.TrainConfig fields")
@@ -436,6 +293,13 @@ def _parser() -> argparse.ArgumentParser:
                     help="comma-separated modes to compare")
     cp.add_argument("--quiet", action="store_true", help="no progress bars")
     cp.set_defaults(func=_cmd_compare)
+
+    cf = sub.add_parser("config", help="every config field (the TrainConfig tree) with its default and its doc")
+    cf.add_argument("prefix", nargs="*", help="only the fields under these (main.learner, eval, limits.max_main_turns)")
+    cf.add_argument("--config", default=None, help="also show the values this YAML file sets where they differ")
+    cf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (as train's --set)")
+    cf.add_argument("--brief", action="store_true", help="only the first sentence of each doc")
+    cf.set_defaults(func=_cmd_config)
 
     ws = sub.add_parser("warm-start", help="train a config's warm start once and export it with checksums")
     ws.add_argument("--config", required=True, help="YAML file of TrainConfig fields (its warm_start section)")

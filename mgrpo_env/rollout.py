@@ -209,10 +209,12 @@ def collect_single(
     max_workers: int = 8,
     env_kwargs: Mapping[str, Any] | None = None,
     stats: CollectStats | None = None,
+    on_episode: Callable[[EpisodeRecord], None] | None = None,
 ) -> list[EpisodeRecord]:
     """:func:`collect` for the single-agent baseline: K rollouts of each task in the Gymnasium env.
 
-    Requests have role "single" and agent "single_0"; records are ordered task-major.
+    Requests have role "single" and agent "single_0"; records are ordered task-major. ``on_episode``
+    gets each record as its episode ends, as in :func:`collect`.
     """
     from .single import SingleAgentEnv
 
@@ -259,6 +261,8 @@ def collect_single(
             for i, d in zip(active, done, strict=True):
                 if d:
                     _release(policy, i, "single_0")
+                    if on_episode is not None:
+                        on_episode(envs[i].record)
             active = [i for i, d in zip(active, done, strict=True) if not d]
     records = [env.record for env in envs]
     for env in envs:

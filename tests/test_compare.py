@@ -104,7 +104,7 @@ def test_png_report_and_tensorboard(compared):
     assert "mgrpo compare --config" in report and (out / "config.yaml").is_file()
     # tool backend failures are counted over every episode file and named in the report (issue 21)
     assert summary["tool_backend_failures"] == {} and "tool backend failures: none." in report
-    from mgrpo_algo.experiments.compare import _markdown
+    from mgrpo_algo.experiments.report import markdown as _markdown
 
     degraded = _markdown({**summary, "tool_backend_failures": {"browser backend": 3}}).splitlines()
     assert degraded[2].startswith("**WARNING: tool backend failures: browser backend 3")
@@ -175,6 +175,8 @@ def _iv(diff: float, low: float, high: float, n: int = 200) -> dict[str, float]:
 
 def test_aggregate_and_verdict_from_intervals():
     assert aggregate([0.2, 0.4]) == pytest.approx({"mean": 0.3, "std": 0.1, "min": 0.2, "max": 0.4})
+    # greedy EM is NaN with eval.temperature > 0 and eval.greedy false: no crash inside statistics.pstdev
+    assert all(math.isnan(v) for v in aggregate([float("nan"), 0.5]).values())
     rows = {m: {"per_seed": [{"d_k_mean": 1.0}]} for m in MODES}
     summary = {"seeds": [0], "eval": {"samples": 4}, "results": rows, "intervals": {
         "mgrpo: after - start": _iv(0.12, 0.05, 0.19),

@@ -279,11 +279,17 @@ class JudgeConfig:
     """The judge server's URL; empty: no judge (per-hop gold only; b3 = 0 where a task has none, and
     the metrics say so: ``sub/expert_disabled``)."""
     model: str = ""
+    """The model name the judge server answers to (needed with ``base_url``)."""
     api_key: str | None = None
+    """Bearer key of the judge server; None: ``MGRPO_JUDGE_API_KEY``, then ``OPENAI_API_KEY``, if set."""
     timeout_s: float = 30.0
+    """Seconds to wait for one judgement before it is retried."""
     max_retries: int = 2
+    """Retries of a failed or timed-out judgement; after them the sub-agent's r_expert is unscored."""
     temperature: float = 0.0
+    """Sampling temperature of the judge (0: the same verdict for the same input)."""
     max_tokens: int | None = 1024
+    """Tokens the judge may write per verdict (None: the server's limit)."""
 
     def __post_init__(self) -> None:
         _check(not self.base_url or bool(self.model), "expert_judge.model", "is needed with expert_judge.base_url")
@@ -357,7 +363,9 @@ class StageConfig:
     """One curriculum stage (paper: stage 1 simple questions to learn the format, stage 2 multi-hop)."""
 
     split: str = "stage2/train"
+    """The split whose training questions this stage draws (a name of ``scenario.splits()``)."""
     iterations: int = 2
+    """Iterations of B questions x K rollouts in this stage (0: the stage is skipped)."""
 
     def __post_init__(self) -> None:
         _check(self.iterations >= 0, "stages.iterations", "must be >= 0")
@@ -409,6 +417,7 @@ class WarmStartConfig:
     """The last tasks of each split are held out of training; the warm-started model's turn exact
     match on their demonstrations is recorded in ``warm_start.json`` (0: no validation)."""
     seed: int = 0
+    """Seeds the warm start's noise, shuffles and relabelling (part of its cache key)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.noise <= 1.0:
@@ -484,11 +493,13 @@ class TrainConfig:
     """``mgrpo``: main and sub learners both update (the paper's method). ``frozen-sub``: only the
     main learner updates (baseline). ``single-agent``: GRPO on the single-agent env (baseline)."""
     scenario: str = "wiki-hops"
+    """The scenario's registered name (``mgrpo_scenarios.names()``: wiki-hops, qa-file, gaia, ...)."""
     scenario_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed to ``mgrpo_scenarios.get`` (e.g. ``num_entities``, ``seed``, ``data_dir``)."""
     stages: list[StageConfig] = field(
         default_factory=lambda: [StageConfig("stage1/train", 1), StageConfig("stage2/train", 1)]
     )
+    """The curriculum, run in order (:class:`StageConfig`: split and iterations each)."""
     questions_per_iteration: int = 4
     """B, questions per iteration. Each gets K rollouts."""
     group_size: int = 4
@@ -497,6 +508,7 @@ class TrainConfig:
     """Alignment width d (paper: 8). 0: chosen from the sub-agent counts seen so far as the smallest
     d with P(d_k <= d) >= align_quantile."""
     align_quantile: float = 0.99
+    """With ``align_d`` 0: d is the smallest width that covers this share of the sub-agent counts seen."""
     align_strategy: str = "duplicate"
     """``duplicate`` (paper), ``duplicate_balanced`` or ``mask`` (pad with weight-0 slots)."""
     step_advantage_weight: float = 0.0
@@ -526,7 +538,9 @@ class TrainConfig:
     sub: RoleConfig = field(default_factory=RoleConfig)
     single: RoleConfig = field(default_factory=RoleConfig)
     out_dir: str = "runs/train"
+    """The run folder: metrics.jsonl, episodes.jsonl, checkpoints/, final/, tb/ (a used one is refused)."""
     seed: int = 0
+    """The RL seed: question order, sampling, minibatch shuffles; ``mgrpo eval``'s episode and sampling seed."""
     model_seed: int = 0
     """Initialisation of the tiny models built under ``models_dir`` (kept apart from ``seed`` so that
     runs with other RL seeds share the same models and warm start)."""

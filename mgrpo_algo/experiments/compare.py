@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import shutil
 import statistics
 import time
@@ -40,7 +41,8 @@ from ..core.config import TRAIN_MODES, TrainConfig, config_to_dict
 from . import intervals as iv
 from .report import DIFFERENCES, format_table, history_means, markdown, verdict
 
-__all__ = ["MODES", "check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate"]
+__all__ = ["MODES", "check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate",
+           "evaluation_policies", "evaluate_policies", "eval_figures"]
 
 MODES = TRAIN_MODES
 #: The per-seed numbers aggregated over seeds (mean, population std, min, max). ``*_em`` is mean@k
@@ -85,8 +87,11 @@ def check_compare(config: TrainConfig, seeds: int, modes: Sequence[str]) -> Any:
 
 
 def aggregate(values: Sequence[float]) -> dict[str, float]:
-    """Mean, population standard deviation, min and max (the spread over seeds)."""
+    """Mean, population standard deviation, min and max (the spread over seeds); all NaN when a value
+    is NaN (a figure not measured, e.g. greedy EM with ``eval.greedy: false``)."""
     values = [float(v) for v in values]
+    if any(math.isnan(v) for v in values):  # statistics.pstdev raises AttributeError on NaN
+        return dict.fromkeys(("mean", "std", "min", "max"), float("nan"))
     return {"mean": statistics.fmean(values), "std": statistics.pstdev(values), "min": min(values), "max": max(values)}
 
 
@@ -101,7 +106,8 @@ def _roles(mode: str) -> list[str]:
     return ["single"] if mode == "single-agent" else ["main", "sub"]
 
 
-def _policies(config: TrainConfig, models: Mapping[str, Any], tokenizers: Mapping[str, str], seed: int) -> dict[str, Any]:
+def evaluation_policies(config: TrainConfig, models: Mapping[str, Any], tokenizers: Mapping[str, str],
+                        seed: int) -> dict[str, Any]:
     """Evaluation policies: eval temperature and token budget, the role's top-p and prompt limit."""
     from ..policies.hf_policy import TransformersPolicy
 
@@ -117,25 +123,43 @@ def _policies(config: TrainConfig, models: Mapping[str, Any], tokenizers: Mappin
     return out
 
 
-def _evaluate(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *, limit: int, seed: int,
-              progress: bool, name: str) -> tuple[dict[str, float], list[Any]]:
-    """Held-out EM / F1 of a hierarchy ({"main", "sub"}) or a single agent ({"single"}), and the episodes."""
+def evaluate_policies(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *, limit: int, seed: int,
+                      progress: bool, name: str, on_episode: Any = None,
+                      previous: list[Any] | None = None) -> tuple[Any, list[Any]]:
+    """The one held-out evaluation: a hierarchy ({"main", "sub"}) or a single agent ({"single"}) on
+    ``config.eval.split`` under the config's limits and rewards, ``eval.samples`` per question, batched.
+
+    ``compare`` (start, after, curve points) and ``mgrpo eval`` both run it, so the same models and
+    config give the same episodes. ``on_episode`` / ``previous``: see :func:`evaluate_hierarchy`.
+    Returns the :class:`EvalReport` and the episode records.
+    """
     from mgrpo_env.core import RewardConfig, expert_scorer
 
     from .evaluate import evaluate_hierarchy, evaluate_single
 
     e = config.eval
-    common = {"agent_name": name, "k": e.samples, "limit": limit or None, "seed": seed, "progress": progress}
+    common = {"agent_name": name, "k": e.samples, "limit": limit or None, "seed": seed, "progress": progress,
+              "max_workers": config.max_workers, "on_episode": on_episode, "previous": previous}
     if "single" in policies:
         env_kwargs = {"limits": config.limits, "main_weights": config.main_weights}
-        report, records = evaluate_single(scenario, e.split, policies["single"], env_kwargs=env_kwargs, **common)
-    else:
-        rewards = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(None))
-        report, records = evaluate_hierarchy(scenario, e.split, dict(policies), env_kwargs={"limits": config.limits, "rewards": rewards},
-                                             **common)
+        return evaluate_single(scenario, e.split, policies["single"], env_kwargs=env_kwargs, **common)
+    rewards = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(None))
+    return evaluate_hierarchy(scenario, e.split, dict(policies), env_kwargs={"limits": config.limits, "rewards": rewards},
+                              **common)
+
+
+def eval_figures(report: Any, records: Sequence[Any]) -> dict[str, float]:
+    """EM, F1, tasks, mean@k and pass@k of one evaluation."""
     scores = iv.per_question(records)
     return {"em": report.exact_match, "f1": report.f1, "tasks": report.num_tasks, "mean_k": iv.mean_at_k(scores),
-            "pass_k": iv.pass_at_k(scores)}, records
+            "pass_k": iv.pass_at_k(scores)}
+
+
+def _evaluate(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *, limit: int, seed: int,
+              progress: bool, name: str) -> tuple[dict[str, float], list[Any]]:
+    """Held-out EM / F1 of a hierarchy ({"main", "sub"}) or a single agent ({"single"}), and the episodes."""
+    report, records = evaluate_policies(config, scenario, policies, limit=limit, seed=seed, progress=progress, name=name)
+    return eval_figures(report, records), records
 
 
 def _full_evaluation(config: TrainConfig, scenario: Any, make_policies: Any, *, seed: int, progress: bool,
@@ -222,7 +246,7 @@ def run_compare(
             cache_key = (tuple(sorted(paths.items())), None if config.eval.temperature == 0 else seed)
             if cache_key not in before_cache:
                 before_cache[cache_key] = _full_evaluation(
-                    config, scenario, lambda c, p=paths, s=seed: _policies(c, p, p, s), seed=seed, progress=progress,
+                    config, scenario, lambda c, p=paths, s=seed: evaluation_policies(c, p, p, s), seed=seed, progress=progress,
                     name=f"start seed{seed}")
             before, records, before_seconds = before_cache[cache_key]
             write_jsonl(run_dir / "eval_before.jsonl", records)
@@ -384,7 +408,7 @@ def _trained_policies(cfg: TrainConfig, trainer: Any, paths: Mapping[str, str], 
             models[role] = policy.model
         else:
             models[role] = paths[role]
-    return _policies(cfg, models, paths, seed)
+    return evaluation_policies(cfg, models, paths, seed)
 
 
 def _reproduce(out: Path, seeds: int, modes: Sequence[str]) -> str:

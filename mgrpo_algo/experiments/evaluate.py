@@ -193,18 +193,20 @@ def evaluate_hierarchy(
     progress: bool = True,
     on_episode: Callable[[Any], None] | None = None,
     previous: list[Any] | None = None,
+    max_workers: int = 8,
 ) -> tuple[EvalReport, list[Any]]:
     """Run the hierarchy (``policies`` = {"main": ..., "sub": ...}) on ``split`` through the AEC env.
 
     Returns the report and the episode records (for JSONL and ``mgrpo view``). ``on_episode`` gets
     each record as its episode ends; ``previous`` records (an interrupted run's, read back) count as
-    done: their episodes (by seed) are not run again and they are part of the report.
+    done: their episodes (by seed) are not run again and they are part of the report. ``max_workers``:
+    threads stepping the envs (tool calls); it changes the speed, not the episodes.
     """
     from mgrpo_env.rollout import collect
 
     def run(batch: list[Task], world: Any, batch_seed: int) -> list[Any]:
         return collect(scenario, batch, k, policies, world=world, seed=batch_seed, env_kwargs=env_kwargs,
-                       on_episode=on_episode)
+                       on_episode=on_episode, max_workers=max_workers)
 
     return _evaluate_records(scenario, split, run, agent_name=agent_name, k=k, limit=limit, batch_size=batch_size,
                              seed=seed, progress=progress, desc=f"{scenario.name} {split}", previous=previous)
@@ -222,19 +224,24 @@ def evaluate_single(
     seed: int = 0,
     env_kwargs: dict[str, Any] | None = None,
     progress: bool = True,
+    on_episode: Callable[[Any], None] | None = None,
+    previous: list[Any] | None = None,
+    max_workers: int = 8,
 ) -> tuple[EvalReport, list[Any]]:
     """Run one single-agent ``policy`` on ``split`` through the Gymnasium env (``collect_single``).
 
     The same report and records as :func:`evaluate_hierarchy`, so the baseline compares like for like.
     Pass ``env_kwargs={"limits": limits}`` as the trainer does (the turn budget is ``limits.single_agent_turns``).
+    ``on_episode``, ``previous`` and ``max_workers`` as in :func:`evaluate_hierarchy`.
     """
     from mgrpo_env.rollout import collect_single
 
     def run(batch: list[Task], world: Any, batch_seed: int) -> list[Any]:
-        return collect_single(scenario, batch, k, policy, world=world, seed=batch_seed, env_kwargs=env_kwargs)
+        return collect_single(scenario, batch, k, policy, world=world, seed=batch_seed, env_kwargs=env_kwargs,
+                              on_episode=on_episode, max_workers=max_workers)
 
     return _evaluate_records(scenario, split, run, agent_name=agent_name, k=k, limit=limit, batch_size=batch_size,
-                             seed=seed, progress=progress, desc=f"{scenario.name} {split} (single)")
+                             seed=seed, progress=progress, desc=f"{scenario.name} {split} (single)", previous=previous)
 
 
 def _evaluate_records(
@@ -357,11 +364,12 @@ def _report(
     )
 
 
-def write_report(report: EvalReport, out_dir: str | Path) -> Path:
-    """Write ``summary.json`` and ``outcomes.jsonl`` (one line per task) under ``out_dir``."""
+def write_report(report: EvalReport, out_dir: str | Path, *, extra: dict[str, Any] | None = None) -> Path:
+    """Write ``summary.json`` (the report's figures and ``extra``: mean@k, pass@k, the settings) and
+    ``outcomes.jsonl`` (one line per task) under ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(report.summary(), indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps({**report.summary(), **(extra or {})}, indent=2) + "\n")
     with (out / "outcomes.jsonl").open("w") as fh:
         for o in report.outcomes:
             fh.write(json.dumps(asdict(o), ensure_ascii=False) + "\n")
