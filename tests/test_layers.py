@@ -17,7 +17,7 @@ from pkgutil import resolve_name
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"core": 0, "policies": 1, "distributed": 1, "learning": 2, "training": 3, "experiments": 4, "cli": 5, "__main__": 6}  # __main__: python -m mgrpo_algo, the cli
+LAYERS = {"core": 0, "policies": 1, "distributed": 1, "learning": 2, "training": 3, "experiments": 4, "config_doc": 4, "cli": 5, "__main__": 6}  # __main__: python -m mgrpo_algo, the cli
 
 
 def _module_name(path: Path) -> str:

@@ -241,7 +241,7 @@ def test_splits_sizes_disjoint_and_named(scenario: WikiHops) -> None:
     tasks = _all_tasks(scenario)
     assert scenario.splits() == list(SPLITS)
     assert {s: len(t) for s, t in tasks.items()} == {"stage1/train": 400, "stage1/test": 100,
-                                                     "stage2/train": 400, "stage2/test": 100}
+                                                     "stage2/train": 400, "stage2/test": 100, "stage2/heldout": 0}
     questions = [t.question for ts in tasks.values() for t in ts]
     assert len(set(questions)) == len(questions)
     ids = [t.id for ts in tasks.values() for t in ts]

@@ -94,7 +94,6 @@ def process_scores(logits: torch.Tensor, temperature: float, top_p: float, mode:
     (``mode="processed"``) or ``log_softmax(logits)`` (``"raw"``). Temperature 0 leaves the logits
     as they are (greedy).
     """
-    from .hf_policy import _top_p  # noqa: PLC0415 - one definition of the nucleus, shared with the generate path
 
     scores = logits
     raw = torch.log_softmax(scores, dim=-1) if mode == "raw" else None
@@ -119,7 +118,6 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
     """
     from transformers import DynamicCache
 
-    from .hf_policy import _cache_kwarg
 
     kwarg = _cache_kwarg()  # the forward's name for the cache (``cache`` in transformers 5.x)
     device = input_ids.device
@@ -157,3 +155,24 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
         feed_pos = last_pos
         mask = torch.cat([mask, ones], dim=-1)
     return torch.stack(tokens, 1).cpu(), torch.stack(logps, 1).cpu(), cache
+
+
+# Shared with hf_policy's generate path (defined here so the two modules import in one direction).
+def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose probability reaches ``top_p`` (as HF/vLLM)."""
+    sorted_scores, order = torch.sort(scores, dim=-1, descending=False)
+    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    remove = cumulative <= (1 - top_p)
+    remove[..., -1] = False  # always keep the most likely token
+    mask = remove.scatter(1, order, remove)
+    return scores.masked_fill(mask, float("-inf"))
+
+
+def _cache_kwarg() -> str:
+    """``generate``'s cache argument and output field: ``cache`` in recent transformers 5.x, before
+    that ``past_key_values``."""
+    from dataclasses import fields
+
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    return "cache" if "cache" in {f.name for f in fields(GenerateDecoderOnlyOutput)} else "past_key_values"

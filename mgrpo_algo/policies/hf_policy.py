@@ -58,8 +58,8 @@ import torch
 
 from mgrpo_env.rollout import PolicyRequest, PolicyResponse
 
+from .decode import _cache_kwarg, _top_p, process_scores  # noqa: F401 - _cache_kwarg: also imported from here
 from .decode import decode as lean_decode
-from .decode import process_scores
 from .kv_cache import KVCacheManager, supports_reuse
 
 __all__ = ["STOP_TAGS", "load_tokenizer", "ChatPrompter", "StopSpec", "stop_spec", "cut_at_stop", "TransformersPolicy"]
@@ -71,16 +71,6 @@ _MARKER = "\u2063MGRPO-ASSISTANT-CONTENT\u2063"
 
 
 @functools.cache
-def _cache_kwarg() -> str:
-    """``generate``'s cache argument and output field: ``cache`` in recent transformers 5.x, before
-    that ``past_key_values``."""
-    from dataclasses import fields
-
-    from transformers.generation.utils import GenerateDecoderOnlyOutput
-
-    return "cache" if "cache" in {f.name for f in fields(GenerateDecoderOnlyOutput)} else "past_key_values"
-
-
 def load_tokenizer(tokenizer: Any) -> Any:
     """A tokenizer object as is; a hub name or a path through ``AutoTokenizer.from_pretrained``."""
     if isinstance(tokenizer, str) or hasattr(tokenizer, "__fspath__"):
@@ -237,16 +227,6 @@ class _Sampler:
         if not self.picked:
             return torch.zeros(new_tokens.shape, dtype=torch.float32)
         return torch.stack(self.picked[:n], dim=1).cpu()
-
-
-def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest set of most likely tokens whose probability reaches ``top_p`` (as HF/vLLM)."""
-    sorted_scores, order = torch.sort(scores, dim=-1, descending=False)
-    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-    remove = cumulative <= (1 - top_p)
-    remove[..., -1] = False  # always keep the most likely token
-    mask = remove.scatter(1, order, remove)
-    return scores.masked_fill(mask, float("-inf"))
 
 
 @contextmanager
