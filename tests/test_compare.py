@@ -272,3 +272,13 @@ def test_split_expressions_join_splits(small_scenario):
     assert split_parts(" a + b ") == ["a", "b"]
     with pytest.raises(ValueError, match="empty part"):
         split_parts("a+")
+
+
+def test_preflight_takes_split_expressions(small_scenario):
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.training.preflight import PreflightError, preflight
+
+    world = f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}, browser_mode: never}}"
+    preflight(load_config(None, [world, "eval.split=stage2/test+stage1/test"]), check_eval=True)
+    with pytest.raises(PreflightError, match="no split 'stage9/x'"):
+        preflight(load_config(None, [world, "eval.split=stage2/test+stage9/x"]), check_eval=True)

@@ -99,10 +99,12 @@ def check_scenario(config: TrainConfig, *, include_eval: bool = True) -> Any:
     wanted = {f"stages[{i}].split": stage.split for i, stage in enumerate(config.stages)}
     if include_eval:
         wanted["eval.split"] = config.eval.split
-    for field_name, split in wanted.items():
-        if not _has_split(splits, split):
-            raise PreflightError(f"config field '{field_name}': scenario {config.scenario!r} has no split {split!r} "
-                                 f"(it has {', '.join(splits)})")
+    for field_name, expression in wanted.items():
+        parts = mgrpo_scenarios.split_parts(expression) if field_name == "eval.split" else [expression]
+        for split in parts:  # an evaluation may join splits with '+'
+            if not _has_split(splits, split):
+                raise PreflightError(f"config field '{field_name}': scenario {config.scenario!r} has no split {split!r} "
+                                     f"(it has {', '.join(splits)}; an evaluation may join several with '+')")
     return scenario
 
 
