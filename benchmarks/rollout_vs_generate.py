@@ -88,7 +88,9 @@ def main() -> None:
         tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
         calls: list[tuple[int, int, int, float]] = []
         raw_generate = _recording(model, calls)
-        policies = {role: TransformersPolicy(model, tokenizer, role=role, max_new_tokens=new, seed=0)
+        # decode="generate": this benchmark replays the rollout's own generate calls (the lean loop makes
+        # none; benchmarks/demo_iteration.py compares the two paths)
+        policies = {role: TransformersPolicy(model, tokenizer, role=role, max_new_tokens=new, seed=0, decode="generate")
                     for role in ("main", "sub")}
         scenario = WikiHops(seed=0, num_entities=300, data_dir=f"{tmp}/data", cache_path=Path(tmp) / "cache.sqlite")
         tasks = list(scenario.tasks("stage2/test"))[:b]
