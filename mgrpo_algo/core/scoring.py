@@ -16,7 +16,7 @@ Pure: records in, typed slots and metrics out. The caller builds training sequen
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,19 +167,26 @@ def turn_states(trajectory: Any) -> list[Any]:
     return [tuple((m.get("role"), m.get("content")) for m in messages[:i]) for i in starts]
 
 
-def _step_credit(trajectories: Sequence[Any], returns: Sequence[float]) -> list[list[float]]:
-    """Step advantages of each trajectory's turns, anchor groups formed across ``trajectories`` (one query's)."""
-    anchors, flat_returns, owner = [], [], []
-    for j, (traj, ret) in enumerate(zip(trajectories, returns, strict=True)):
-        for key in turn_states(traj):
-            anchors.append(key)
-            flat_returns.append(float(ret))
-            owner.append(j)
-    flat = step_advantages(anchors, flat_returns)
-    out: list[list[float]] = [[] for _ in trajectories]
-    for j, value in zip(owner, flat, strict=True):
-        out[j].append(value)
+def _step_credit(groups: Iterable[Sequence[tuple[Any, Any, float]]]) -> dict[Any, list[float]]:
+    """Per-turn step advantages: ``groups`` holds, per query, ``(owner, trajectory, return)`` of every
+    trajectory whose turns may share anchor states; the result maps each owner to one value per turn."""
+    out: dict[Any, list[float]] = {}
+    for group in groups:
+        anchors, returns, owners = [], [], []
+        for owner, trajectory, ret in group:
+            out[owner] = []
+            for key in turn_states(trajectory):
+                anchors.append(key)
+                returns.append(float(ret))
+                owners.append(owner)
+        for owner, value in zip(owners, step_advantages(anchors, returns), strict=True):
+            out[owner].append(value)
     return out
+
+
+def _plus_steps(advantage: float, steps: Sequence[float] | None, weight: float) -> tuple[float, ...] | None:
+    """A trajectory's per-turn advantages: ``advantage + weight * step`` (None without step credit)."""
+    return None if steps is None else tuple(advantage + weight * v for v in steps)
 
 
 def score_batch(
@@ -200,16 +207,12 @@ def score_batch(
     agent = "single_0" if single else "main_0"
     role = "single" if single else "main"
     keys, a_main, stats = score_main([r.rewards[agent] for r in records], k)
-    main_steps: dict[int, list[float]] = {}
-    if step_weight:
-        for q in range(len(records) // k):
-            group = records[q * k: (q + 1) * k]
-            for j, steps in enumerate(_step_credit([r.main for r in group], [r.rewards[agent] for r in group])):
-                main_steps[q * k + j] = steps
+    queries = [range(q * k, (q + 1) * k) for q in range(len(records) // k)]
+    main_steps = _step_credit([(i, records[i].main, records[i].rewards[agent]) for i in rows] for rows in queries) \
+        if step_weight else {}
     main = [
         MainSlot(key, agent, float(records[key.index].rewards[agent]), a, float(records[key.index].correct),
-                 bool(records[key.index].main.format_ok),
-                 tuple(a + step_weight * v for v in main_steps[key.index]) if step_weight else None)
+                 bool(records[key.index].main.format_ok), _plus_steps(a, main_steps.get(key.index), step_weight))
         for key, a in zip(keys, a_main, strict=True)
     ]
     metrics = {
@@ -221,15 +224,11 @@ def score_batch(
     if single:
         return ScoredBatch(main, [], 0, metrics)
     placed, a_sub, align_stats = score_sub([[s.reward for s in r.subs] for r in records], k, d, strategy=strategy, rng=rng)
-    sub_steps: dict[tuple[int, int], list[float]] = {}
-    if step_weight:
-        for q in range(len(records) // k):
-            owners = [(q * k + j, i) for j in range(k) for i in range(records[q * k + j].num_subs)]
-            trajectories = [records[idx].subs[i] for idx, i in owners]
-            for owner, steps in zip(owners, _step_credit(trajectories, [t.reward for t in trajectories]), strict=True):
-                sub_steps[owner] = steps
+    # a query's sub-agents, of all its rollouts, share anchor states (the same subtask, the same pages)
+    sub_steps = _step_credit([((i, j), t, t.reward) for i in rows for j, t in enumerate(records[i].subs)]
+                             for rows in queries) if step_weight else {}
     sub = [SubSlot(key, s, i, records[key.index].subs[i].agent, reward, a,
-                   tuple(a + step_weight * v for v in sub_steps[(key.index, i)]) if step_weight else None)
+                   _plus_steps(a, sub_steps.get((key.index, i)), step_weight))
            for (key, s, i, reward), a in zip(placed, a_sub, strict=True)]
     subs = [s for r in records for s in r.subs]
     metrics.update({

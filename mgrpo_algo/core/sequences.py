@@ -92,8 +92,6 @@ def trajectory_sequence(turns: Sequence[Mapping[str, Any]]) -> tuple[list[int], 
         ValueError: no turns, a turn without ids, or prompts that do not nest (a later prompt does
             not start with the earlier prompt + completion: something re-tokenised).
     """
-    if not turns:
-        raise ValueError("an agent with no turns has no training sequence")
     ids, mask, logps, _ = _build(turns)
     return ids, mask, logps
 

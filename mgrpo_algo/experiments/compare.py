@@ -42,7 +42,7 @@ from . import intervals as iv
 from .report import DIFFERENCES, format_table, history_means, markdown, verdict
 
 __all__ = ["MODES", "check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate",
-           "evaluation_policies", "evaluate_policies", "eval_figures"]
+           "evaluation_policies", "evaluate_policies", "eval_figures", "greedy_em"]
 
 MODES = TRAIN_MODES
 #: The per-seed numbers aggregated over seeds (mean, population std, min, max). ``*_em`` is mean@k
@@ -148,11 +148,24 @@ def evaluate_policies(config: TrainConfig, scenario: Any, policies: Mapping[str,
                               **common)
 
 
-def eval_figures(report: Any, records: Sequence[Any]) -> dict[str, float]:
-    """EM, F1, tasks, mean@k and pass@k of one evaluation."""
-    scores = iv.per_question(records)
+def eval_figures(report: Any, records: Sequence[Any], scores: Mapping[str, Sequence[bool]] | None = None
+                 ) -> dict[str, float]:
+    """EM, F1, tasks, mean@k and pass@k of one evaluation (``scores``: its :func:`intervals.per_question`,
+    when the caller has it already)."""
+    scores = iv.per_question(records) if scores is None else scores
     return {"em": report.exact_match, "f1": report.f1, "tasks": report.num_tasks, "mean_k": iv.mean_at_k(scores),
             "pass_k": iv.pass_at_k(scores)}
+
+
+def greedy_em(config: TrainConfig, scenario: Any, make_policies: Any, *, seed: int, name: str) -> float:
+    """EM of one greedy answer per question (``eval.temperature`` 0, one sample) on the config's split:
+    what compare and ``mgrpo eval`` report beside a sampled mean@k. ``make_policies(cfg)`` builds the
+    policies for the greedy config."""
+    greedy = copy.deepcopy(config)
+    greedy.eval.temperature, greedy.eval.samples = 0.0, 1
+    report, _ = evaluate_policies(greedy, scenario, make_policies(greedy), limit=config.eval.limit, seed=seed,
+                                  progress=False, name=f"{name} greedy")
+    return float(report.exact_match)
 
 
 def _evaluate(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *, limit: int, seed: int,
@@ -163,24 +176,28 @@ def _evaluate(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *
 
 
 def _full_evaluation(config: TrainConfig, scenario: Any, make_policies: Any, *, seed: int, progress: bool,
-                     name: str) -> tuple[dict[str, Any], list[Any], float]:
+                     name: str, greedy_cache: dict[Any, float] | None = None, greedy_key: Any = None
+                     ) -> tuple[dict[str, Any], list[Any], float]:
     """The held-out evaluation of one set of models: ``eval.samples`` at ``eval.temperature``, plus a
     greedy pass when that samples and ``eval.greedy`` is on. ``make_policies(cfg)`` builds the policies
     for a config (the greedy pass needs temperature 0). Returns (figures, records, seconds); figures
-    carry ``scores`` ({question: [correct, ...]}), kept in memory for the paired intervals."""
+    carry ``scores`` ({question: [correct, ...]}), kept in memory for the paired intervals. A greedy
+    pass does not depend on the seed: with ``greedy_cache`` it runs once per ``greedy_key`` (the start
+    models), not once per seed."""
     t = time.perf_counter()
-    figures, records = _evaluate(config, scenario, make_policies(config), limit=config.eval.limit, seed=seed,
-                                 progress=progress, name=name)
-    figures["scores"] = iv.per_question(records)
-    figures["greedy_em"] = float("nan")
-    if config.eval.temperature > 0 and config.eval.greedy:
-        greedy = copy.deepcopy(config)
-        greedy.eval.temperature, greedy.eval.samples = 0.0, 1
-        g, _ = _evaluate(greedy, scenario, make_policies(greedy), limit=config.eval.limit, seed=seed, progress=False,
-                         name=f"{name} greedy")
-        figures["greedy_em"] = g["em"]
-    elif config.eval.temperature == 0:
+    report, records = evaluate_policies(config, scenario, make_policies(config), limit=config.eval.limit, seed=seed,
+                                        progress=progress, name=name)
+    scores = iv.per_question(records)
+    figures: dict[str, Any] = {**eval_figures(report, records, scores), "scores": scores}
+    if config.eval.temperature == 0:  # the evaluation is greedy already
         figures["greedy_em"] = figures["em"]
+    elif config.eval.greedy:
+        cache = {} if greedy_cache is None or greedy_key is None else greedy_cache
+        if greedy_key not in cache:
+            cache[greedy_key] = greedy_em(config, scenario, make_policies, seed=seed, name=name)
+        figures["greedy_em"] = cache[greedy_key]
+    else:
+        figures["greedy_em"] = float("nan")
     return figures, records, time.perf_counter() - t
 
 
@@ -234,6 +251,7 @@ def run_compare(
     per_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     curves: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     before_cache: dict[tuple[Any, ...], tuple[dict[str, Any], list[Any], float]] = {}
+    greedy_starts: dict[Any, float] = {}  # greedy EM of each start: the same for every seed
     scores: dict[str, dict[str, list[dict[str, list[bool]]]]] = {m: {"start": [], "after": []} for m in modes}
     for i in range(seeds):
         seed = config.seed + i
@@ -247,7 +265,7 @@ def run_compare(
             if cache_key not in before_cache:
                 before_cache[cache_key] = _full_evaluation(
                     config, scenario, lambda c, p=paths, s=seed: evaluation_policies(c, p, p, s), seed=seed, progress=progress,
-                    name=f"start seed{seed}")
+                    name=f"start seed{seed}", greedy_cache=greedy_starts, greedy_key=cache_key[0])
             before, records, before_seconds = before_cache[cache_key]
             write_jsonl(run_dir / "eval_before.jsonl", records)
             row, curve_data, after_scores = _train_and_evaluate(config, scenario, mode, seed, paths, run_dir, tb_dir,
@@ -361,7 +379,7 @@ def _train_and_evaluate(
         "delta_f1": after["f1"] - before["f1"],
         "before_pass_k": before["pass_k"], "after_pass_k": after["pass_k"],
         "before_greedy": before["greedy_em"], "after_greedy": after["greedy_em"],
-        "delta_interval": iv.paired_difference(after_scores, _scores_of(before_scores), seed=seed),
+        "delta_interval": iv.paired_difference(after_scores, before_scores, seed=seed),
         "rollouts": rollouts,
         "rollouts_per_minute": rollouts / train_seconds * 60 if train_seconds > 0 else 0.0,
         "iterations": len(history),
@@ -378,21 +396,15 @@ def _train_and_evaluate(
     return row, curve_data, after_scores
 
 
-def _scores_of(scores: Mapping[str, Any]) -> dict[str, list[bool]]:
-    return {q: list(v) for q, v in scores.items()}
-
-
 def _intervals(scores: Mapping[str, Mapping[str, list[dict[str, list[bool]]]]], seed: int) -> dict[str, Any]:
     """The report's paired differences (:data:`mgrpo_algo.experiments.report.DIFFERENCES`), each pooled
-    over seeds: a mode's after - start, and one mode's after minus another's."""
+    over seeds: a mode's after - start, and one mode's after minus another's (where both ran)."""
     out: dict[str, Any] = {}
     for name, a, b in DIFFERENCES:
-        if a not in scores or not scores[a]["after"]:
-            continue
-        if b == "start":
-            out[name] = iv.paired_difference(iv.pool_runs(scores[a]["after"]), iv.pool_runs(scores[a]["start"]), seed=seed)
-        elif b in scores and scores[b]["after"]:
-            out[name] = iv.paired_difference(iv.pool_runs(scores[a]["after"]), iv.pool_runs(scores[b]["after"]), seed=seed)
+        first = scores.get(a, {}).get("after")
+        second = scores[a]["start"] if b == "start" and first else scores.get(b, {}).get("after")
+        if first and second:
+            out[name] = iv.paired_difference(iv.pool_runs(first), iv.pool_runs(second), seed=seed)
     return out
 
 

@@ -14,7 +14,6 @@ start and after evaluations, so the same models and config give the same episode
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import re
 import sys
@@ -261,7 +260,7 @@ def _run(args: argparse.Namespace, config: Any, scenario: Any, paths: dict[str, 
     from mgrpo_env.episode import write_jsonl
 
     from . import intervals as iv
-    from .compare import evaluate_policies, evaluation_policies
+    from .compare import evaluate_policies, evaluation_policies, greedy_em
 
     def make(cfg: Any, seed: int) -> dict[str, Any]:
         return policies if paths is None else evaluation_policies(cfg, paths, paths, seed)
@@ -273,7 +272,7 @@ def _run(args: argparse.Namespace, config: Any, scenario: Any, paths: dict[str, 
             sink.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
             sink.flush()
 
-    runs, records, first, report, greedy_em = [], [], [], None, None
+    runs, records, first, report, greedy = [], [], [], None, None
     e = config.eval
     try:
         for run in range(args.runs):  # the paper averages 3 runs
@@ -285,11 +284,7 @@ def _run(args: argparse.Namespace, config: Any, scenario: Any, paths: dict[str, 
             records += run_records
             first = first or run_records
         if paths is not None and e.temperature > 0 and e.greedy:  # as compare: greedy EM beside mean@k
-            greedy = copy.deepcopy(config)
-            greedy.eval.temperature, greedy.eval.samples = 0.0, 1
-            g, _ = evaluate_policies(greedy, scenario, make(greedy, config.seed), limit=e.limit, seed=config.seed,
-                                     progress=False, name=f"{args.agent} greedy")
-            greedy_em = g.exact_match
+            greedy = greedy_em(config, scenario, lambda cfg: make(cfg, config.seed), seed=config.seed, name=args.agent)
     except KeyboardInterrupt:
         kept = sum(1 for line in episodes.open() if line.strip()) if episodes is not None else 0
         where = f"kept {kept} finished episodes in {episodes}; finish with the same command and --resume" \
@@ -303,8 +298,8 @@ def _run(args: argparse.Namespace, config: Any, scenario: Any, paths: dict[str, 
     if e.samples > 1:
         scores = iv.per_question(first)  # the first run's k samples per question
         extra.update({"mean_at_k": iv.mean_at_k(scores), "pass_at_k": iv.pass_at_k(scores), "questions": len(scores)})
-    if greedy_em is not None:
-        extra["greedy_em"] = greedy_em
+    if greedy is not None:
+        extra["greedy_em"] = greedy
     if args.runs > 1:
         ems = [r.exact_match for r in runs]
         mean = sum(ems) / len(ems)

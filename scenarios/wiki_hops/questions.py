@@ -270,9 +270,9 @@ def generate_tasks(world: World, sizes: dict[str, int] | None = None) -> dict[st
         candidates = _candidates(rng, world, stage)
         test_hops: dict[str, None] = {}
         seen_hops: dict[str, None] = {}  # every hop question of test and train: none may recur held out
-        for part in ("test", "train", "heldout"):
+        for part in (p for p in ("test", "train", "heldout") if f"{stage}/{p}" in SPLITS):  # stage 1 has no heldout
             split = f"{stage}/{part}"
-            want = sizes.get(split, 0)
+            want = sizes[split]
             picked: list[Task] = []
             for _ in range(60 * want):
                 if len(picked) >= want:
@@ -294,6 +294,5 @@ def generate_tasks(world: World, sizes: dict[str, int] | None = None) -> dict[st
                     answer=task.answer, split=split, hops=task.hops, kind=task.kind, aliases=task.aliases,
                     metadata={**task.metadata, "num_hops": len(task.hops)},
                 ))
-            if split in SPLITS:
-                out[split] = picked
+            out[split] = picked
     return {split: out[split] for split in SPLITS}
