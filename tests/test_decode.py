@@ -55,12 +55,13 @@ def chat_turns(pol: TransformersPolicy, turns: int = 4, agents: int = 5) -> list
     {"temperature": 1.3, "logprobs_mode": "raw", "max_batch_size": 2},
 ])
 @pytest.mark.parametrize("kv_cache_mb", [256, 0])
-def test_lean_decode_samples_what_generate_samples(sub_model, sampling, kv_cache_mb) -> None:
+@pytest.mark.parametrize("mode", ["lean", "forward"])
+def test_lean_decode_samples_what_generate_samples(sub_model, sampling, kv_cache_mb, mode) -> None:
     def policy(mode: str) -> TransformersPolicy:
         return TransformersPolicy(sub_model, START / "sub", role="sub", max_new_tokens=40, seed=5,
                                   kv_cache_mb=kv_cache_mb, decode=mode, **sampling)
 
-    lean_policy = policy("lean")
+    lean_policy = policy(mode)
     lean, reference = chat_turns(lean_policy), chat_turns(policy("generate"))
     assert len(lean) == len(reference) >= 12
     for (ids, lps, finish), (ref_ids, ref_lps, ref_finish) in zip(lean, reference, strict=True):

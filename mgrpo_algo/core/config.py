@@ -232,14 +232,17 @@ class GenerationConfig:
     new ids are fed at the next turn; past the budget the least recently used are evicted and
     re-prefilled). 0 re-prefills every turn. Same samples and log-probs either way (mgrpo_algo.policies.kv_cache)."""
     decode: str = "lean"
-    """How the in-process policy samples: ``"lean"`` (a sampling loop over the model's forward with
-    a preallocated KV cache, mgrpo_algo.policies.decode; the same ids and log-probs as ``generate``
-    under a seed, faster on small models) or ``"generate"`` (transformers' ``generate``, the
-    reference it is tested against). Served engines ignore it."""
+    """How the in-process policy samples: ``"lean"`` (a sampling loop with a preallocated KV cache,
+    mgrpo_algo.policies.decode, whose one-token steps run through mgrpo_algo.policies.lean_forward for
+    Qwen2 / Llama models: bitwise the model's logits without the forward's overhead), ``"forward"``
+    (the same loop over the model's own forward) or ``"generate"`` (transformers' ``generate``, the
+    reference both are tested against). All three sample the same ids and log-probs under a seed;
+    benchmarks/generation.py measures them. Served engines ignore it."""
 
     def __post_init__(self) -> None:
         _check(self.max_new_tokens >= 1, "generation.max_new_tokens", "must be >= 1")
-        _check(self.decode in ("lean", "generate"), "generation.decode", "must be 'lean' or 'generate'")
+        _check(self.decode in ("lean", "forward", "generate"), "generation.decode",
+               "must be 'lean', 'forward' or 'generate'")
         _check(self.kv_cache_mb >= 0, "generation.kv_cache_mb", "must be >= 0")
         _check(self.temperature >= 0, "generation.temperature", "must be >= 0")
         _check(0 < self.top_p <= 1, "generation.top_p", "must be in (0, 1]")

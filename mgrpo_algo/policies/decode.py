@@ -108,17 +108,26 @@ def process_scores(logits: torch.Tensor, temperature: float, top_p: float, mode:
 @torch.no_grad()
 def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any, *,
            max_new_tokens: int, stop_ids: Sequence[int], pad_id: int, temperature: float, top_p: float,
-           logprobs_mode: str = "processed") -> tuple[torch.Tensor, torch.Tensor, Any]:
+           logprobs_mode: str = "processed", step: str = "lean") -> tuple[torch.Tensor, torch.Tensor, Any]:
     """Sample up to ``max_new_tokens`` after left-padded ``input_ids`` ``[B, W]``.
 
     ``cache`` is a ``DynamicCache`` holding the first ``cache.get_seq_length()`` columns (or None: a
     fresh one is made). Returns ``(new_tokens [B, n], logprobs [B, n], cache)`` on the CPU, ``n`` the
     steps run; the cache holds the prompt and every sampled token but the last (never fed), as with
     ``generate``. Seed the RNG around the call; the model should be in eval mode.
+
+    ``step``: how the one-token steps after the prefill run: ``"lean"`` (default) through
+    :class:`~mgrpo_algo.policies.lean_forward.LeanStep` when it supports the model (bitwise the
+    model's logits, without the forward's overhead), else the model's forward; ``"forward"``
+    always through the model's forward. The prefill always goes through the model's forward.
     """
     from transformers import DynamicCache
 
+    from .lean_forward import LeanStep
 
+    if step not in ("lean", "forward"):
+        raise ValueError(f"step must be 'lean' or 'forward', got {step!r}")
+    lean = LeanStep(model) if step == "lean" and LeanStep.supports(model) else None
     kwarg = _cache_kwarg()  # the forward's name for the cache (``cache`` in transformers 5.x)
     device = input_ids.device
     if cache is None:
@@ -134,11 +143,15 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
     tokens, logps = [], []
     feed, feed_pos = input_ids[:, past:], positions[:, past:]
     last_pos = positions[:, -1:]
-    for step in range(max_new_tokens):
-        out = model(input_ids=feed, attention_mask=mask, position_ids=feed_pos, **{kwarg: cache}, use_cache=True,
-                    logits_to_keep=1, return_dict=True)
-        logits = out.logits[:, -1].to(dtype=torch.float32, copy=True)
-        del out
+    all_ones = bool(mask.all())  # stays so: the mask only grows by columns of ones
+    for index in range(max_new_tokens):
+        if lean is not None and index > 0:
+            logits = lean(feed, mask, feed_pos, cache, mask_all_ones=all_ones).to(dtype=torch.float32, copy=True)
+        else:
+            out = model(input_ids=feed, attention_mask=mask, position_ids=feed_pos, **{kwarg: cache}, use_cache=True,
+                        logits_to_keep=1, return_dict=True)
+            logits = out.logits[:, -1].to(dtype=torch.float32, copy=True)
+            del out
         scores, logp = process_scores(logits, temperature, top_p, logprobs_mode)
         if temperature > 0:
             nxt = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
@@ -148,7 +161,7 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
         tokens.append(nxt)
         logps.append(logp.gather(1, nxt[:, None]).squeeze(1))
         unfinished &= ~(nxt[:, None] == stops).any(-1)
-        if step + 1 == max_new_tokens or not bool(unfinished.any()):
+        if index + 1 == max_new_tokens or not bool(unfinished.any()):
             break
         feed = nxt[:, None]
         last_pos = last_pos + 1

@@ -267,10 +267,12 @@ class TransformersPolicy:
             (:mod:`mgrpo_algo.policies.kv_cache`: only the new ids are fed at the next turn; least recently
             used caches are evicted past the budget and re-prefilled). 0 turns reuse off. Ignored
             (always re-prefill) for models with sliding-window or linear-attention layers.
-        decode: ``"lean"`` (default: :func:`mgrpo_algo.policies.decode.decode`, a sampling loop over
-            the model's forward with the same ids and log-probs as ``generate``, several times
-            faster on small models) or ``"generate"`` (transformers' ``generate``, the reference).
-            Tokenizers whose stop tags are several tokens always use ``generate``.
+        decode: ``"lean"`` (default: :func:`mgrpo_algo.policies.decode.decode`, a sampling loop whose
+            one-token steps run through :class:`~mgrpo_algo.policies.lean_forward.LeanStep` when it
+            supports the model), ``"forward"`` (the same loop over the model's forward) or
+            ``"generate"`` (transformers' ``generate``, the reference). All three give the same ids
+            and log-probs under a seed. Tokenizers whose stop tags are several tokens always use
+            ``generate``.
     """
 
     def __init__(
@@ -300,8 +302,8 @@ class TransformersPolicy:
             raise ValueError("max_new_tokens and max_prompt_tokens must be >= 1")
         if logprobs_mode not in ("processed", "raw"):
             raise ValueError(f"logprobs_mode must be 'processed' or 'raw', got {logprobs_mode!r}")
-        if decode not in ("lean", "generate"):
-            raise ValueError(f"decode must be 'lean' or 'generate', got {decode!r}")
+        if decode not in ("lean", "forward", "generate"):
+            raise ValueError(f"decode must be 'lean', 'forward' or 'generate', got {decode!r}")
         if kv_cache_mb < 0:
             raise ValueError(f"kv_cache_mb must be >= 0, got {kv_cache_mb}")
         if max_batch_size is not None and max_batch_size < 1:
@@ -426,12 +428,12 @@ class TransformersPolicy:
         was_training = model.training
         try:
             model.eval()
-            if self.decode == "lean" and not self.stop.strings:
+            if self.decode in ("lean", "forward") and not self.stop.strings:
                 with torch.no_grad(), _seeded(seed, device):
                     generated, logprobs, cache_out = lean_decode(
                         model, input_ids.to(device), attention.to(device), cache_in, max_new_tokens=new_tokens,
                         stop_ids=self.stop.token_ids, pad_id=self.pad_id, temperature=self.temperature,
-                        top_p=self.top_p, logprobs_mode=self.logprobs_mode)
+                        top_p=self.top_p, logprobs_mode=self.logprobs_mode, step=self.decode)
             else:
                 generated, logprobs, cache_out = self._hf_generate(input_ids, attention, cache_in, width, new_tokens, seed)
         finally:

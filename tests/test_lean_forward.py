@@ -1,0 +1,112 @@
+"""LeanStep (mgrpo_algo.policies.lean_forward) against the model's own forward: bitwise the same logits
+for a one-token step, on padded and unpadded batches over a cache, for Qwen2 (grouped-query heads,
+q/k/v biases: the demo's committed warm start) and Llama (biases on every projection, one key/value head per query
+head); it follows the live weights and refuses what it cannot mirror."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from mgrpo_algo.policies.decode import reserve
+from mgrpo_algo.policies.lean_forward import LeanStep
+
+START = Path(__file__).resolve().parent.parent / "configs" / "demo-warm-start"
+
+
+def _qwen2():
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(START / "sub").eval()
+
+
+def _llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(3)
+    config = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256,
+                         attention_bias=True, mlp_bias=True, attn_implementation="sdpa")
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # biases start at zero, where dropping one would not show
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):
+                parameter.normal_(0.0, 0.1)
+    return model
+
+
+def _prefilled(model, padded: bool, grow: bool):
+    """A cache over 20 columns of 3 rows (row 0 left-padded, row 2 padded in the middle as KV reuse
+    lays it out, when ``padded``), the next token and the step's mask and positions."""
+    from transformers import DynamicCache
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 290, (3, 21), generator=g)
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[0, :7] = 0
+        mask[2, 10:13] = 0
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    cache = DynamicCache(config=model.config)
+    if grow:
+        reserve(cache, 24)  # the decode loop's preallocated layers
+    with torch.no_grad():
+        model(input_ids=ids[:, :20], attention_mask=mask[:, :20], position_ids=positions[:, :20], cache=cache,
+              use_cache=True)
+    return cache, ids[:, 20:], mask, positions[:, 20:]
+
+
+@pytest.mark.parametrize("build", [_qwen2, _llama], ids=["qwen2", "llama"])
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+@pytest.mark.parametrize("grow", [True, False], ids=["reserved", "dynamic"])
+def test_a_lean_step_gives_the_models_logits_bitwise(build, padded, grow) -> None:
+    import copy
+
+    model = build()
+    assert LeanStep.supports(model)
+    cache, token, mask, position = _prefilled(model, padded, grow)
+    theirs_cache, ours_cache = cache, copy.deepcopy(cache)
+    lean = LeanStep(model)
+    with torch.no_grad():
+        for _ in range(3):  # several steps: each extends its cache the same way
+            theirs = model(input_ids=token, attention_mask=mask, position_ids=position, cache=theirs_cache,
+                           use_cache=True, logits_to_keep=1).logits[:, -1]
+            ours = lean(token, mask, position, ours_cache)
+            assert torch.equal(ours, theirs)
+            token = theirs.argmax(-1, keepdim=True)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+            position = position + 1
+    for a, b in zip(theirs_cache.layers, ours_cache.layers, strict=True):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+def test_lean_step_reads_the_live_weights() -> None:
+    model = _qwen2()
+    lean = LeanStep(model)
+    cache, token, mask, position = _prefilled(model, True, True)
+    import copy
+
+    before = lean(token, mask, position, copy.deepcopy(cache))
+    with torch.no_grad():
+        model.model.layers[-1].mlp.down_proj.weight.mul_(1.5)  # an in-place update, as an optimiser step
+        expected = model(input_ids=token, attention_mask=mask, position_ids=position, cache=copy.deepcopy(cache),
+                         use_cache=True, logits_to_keep=1).logits[:, -1]
+    after = lean(token, mask, position, copy.deepcopy(cache))
+    assert not torch.equal(before, after) and torch.equal(after, expected)
+
+
+def test_what_it_cannot_mirror_goes_through_the_forward() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = _qwen2()
+    model.train()
+    assert not LeanStep.supports(model)  # dropout and training-mode branches
+    model.eval()
+    assert LeanStep.supports(model)
+    eager = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                         num_attention_heads=2, attn_implementation="eager")).eval()
+    assert not LeanStep.supports(eager)
+    with pytest.raises(ValueError, match="forward"):
+        LeanStep(eager)
