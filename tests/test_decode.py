@@ -120,3 +120,62 @@ def test_decode_stops_every_row_at_its_stop_id_and_pads_after(sub_model) -> None
             assert all(t == 0 for t in row[hits[0] + 1:])
     assert cache.get_seq_length() == 12 + tokens.shape[1] - 1  # the last sampled token is never fed
     assert torch.all(logps <= 0)
+
+
+def test_inverse_cdf_draws_the_distribution_and_never_a_zero_probability_token() -> None:
+    from mgrpo_algo.policies.decode import inverse_cdf
+
+    probs = torch.tensor([[0.5, 0.0, 0.2, 0.3, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0]]).repeat(20_000, 1)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        picked = inverse_cdf(probs)
+    first, second = picked[0::2], picked[1::2]
+    counts = torch.bincount(first, minlength=5).float() / len(first)
+    # 20k draws: a standard error of at most 0.0035 per frequency; 0.015 is over four of them
+    assert torch.allclose(counts, torch.tensor([0.5, 0.0, 0.2, 0.3, 0.0]), atol=0.015)
+    assert counts[1] == 0 and counts[4] == 0 and bool((second == 3).all())
+    # unnormalised rows (a top-p nucleus before renormalising) draw the same distribution
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        assert torch.equal(inverse_cdf(probs * 3.0), picked)
+
+
+def test_the_inverse_cdf_sampler_records_the_models_log_probs(sub_model) -> None:
+    """Other ids than generate under a seed, but token-in/token-out exact: each recorded log-prob is
+    log_softmax(logits / T) of the full forward at the sampled id (what the learner computes)."""
+    pol = TransformersPolicy(sub_model, START / "sub", role="sub", max_new_tokens=24, seed=3, temperature=0.8,
+                             sampler="inverse_cdf")
+    out = chat_turns(pol, turns=2, agents=3)
+    assert sum(len(ids) for ids, _, _ in out) > 30
+    request = PolicyRequest(0, "sub_0", "sub", "", [SYSTEM, {"role": "user", "content": "Where is the bridge?"}], None, [])
+    response = pol([request])[0]
+    prompt, ids, logprobs = response.extra["prompt_ids"], response.extra["completion_ids"], response.extra["logprobs"]
+    with torch.no_grad():
+        logits = sub_model(input_ids=torch.tensor([prompt + ids])).logits[0, len(prompt) - 1: -1] / 0.8
+    expected = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids)[:, None]).squeeze(1)
+    assert len(ids) > 3
+    assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-5)
+    with pytest.raises(ValueError, match="sampler"):
+        TransformersPolicy(sub_model, START / "sub", role="sub", sampler="gumbel")
+
+
+@pytest.mark.parametrize("sampler", ["multinomial", "inverse_cdf"])
+def test_each_sampler_draws_from_the_tempered_nucleus(sub_model, sampler) -> None:
+    """One step over 4,000 copies of a prompt: the drawn frequencies are softmax(logits / T) renormalised
+    over the top-p nucleus (T = 2, top-p 0.8; frequencies within 0.03; a token outside the nucleus is never drawn)."""
+    from mgrpo_algo.policies.decode import process_scores
+
+    prompt = torch.randint(5, 300, (1, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        logits = sub_model(input_ids=prompt).logits[0, -1].float()
+    scores, _ = process_scores(logits[None], 2.0, 0.8, "processed")
+    expected = torch.softmax(scores[0], -1)
+    rows = 4000
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        tokens, _, _ = decode(sub_model, prompt.repeat(rows, 1), torch.ones((rows, 9), dtype=torch.long), None,
+                              max_new_tokens=1, stop_ids=[], pad_id=0, temperature=2.0, top_p=0.8, sampler=sampler)
+    counts = torch.bincount(tokens[:, 0], minlength=expected.numel()).float() / rows
+    assert float((counts - expected).abs().max()) < 0.03
+    assert float(counts[expected == 0].sum()) == 0.0
+    assert int((expected > 0).sum()) >= 2  # a real choice, not one certain token

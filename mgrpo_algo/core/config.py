@@ -238,11 +238,17 @@ class GenerationConfig:
     (the same loop over the model's own forward) or ``"generate"`` (transformers' ``generate``, the
     reference both are tested against). All three sample the same ids and log-probs under a seed;
     benchmarks/generation.py measures them. Served engines ignore it."""
+    sampler: str = "multinomial"
+    """How the lean paths draw a token: ``"multinomial"`` (``torch.multinomial``, as ``generate``: the
+    same ids under a seed) or ``"inverse_cdf"`` (the same distribution from one uniform per row, far
+    fewer random numbers: other ids under the seed). ``generate`` always draws with multinomial."""
 
     def __post_init__(self) -> None:
         _check(self.max_new_tokens >= 1, "generation.max_new_tokens", "must be >= 1")
         _check(self.decode in ("lean", "forward", "generate"), "generation.decode",
                "must be 'lean', 'forward' or 'generate'")
+        _check(self.sampler in ("multinomial", "inverse_cdf"), "generation.sampler",
+               "must be 'multinomial' or 'inverse_cdf'")
         _check(self.kv_cache_mb >= 0, "generation.kv_cache_mb", "must be >= 0")
         _check(self.temperature >= 0, "generation.temperature", "must be >= 0")
         _check(0 < self.top_p <= 1, "generation.top_p", "must be in (0, 1]")

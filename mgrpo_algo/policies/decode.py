@@ -28,7 +28,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["process_scores", "decode", "reserve"]
+__all__ = ["process_scores", "decode", "reserve", "inverse_cdf", "SAMPLERS"]
+
+SAMPLERS = ("multinomial", "inverse_cdf")
 
 
 def _growing_layer_class() -> type:
@@ -108,7 +110,8 @@ def process_scores(logits: torch.Tensor, temperature: float, top_p: float, mode:
 @torch.no_grad()
 def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any, *,
            max_new_tokens: int, stop_ids: Sequence[int], pad_id: int, temperature: float, top_p: float,
-           logprobs_mode: str = "processed", step: str = "lean") -> tuple[torch.Tensor, torch.Tensor, Any]:
+           logprobs_mode: str = "processed", step: str = "lean",
+           sampler: str = "multinomial") -> tuple[torch.Tensor, torch.Tensor, Any]:
     """Sample up to ``max_new_tokens`` after left-padded ``input_ids`` ``[B, W]``.
 
     ``cache`` is a ``DynamicCache`` holding the first ``cache.get_seq_length()`` columns (or None: a
@@ -120,11 +123,18 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
     :class:`~mgrpo_algo.policies.lean_forward.LeanStep` when it supports the model (bitwise the
     model's logits, without the forward's overhead), else the model's forward; ``"forward"``
     always through the model's forward. The prefill always goes through the model's forward.
+
+    ``sampler``: ``"multinomial"`` draws as ``generate`` does (``torch.multinomial``: one exponential
+    variate per vocabulary entry and row, the same ids as ``generate`` under a seed);
+    ``"inverse_cdf"`` draws the same distribution from one uniform per row (:func:`inverse_cdf`),
+    so other ids under the same seed but far fewer random numbers. Greedy ignores it.
     """
     from transformers import DynamicCache
 
     from .lean_forward import LeanStep
 
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
     if step not in ("lean", "forward"):
         raise ValueError(f"step must be 'lean' or 'forward', got {step!r}")
     lean = LeanStep(model) if step == "lean" and LeanStep.supports(model) else None
@@ -153,7 +163,9 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
             logits = out.logits[:, -1].to(dtype=torch.float32, copy=True)
             del out
         scores, logp = process_scores(logits, temperature, top_p, logprobs_mode)
-        if temperature > 0:
+        if temperature > 0 and sampler == "inverse_cdf":
+            nxt = inverse_cdf(torch.softmax(scores, dim=-1))
+        elif temperature > 0:
             nxt = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
         else:
             nxt = torch.argmax(scores, dim=-1)
@@ -168,6 +180,23 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
         feed_pos = last_pos
         mask = torch.cat([mask, ones], dim=-1)
     return torch.stack(tokens, 1).cpu(), torch.stack(logps, 1).cpu(), cache
+
+
+def inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
+    """One token per row of ``probs`` ``[B, V]`` drawn by inverting its cumulative sum at one uniform.
+
+    ``P(token i) = probs[i] / sum(probs)``: the first index whose cumulative sum exceeds ``u * total``
+    (``u`` uniform in [0, 1)). A token of probability 0 (outside the top-p nucleus) has the cumulative
+    sum of the token before it and is never the first to exceed; ``u * total`` is kept below the
+    total, so rounding cannot run past the last token of nonzero probability. Costs B random numbers
+    instead of the B x V
+    exponentials of ``torch.multinomial``.
+    """
+    cdf = probs.cumsum(dim=-1)
+    total = cdf[:, -1:]
+    u = torch.rand((probs.shape[0], 1), dtype=cdf.dtype, device=probs.device) * total
+    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))  # below the total, even rounded
+    return torch.searchsorted(cdf, u, right=True).squeeze(1)
 
 
 # Shared with hf_policy's generate path (defined here so the two modules import in one direction).

@@ -58,7 +58,7 @@ import torch
 
 from mgrpo_env.rollout import PolicyRequest, PolicyResponse
 
-from .decode import _cache_kwarg, _top_p, process_scores  # noqa: F401 - _cache_kwarg: also imported from here
+from .decode import SAMPLERS, _cache_kwarg, _top_p, process_scores  # noqa: F401 - _cache_kwarg: also imported from here
 from .decode import decode as lean_decode
 from .kv_cache import KVCacheManager, supports_reuse
 
@@ -273,6 +273,10 @@ class TransformersPolicy:
             ``"generate"`` (transformers' ``generate``, the reference). All three give the same ids
             and log-probs under a seed. Tokenizers whose stop tags are several tokens always use
             ``generate``.
+        sampler: how the lean paths draw a token: ``"multinomial"`` (as ``generate``: the same ids
+            under a seed) or ``"inverse_cdf"`` (the same distribution from one uniform per row:
+            other ids, fewer random numbers; :func:`mgrpo_algo.policies.decode.inverse_cdf`).
+            ``generate`` always draws with ``torch.multinomial``.
     """
 
     def __init__(
@@ -293,6 +297,7 @@ class TransformersPolicy:
         name: str | None = None,
         kv_cache_mb: float = 1024.0,
         decode: str = "lean",
+        sampler: str = "multinomial",
     ) -> None:
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -304,6 +309,8 @@ class TransformersPolicy:
             raise ValueError(f"logprobs_mode must be 'processed' or 'raw', got {logprobs_mode!r}")
         if decode not in ("lean", "forward", "generate"):
             raise ValueError(f"decode must be 'lean', 'forward' or 'generate', got {decode!r}")
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
         if kv_cache_mb < 0:
             raise ValueError(f"kv_cache_mb must be >= 0, got {kv_cache_mb}")
         if max_batch_size is not None and max_batch_size < 1:
@@ -333,6 +340,7 @@ class TransformersPolicy:
         self.max_batch_size = max_batch_size
         self.logprobs_mode = logprobs_mode
         self.decode = decode
+        self.sampler = sampler
         self.name = name or f"hf:{source or type(self.model).__name__}"
         self.prompter = ChatPrompter(self.tokenizer, max_prompt_tokens)
         self.max_positions = getattr(self.model.config, "max_position_embeddings", None)
@@ -433,7 +441,8 @@ class TransformersPolicy:
                     generated, logprobs, cache_out = lean_decode(
                         model, input_ids.to(device), attention.to(device), cache_in, max_new_tokens=new_tokens,
                         stop_ids=self.stop.token_ids, pad_id=self.pad_id, temperature=self.temperature,
-                        top_p=self.top_p, logprobs_mode=self.logprobs_mode, step=self.decode)
+                        top_p=self.top_p, logprobs_mode=self.logprobs_mode, step=self.decode,
+                        sampler=self.sampler)
             else:
                 generated, logprobs, cache_out = self._hf_generate(input_ids, attention, cache_in, width, new_tokens, seed)
         finally:

@@ -104,30 +104,28 @@ class LeanStep:
             mask_all_ones = bool(attention_mask.all())
         # The SDPA mask factory skips the mask for one query when nothing is padding.
         mask = None if mask_all_ones else attention_mask.bool()[:, None, None, :]
-        hidden = self.body.embed_tokens(input_ids)
-        cos, sin = self.body.rotary_emb(hidden, position_ids)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        # One token per row: the hidden states stay [B, C] (the model's [B, 1, C] runs the same GEMMs).
+        hidden = self.body.embed_tokens(input_ids[:, 0])
+        cos, sin = self.body.rotary_emb(hidden, position_ids)  # [B, 1, D]: broadcast over the heads
         for index, layer in enumerate(self.layers):
             residual = hidden
             x = _rms_norm(layer.input_layernorm, hidden)
             attn = layer.self_attn
             head_dim = attn.head_dim
-            q = F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(batch, 1, -1, head_dim).transpose(1, 2)
-            k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(batch, 1, -1, head_dim).transpose(1, 2)
-            v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(batch, 1, -1, head_dim).transpose(1, 2)
+            q = F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(batch, -1, head_dim)
+            k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(batch, -1, head_dim)
+            v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(batch, -1, 1, head_dim)
             q = (q * cos) + (_rotate_half(q) * sin)
             k = (k * cos) + (_rotate_half(k) * sin)
-            k, v = cache.layers[index].update(k, v)
+            k, v = cache.layers[index].update(k.unsqueeze(2), v)
             groups = attn.num_key_value_groups
-            extra = {}
             if groups > 1 and mask is None:  # as the model's SDPA integration: GQA inside the kernel
-                extra = {"enable_gqa": True}
-            elif groups > 1:  # with a mask, one query: the query heads grouped under their key/value head
-                q = q.reshape(batch, q.shape[1] // groups, groups, head_dim)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, scale=attn.scaling, **extra)
-            out = out.reshape(batch, -1, 1, head_dim).transpose(1, 2).contiguous()
-            out = out.reshape(batch, 1, -1).contiguous()
-            hidden = residual + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
+                out = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, dropout_p=0.0, scale=attn.scaling,
+                                                     enable_gqa=True)
+            else:  # with a mask, one query: the query heads grouped under their key/value head
+                out = F.scaled_dot_product_attention(q.view(batch, -1, groups, head_dim), k, v, attn_mask=mask,
+                                                     dropout_p=0.0, scale=attn.scaling)
+            hidden = residual + F.linear(out.reshape(batch, -1), attn.o_proj.weight, attn.o_proj.bias)
             residual = hidden
             x = _rms_norm(layer.post_attention_layernorm, hidden)
             mlp = layer.mlp
@@ -136,4 +134,4 @@ class LeanStep:
             hidden = residual + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
         hidden = _rms_norm(self.body.norm, hidden)
         head = self.model.lm_head
-        return F.linear(hidden[:, -1:, :], head.weight, head.bias)[:, -1]
+        return F.linear(hidden, head.weight, head.bias)

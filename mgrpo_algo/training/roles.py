@@ -111,7 +111,7 @@ class RoleServer:
         self.policy = TransformersPolicy(self.learner.model, model, role=role, max_new_tokens=g.max_new_tokens,
                                          temperature=g.temperature, top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens,
                                          seed=policy_seed(seed, role, self.state["last_applied"] + 1), kv_cache_mb=g.kv_cache_mb,
-                                         decode=g.decode)
+                                         decode=g.decode, sampler=g.sampler)
         if self.learner.tokenizer is None:  # the checkpoint is a complete Hugging Face folder
             self.learner.tokenizer = self.policy.tokenizer
         self.buffers: dict[int, dict[str, list[dict[str, Any]]]] = {}

@@ -111,7 +111,7 @@ class InProcessRoles:
             self.policies[role] = TransformersPolicy(
                 model, paths[role], role=role, max_new_tokens=g.max_new_tokens, temperature=g.temperature,
                 top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens, seed=policy_seed(config.seed, role, 0),
-                kv_cache_mb=g.kv_cache_mb, decode=g.decode,
+                kv_cache_mb=g.kv_cache_mb, decode=g.decode, sampler=g.sampler,
             )
             if role in self.learners and self.learners[role].tokenizer is None:
                 # checkpoints are complete Hugging Face folders (tokenizer and chat template with the weights)
