@@ -41,7 +41,8 @@ def test_a_page_is_rendered_once_and_hits_are_the_same_result() -> None:
     assert len(calls) == 1 and not first.from_cache and second.from_cache
     assert (second.url, second.status, second.text, second.via) == (first.url, first.status, first.text, first.via)
     assert second.elapsed_s == 0.0  # a hit reports the caller's time, not the render's
-    assert cache.stats.as_dict() == {"hits": 1, "misses": 1, "joined": 0, "uncacheable": 0, "evictions": 0}
+    assert cache.stats.as_dict() == {"hits": 1, "misses": 1, "joined": 0, "uncacheable": 0, "evictions": 0,
+                                     "loaded": 0, "unreadable": 0, "write_errors": 0}
 
 
 def test_uncacheable_renders_and_failures_are_not_kept() -> None:
@@ -80,6 +81,47 @@ def test_bounded_by_entries_and_bytes_least_recently_used_first() -> None:
     assert len(cache) <= 2 and cache.nbytes <= 10
     with pytest.raises(ValueError):
         RenderCache(max_entries=0)
+
+
+def test_renders_kept_in_a_file_serve_a_later_cache_without_rendering(tmp_path) -> None:
+    path = tmp_path / "world" / "rendered" / "chromium-x.jsonl"
+    first, calls = RenderCache(path=path), []
+
+    def render(url: str, cacheable: bool = True):
+        def go() -> tuple[FetchResult, bool]:
+            calls.append(url)
+            return FetchResult(url=url + "?final", status=203, content_type="text/html", text=f"<p>{url} \u00e9</p>",
+                               elapsed_s=0.4, from_cache=False, via="browser", blocked=("http://x.test/a.js",)), cacheable
+        return go
+
+    made = first.get_or_render("http://a.test/1", render("http://a.test/1"), _zero)
+    first.get_or_render("http://a.test/2", render("http://a.test/2"), _zero)
+    first.get_or_render("http://a.test/live", render("http://a.test/live", cacheable=False), _zero)
+    assert len(path.read_text(encoding="utf-8").splitlines()) == 2  # the live page is not kept
+    with path.open("a", encoding="utf-8") as f:
+        f.write('{"key": "http://a.test/3", "result": {"url": "trunc')  # a crash mid-write
+    second = RenderCache(path=path)
+    assert (second.stats.loaded, second.stats.unreadable, len(second)) == (2, 1, 2)
+    again = second.get_or_render("http://a.test/1", render("http://a.test/1"), _zero)
+    assert calls == ["http://a.test/1", "http://a.test/2", "http://a.test/live"]  # no render in the second cache
+    assert again.from_cache and (again.url, again.status, again.content_type, again.text, again.via, again.blocked) == (
+        made.url, made.status, made.content_type, made.text, made.via, made.blocked)
+    second.get_or_render("http://a.test/3", render("http://a.test/3"), _zero)  # the unreadable page renders again
+    assert calls[-1] == "http://a.test/3" and RenderCache(path=path).stats.loaded == 3
+
+
+def test_a_file_that_cannot_be_written_leaves_the_memory_cache_working(tmp_path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    cache, calls = RenderCache(path=blocker / "r.jsonl"), []
+
+    def render() -> tuple[FetchResult, bool]:
+        calls.append(1)
+        return _page("http://a.test/x", "<p>x</p>"), True
+
+    cache.get_or_render("http://a.test/x", render, _zero)
+    assert cache.get_or_render("http://a.test/x", render, _zero).from_cache
+    assert len(calls) == 1 and cache.stats.write_errors == 1
 
 
 def test_concurrent_visits_of_one_page_share_one_render() -> None:

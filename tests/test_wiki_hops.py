@@ -220,9 +220,14 @@ def test_js_pages_render_in_the_browser(scenario: WikiHops, graph) -> None:
 @pytest.mark.browser
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")
 def test_js_pages_render_once_per_world_with_the_same_observation(scenario: WikiHops, graph) -> None:
+    """Once per world and browser: the render is kept in the world folder, and a later open of the world
+    (another mode, an evaluation, another run) serves it without rendering."""
+    import shutil
+
     from mgrpo_scenarios.wiki_hops.scenario import WikiWorld
 
     page = next(e for e in graph.entities if e.js)
+    shutil.rmtree(scenario.build() / "rendered", ignore_errors=True)  # other tests of the module render too
     with scenario.open() as world, WikiWorld(scenario.build(), render_cache=False) as plain:
         url = f"{world.url}/wiki/{page.slug}"
         first, second = (world.make_tools()["visit"]({"url": url, "goal": "facts"}) for _ in range(2))
@@ -232,6 +237,13 @@ def test_js_pages_render_once_per_world_with_the_same_observation(scenario: Wiki
         assert not first.meta["from_cache"] and second.meta["from_cache"] and not reference.meta["from_cache"]
         assert second.text == first.text == reference.text
         assert world.render_cache.stats.misses == 1 and world.render_cache.stats.hits == 1
+        assert world.render_cache.path.parent == scenario.build() / "rendered"
+    with scenario.open() as later:
+        third = later.make_tools()["visit"]({"url": url, "goal": "facts"})
+        stats = later.render_cache.stats
+        assert third.text == first.text and third.meta["from_cache"]
+        assert stats.loaded == 1 and stats.misses == 0 and stats.hits == 1
+        assert later.browser is not None and not later.browser.started  # Chromium never launched
 
 
 # ----------------------------------------------------------------------------------- tasks

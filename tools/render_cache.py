@@ -1,4 +1,4 @@
-"""An in-memory render cache for :class:`~.browser.BrowserFetcher`: each page of a static site rendered once.
+"""A render cache for :class:`~.browser.BrowserFetcher`: each page of a static site rendered once.
 
 Rendering a JavaScript page in Chromium costs a few hundred milliseconds (a fresh context, the page's
 scripts, a network-quiet wait), while a plain HTTP fetch of a loopback page costs about one. A
@@ -19,15 +19,27 @@ What is cached, and what is not:
 
 Concurrent visits of the same page while it renders wait for that one render (single flight)
 instead of starting their own: B x K rollouts of one question open the same pages at the same time.
+
+Kept on disk (``path``): every render the cache keeps is also appended to a JSON-lines file, and a
+cache made with the same path starts with what the file holds. A world that lives in a folder that
+never changes once built (wiki-hops: one folder per version, seed and options) keeps its renders
+there, so each JavaScript page is rendered once per world *and browser* (the world names the file
+after the Chromium executable), not once per open: every mode of a comparison, every evaluation and
+every later run reads the same DOM without launching Chromium. A line that cannot be read (a crash
+mid-write, two processes appending one large page at once) is skipped and counted
+(``stats.unreadable``): that page is simply rendered again.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from .fetch import FetchResult
 
@@ -43,6 +55,9 @@ class RenderCacheStats:
     joined: int = 0  # fetches that waited for a render already in flight
     uncacheable: int = 0  # renders that finished but may not be reused (unsettled, no-store)
     evictions: int = 0
+    loaded: int = 0  # renders read from the file at start
+    unreadable: int = 0  # lines of the file that could not be read (skipped)
+    write_errors: int = 0  # renders that could not be appended to the file (kept in memory)
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -54,9 +69,13 @@ class RenderCache:
     Args:
         max_entries: pages kept at most (a wiki-hops full world has ~200 JavaScript pages).
         max_bytes: total UTF-8 bytes of kept DOM text at most; a page larger than this is not kept.
+        path: a JSON-lines file that keeps the renders across caches and processes (see the module
+            docstring), or None to keep them in memory only. Only for a site whose pages never change
+            while the file exists.
     """
 
-    def __init__(self, max_entries: int = 4096, max_bytes: int = 256 * 2**20) -> None:
+    def __init__(self, max_entries: int = 4096, max_bytes: int = 256 * 2**20,
+                 path: str | os.PathLike | None = None) -> None:
         if max_entries < 1 or max_bytes < 1:
             raise ValueError("max_entries and max_bytes must be >= 1")
         self.max_entries = int(max_entries)
@@ -66,6 +85,21 @@ class RenderCache:
         self._inflight: dict[str, concurrent.futures.Future[tuple[FetchResult, bool]]] = {}
         self._nbytes = 0
         self._lock = threading.Lock()
+        self.path = Path(path) if path is not None else None
+        if self.path is not None and self.path.is_file():
+            self._load(self.path)
+
+    def _load(self, path: Path) -> None:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                    key, result = str(entry["key"]), FetchResult.from_cache_value(entry["result"], 0.0)
+                except (ValueError, KeyError, TypeError):
+                    self.stats.unreadable += 1
+                    continue
+                self._keep(key, replace(result, from_cache=False), persist=False)
+                self.stats.loaded += 1
 
     def __len__(self) -> int:
         with self._lock:
@@ -130,10 +164,12 @@ class RenderCache:
     def _render_uncached(self, render: Callable[[], tuple[FetchResult, bool]]) -> FetchResult:
         return render()[0]
 
-    def _keep(self, key: str, result: FetchResult) -> None:
+    def _keep(self, key: str, result: FetchResult, persist: bool = True) -> None:
         size = len(result.text.encode("utf-8", errors="replace"))
         if size > self.max_bytes:
             return
+        if persist and self.path is not None:
+            self._append(key, result)
         old = self._entries.pop(key, None)
         if old is not None:
             self._nbytes -= old[1]
@@ -143,3 +179,18 @@ class RenderCache:
             _, (_, evicted) = self._entries.popitem(last=False)
             self._nbytes -= evicted
             self.stats.evictions += 1
+
+    def _append(self, key: str, result: FetchResult) -> None:
+        """One line per render, written with a single ``write`` in append mode (called under the lock)."""
+        assert self.path is not None
+        line = (json.dumps({"key": key, "result": result.to_cache()}, ensure_ascii=False) + "\n").encode("utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a+b") as f:
+                if f.seek(0, os.SEEK_END) > 0:
+                    f.seek(-1, os.SEEK_END)
+                    if f.read(1) != b"\n":  # a line cut short by a crash: start on a line of our own
+                        line = b"\n" + line
+                f.write(line)
+        except OSError:  # a read-only world folder: the render still serves this cache
+            self.stats.write_errors += 1

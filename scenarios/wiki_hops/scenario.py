@@ -40,8 +40,10 @@ Arguments:
         ``/wiki/<Name>``), and :meth:`WikiHops.world_tokens` for a tokenizer in which every entity
         name, slug, value and relation is one token.
     cache_path: optional SQLite response cache shared by the fetchers and the search tool.
-    render_cache: render each JavaScript page once per open world and serve later visits the same
-        DOM (the pages are static files with deterministic scripts; ``mgrpo_tools.render_cache``).
+    render_cache: render each JavaScript page once per world and browser and serve later visits the
+        same DOM (the pages are static files with deterministic scripts; ``mgrpo_tools.render_cache``).
+        The renders are kept in the world folder (``rendered/<browser>.jsonl``), so later opens,
+        other modes and other runs read them without launching Chromium.
         False renders at every visit (the behaviour before the cache, for benchmarks).
     near_dup_fraction: share of entities that are near-duplicate siblings of another (default 0.1).
     split_sizes: tasks per split (default 400 train / 100 test per stage).
@@ -386,6 +388,21 @@ class WikiHops:
                 f"root={str(self.root)!r})")
 
 
+def _render_file(root: Path) -> Path:
+    """``<world>/rendered/<browser>.jsonl``: renders of this world by this Chromium build (its path,
+    size and modification time name the file, so an upgraded browser renders afresh)."""
+    from mgrpo_tools.chromium import find_chromium
+
+    found = find_chromium()
+    if found is None:
+        label = "none"
+    else:
+        real = os.path.realpath(found)
+        stat = os.stat(real)
+        label = hashlib.sha256(f"{real}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return root / "rendered" / f"chromium-{label}.jsonl"
+
+
 class WikiWorld:
     """A running wiki-hops world: loopback site, URL policy, fetchers, search index and tools.
 
@@ -432,9 +449,10 @@ class WikiWorld:
             self.policy.map_origin(ORIGIN, self.served_url)
             self.http = HttpFetcher(self.policy, cache=self.cache)
             # BrowserFetcher starts Chromium on its first fetch only: worlds that never meet a
-            # JavaScript page never launch a browser. The site is static files and its scripts are
-            # deterministic, so each page is rendered once per world (mgrpo_tools.render_cache).
-            self.render_cache = RenderCache() if render_cache else None
+            # JavaScript page never launch a browser. The site is static files (a built world folder
+            # never changes) and its scripts are deterministic, so each page is rendered once per
+            # world and browser, and kept in the world folder for every later open (mgrpo_tools.render_cache).
+            self.render_cache = RenderCache(path=_render_file(root)) if render_cache else None
             self.browser = (BrowserFetcher(self.policy, cache=self.cache, render_cache=self.render_cache)
                             if browser_mode != "never" else None)
             self.index = TantivyIndex(root / "index", url_prefix=ORIGIN)
