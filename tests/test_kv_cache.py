@@ -154,3 +154,74 @@ def test_models_with_sliding_window_layers_do_not_reuse(tokenizer, tmp_path):
                          max_window_layers=0)
     model = AutoModelForCausalLM.from_config(config)
     assert policy(model, tokenizer, "main", 64).kv is None
+
+
+def _two_turns(reusing: TransformersPolicy) -> tuple[PolicyRequest, PolicyRequest]:
+    """A first turn (kept in the cache) and the request of the turn after it."""
+    first = PolicyRequest(0, "main_0", "main", "", [SYSTEM, {"role": "user", "content": "question " * 20}], None, [])
+    reply = reusing([first])[0]
+    second = PolicyRequest(0, "main_0", "main", "", first.messages + [
+        {"role": "assistant", "content": reply.text}, {"role": "user", "content": "<tool_response>x y</tool_response>"}],
+        None, [reply.extra])
+    return first, second
+
+
+@pytest.mark.parametrize(("lora_rank", "holder"), [(0, "learner"), (4, "learner"), (4, "original")])
+def test_an_update_of_any_parameter_invalidates_the_cache(model, tokenizer, lora_rank, holder):
+    """Each parameter in turn (the embedding, the last layer's, the final norm, each LoRA adapter matrix)
+    moved in place: the next turn is never served from the cache. With LoRA the base is frozen, so only
+    adapter parameters ever move; the policy may hold the peft model or the original object that peft
+    injected its layers into (a second holder, see lora.py)."""
+    import copy
+
+    from mgrpo_algo.core.config import LearnerConfig
+    from mgrpo_algo.learning.learner import RoleLearner
+
+    if lora_rank:
+        pytest.importorskip("peft")
+    own = copy.deepcopy(model)
+    learner = RoleLearner("main", own, LearnerConfig(lr=1e-2, lora_rank=lora_rank, lora_alpha=8.0))
+    reusing = policy(learner.model if holder == "learner" else own, tokenizer, "main", 64)
+    names = [n for n, p in learner.model.named_parameters() if p.requires_grad]
+    assert len(names) == (28 if lora_rank else len(list(model.parameters())))  # 2 layers x 7 projections x A, B
+    assert not lora_rank or all("lora_" in n for n in names)
+    for number, name in enumerate(names):
+        _, second = _two_turns(reusing)
+        assert reusing.kv.entries and reusing.kv.stats.invalidations == number, name
+        with torch.no_grad():
+            dict(learner.model.named_parameters())[name].add_(1e-3)
+        hits = reusing.kv.stats.hits
+        reusing([second])
+        assert reusing.kv.stats.invalidations == number + 1 and reusing.kv.stats.hits == hits, name
+        reusing.release_all()
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_a_learner_update_invalidates_the_cache_and_the_next_turn_matches_a_fresh_prefill(model, tokenizer,
+                                                                                          lora_rank):
+    """Through RoleLearner.update (AdamW's in-place step; with LoRA only the adapter moves): the turn after
+    an update samples what a policy without a cache samples from the updated weights."""
+    import copy
+    import random
+
+    from mgrpo_algo.core.config import LearnerConfig
+    from mgrpo_algo.core.sequences import TokenSequence
+    from mgrpo_algo.learning.learner import RoleLearner
+
+    if lora_rank:
+        pytest.importorskip("peft")
+    learner = RoleLearner("main", copy.deepcopy(model), LearnerConfig(lr=5e-2, lora_rank=lora_rank, lora_alpha=8.0))
+    reusing = policy(learner.model, tokenizer, "main", 64)
+    _, second = _two_turns(reusing)
+    before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+    rng = random.Random(0)
+    seqs = [TokenSequence([rng.randrange(len(tokenizer)) for _ in range(20)], [0] * 5 + [1] * 15,
+                          advantage=1.0 if i % 2 else -1.0) for i in range(4)]
+    learner.update(seqs)
+    moved = {n for n, p in learner.model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved and (not lora_rank or all("lora_" in n for n in moved))
+    fresh = policy(learner.model, tokenizer, "main", 0)
+    fresh.calls = reusing.calls  # call i samples with seed + i: line the two up
+    got = [(r.extra["completion_ids"], r.extra["logprobs"]) for r in reusing([second])]
+    assert reusing.kv.stats.invalidations == 1 and reusing.kv.stats.hits == 0
+    assert_same(got, [(r.extra["completion_ids"], r.extra["logprobs"]) for r in fresh([second])])
