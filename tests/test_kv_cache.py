@@ -255,6 +255,9 @@ def test_manager_layout_store_and_reuse_by_hand():
     assert first.input_ids.tolist() == [[5, 6, 7], [0, 8, 9], [0, 0, 4]]
     assert first.attention_mask.tolist() == [[1, 1, 1], [0, 1, 1], [0, 0, 1]]
     assert (first.cache, first.cached, first.width, first.past, first.keys) == (None, [0, 0, 0], 3, 0, ["a", "b", None])
+    assert first.input_ids.dtype == first.attention_mask.dtype == torch.long  # generate's index and mask types
+    with pytest.raises(ValueError):  # one key per prompt: a shifted list would serve another agent's cache
+        kv.prepare(model, ["a", "b"], [[5, 6, 7]], pad_id=0)
     assert kv.stats.as_dict() == {"hits": 0, "misses": 3, "reused_tokens": 0, "prefilled_tokens": 6, "evictions": 0,
                                   "invalidations": 0}
     # generate produced 3 tokens for each row; the last sampled one was never fed: width + 3 - 1 columns
@@ -336,3 +339,8 @@ def test_manager_evicts_least_recently_used_and_drops_everything_when_any_weight
     assert layout.cached == [0] and kv.entries == {} and kv.stats.invalidations == 1
     kv.prepare(model, ["c"], [[1, 2, 7, 9]], pad_id=0)  # unchanged since: nothing more to invalidate
     assert kv.stats.invalidations == 1
+    layout = kv.prepare(model, ["d"], [[1, 2]], pad_id=0)
+    kv.store(layout, _cache(1, 3), [[1, 2]], [[7, 8]])
+    with torch.no_grad():
+        list(model.parameters())[0].mul_(2.0)  # the first parameter this time
+    assert kv.prepare(model, ["d"], [[1, 2, 7, 9]], pad_id=0).cached == [0] and kv.stats.invalidations == 2
