@@ -279,6 +279,7 @@ def test_manager_layout_store_and_reuse_by_hand():
     assert k0.shape == (3, 1, 5, 2)
     assert k0[:, 0, :, 0].tolist() == [[0, 1, 2, 3, 4], [0, 0, 11, 12, 13], [0, 0, 0, 0, 0]]
     assert second.cache.layers[1].values[1, 0, :, 0].tolist() == [0, 0, -111, -112, -113]
+    assert second.cache.layers[1].values.shape == (3, 1, 5, 2)  # [B, heads, past, D], as the keys
     assert kv.entries == {}  # used entries left the manager: the batch holds them
     assert kv.stats.as_dict() == {"hits": 2, "misses": 4, "reused_tokens": 8, "prefilled_tokens": 6 + 2 + 1 + 2,
                                   "evictions": 0, "invalidations": 0}
@@ -328,6 +329,16 @@ def test_manager_evicts_least_recently_used_and_drops_everything_when_any_weight
     layout = small.prepare(model, ["a"], [[1, 2]], pad_id=0)
     small.store(layout, _cache(1, 3), [[1, 2]], [[7, 8]])
     assert small.entries == {} and small.stats.evictions == 0
+    exact = KVCacheManager(per_entry)  # an entry of exactly the budget is kept
+    layout = exact.prepare(model, ["a"], [[1, 2]], pad_id=0)
+    exact.store(layout, _cache(1, 3), [[1, 2]], [[7, 8]])
+    assert list(exact.entries) == ["a"]
+    # one batch of three keyed rows (after an unkeyed one) into room for one: "a" and the two older rows go
+    layout = exact.prepare(model, [None, "x", "y", "z"], [[1, 2]] * 4, pad_id=0)
+    exact.store(layout, _cache(4, 3), [[1, 2]] * 4, [[7, 8]] * 4)
+    assert list(exact.entries) == ["z"] and exact.stats.evictions == 3 and exact.nbytes == per_entry
+    exact.store(layout, None, [[1, 2]] * 4, [[7, 8]] * 4)  # generate returned no cache: nothing to keep
+    assert list(exact.entries) == ["z"]
     nothing = KVCacheManager(0)
     layout = nothing.prepare(model, ["a"], [[1, 2]], pad_id=0)
     nothing.store(layout, _cache(1, 3), [[1, 2]], [[7, 8]])
