@@ -64,8 +64,9 @@ bench-quick: chromium $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
 	$(PY) benchmarks/bench.py --quick
 
-# Mutation testing of the math, the scoring, the rewards and the alignment (mutmut 3, one worker, about
-# 10 min on 2 cores; not part of `make test`): benchmarks/results/mutation.{json,md}.
+# Mutation testing of the math, the scoring, the rewards and the alignment, and of the wiring (compare's
+# orchestration, the env's reward path, the KV cache) (mutmut 3, one worker; not part of `make test`):
+# benchmarks/results/mutation.{json,md}. `benchmarks/mutation.py --only MODULE...` reruns some modules.
 mutation: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[mutation]'
 	$(PY) benchmarks/mutation.py

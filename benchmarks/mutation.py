@@ -36,9 +36,13 @@ TARGETS = {
     "mgrpo_algo/core/losses.py": 0.90,
     "mgrpo_env/rewards.py": 0.80,
     "mgrpo_env/align.py": 0.80,
-    # beyond the issue's targets: the role servers' recovery guards, compare's before/after arithmetic
+    # beyond the issue's targets: the role servers' recovery guards
     "mgrpo_algo/training/roles.py": 0.80,
-    "mgrpo_algo/experiments/compare.py": 0.80,
+    # issue 22: the wiring between the parts (compare's orchestration, the env's reward path, the KV cache)
+    "mgrpo_algo/experiments/compare.py": 0.90,
+    "mgrpo_env/aec.py": 0.90,
+    "mgrpo_env/core.py": 0.90,
+    "mgrpo_algo/policies/kv_cache.py": 0.90,
 }
 
 #: The first run (commit 04f434e, before the tests it prompted), same mutants: killed, survived, no test,
@@ -51,16 +55,24 @@ BEFORE = {
     "mgrpo_env/align.py": (219, 28, 0, 247),
 }
 
-#: Modules scored on some functions only (mutmut mutates the whole file; the others are left to the
+#: Modules scored on some functions only (only their mutants are run; the others are left to the
 #: slow end-to-end tests): roles.py's recovery path (not act / _sequences, which need sampled tokens, nor
-#: the constructor), compare.py's before/after arithmetic (not the runs that produce the numbers).
+#: the constructor); compare.py's orchestration (which models, seeds and metrics each figure comes from;
+#: not check_compare's config validation nor the YAML dump); aec.py's reward path (the turns that end an
+#: agent and the scoring, not reset / render / the PettingZoo plumbing that api_test covers); core.py's
+#: tool call and verifier guard. kv_cache.py is mutated whole.
 SCOPE = {
     # the recovery path: commit / read back / discard, the update guards, pending and lag, the checkpoint order
     "mgrpo_algo/training/roles.py": {f"RoleServer.{m}" for m in (
         "commit", "discard", "_buffer", "update_main", "update_sub", "_apply_pending", "flush", "_apply_sub",
         "_applied", "_save_state")} | {"_write_json"},
-    "mgrpo_algo/experiments/compare.py": {"aggregate", "_pm", "format_table", "verdict", "_gap_check",
-                                          "_delegation_check", "_history_means"},
+    "mgrpo_algo/experiments/compare.py": {
+        "aggregate", "log_scalars", "_roles", "evaluation_policies", "evaluate_policies", "eval_figures", "greedy_em",
+        "_evaluate", "_full_evaluation", "_warm_record", "run_compare", "_train_and_evaluate", "_intervals",
+        "_trained_policies", "_reproduce"},
+    "mgrpo_env/aec.py": {f"MGRPOEnv.{m}" for m in (
+        "_step_main", "_delegate", "_step_sub", "_return_to_main", "_expert", "_finish")},
+    "mgrpo_env/core.py": {"call_tool", "safe_verify"},
 }
 
 # mutmut's exit-code verdicts (mutmut.stats.status_by_exit_code), folded into four columns.
@@ -199,14 +211,33 @@ KEPT: dict[str, str] = {
 }
 
 
-def run_mutmut(max_children: int) -> float:
-    """A fresh ``mutmut run`` from ROOT; returns its wall time in seconds."""
+def patterns(paths: list[str]) -> list[str]:
+    """mutmut's mutant-name patterns for ``paths``: a scoped module's functions only, else the whole module.
+
+    A pattern ``<module>.x_<function>*`` matches the function's mutants and its own name, which is how
+    mutmut picks the tests to run first (a pattern ending in ``__mutmut_*`` would select no test)."""
+    out = []
+    for path in paths:
+        module = path.removesuffix(".py").replace("/", ".")
+        scope = SCOPE.get(path)
+        if scope is None:
+            out.append(f"{module}.*")
+            continue
+        for name in sorted(scope):
+            cls, _, method = name.rpartition(".")
+            out.append(f"{module}.xǁ{cls}ǁ{method}*" if cls else f"{module}.x_{name}*")
+    return out
+
+
+def run_mutmut(max_children: int, paths: list[str] | None = None) -> float:
+    """A fresh ``mutmut run`` from ROOT (of ``paths``' mutants only, when given; scoped modules run only
+    their scope's mutants either way); returns its wall time in seconds."""
     shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     mutmut = Path(sys.executable).with_name("mutmut")
     start = time.perf_counter()
-    subprocess.run([str(mutmut), "run", "--max-children", str(max_children)], cwd=ROOT, env=env,
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([str(mutmut), "run", "--max-children", str(max_children), *patterns(paths or list(TARGETS))],
+                   cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
@@ -222,10 +253,12 @@ def _diff(name: str, path: str) -> str:
     return "\n".join(line for line in lines if line.startswith(("+", "-")))
 
 
-def collect() -> dict:
+def collect(paths: list[str] | None = None) -> dict:
     """Per-module counts and the survivors, from the ``.meta`` files mutmut wrote."""
     modules = {}
     for path, target in TARGETS.items():
+        if paths is not None and path not in paths:
+            continue
         meta = ROOT / "mutants" / (path + ".meta")
         if not meta.exists():
             raise SystemExit(f"{meta} is missing: run without --no-run first")
@@ -320,13 +353,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-children", type=int, default=1, help="parallel mutant workers (default 1)")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--note", default="", help="a sentence on how the verdicts were obtained, for the report")
+    p.add_argument("--only", nargs="+", choices=list(TARGETS), metavar="MODULE",
+                   help="mutate these modules only; the other modules keep their verdicts from the previous report")
     args = p.parse_args(argv)
-    if args.no_run:  # keep the wall time of the last full run, if there is one
-        previous = args.out / "mutation.json"
-        wall_s = json.loads(previous.read_text()).get("wall_s") if previous.exists() else None
+    previous_file = args.out / "mutation.json"
+    previous = json.loads(previous_file.read_text()) if previous_file.exists() else {}
+    # --no-run keeps the wall time of the last run, if there is one
+    wall_s = previous.get("wall_s") if args.no_run else run_mutmut(args.max_children, args.only)
+    fresh = collect(args.only)
+    if args.only:  # every module in TARGETS order: the fresh ones, the others as the previous report has them
+        kept = previous.get("modules", {})
+        missing = [path for path in TARGETS if path not in fresh and path not in kept]
+        if missing:
+            raise SystemExit(f"no previous verdicts for {', '.join(missing)}: run them (or all) first")
+        modules = {path: fresh.get(path) or {**kept[path], "from_previous_run": True} for path in TARGETS}
     else:
-        wall_s = run_mutmut(args.max_children)
-    modules = collect()
+        modules = fresh
     ok = write(modules, wall_s, args.out, args.note)
     for path, m in modules.items():
         unexplained = sum(not s["reason"] for s in m["survivors"])

@@ -215,9 +215,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     with opened as world:
         # "url" is what agents see (a stable origin for wiki-hops); "served_url" is where a browser finds it.
         shown = {"url": getattr(world, "url", None), "served_url": getattr(world, "served_url", None)}
-        print(json.dumps({**shown, "tools": sorted(world.tools)}), flush=True)
+        # Before the ready line: a caller may signal as soon as it reads it, and a process started with
+        # SIGINT ignored would drop a Ctrl-C that came before the handler (a race lost under load).
         _interrupt_on_stop_signals()
         try:
+            print(json.dumps({**shown, "tools": sorted(world.tools)}), flush=True)
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:

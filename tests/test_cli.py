@@ -132,3 +132,35 @@ def test_serve_binds_loopback_unless_told(small_scenario):
         assert ("127.0.0.1", port) in _listening(proc.pid)
     finally:
         _stop(proc)
+
+
+def test_serve_takes_ctrl_c_as_soon_as_it_says_it_is_ready(small_scenario, monkeypatch):
+    """The JSON line promises that Ctrl-C now stops serve: a SIGINT sent the moment it is read must end
+    the command, even when the process started with SIGINT ignored. (The handler used to be installed
+    after the line; under load the test's SIGINT came first, was ignored, and serve slept on.)"""
+    import signal
+    import types
+
+    import mgrpo_algo.cli as cli
+
+    slept: list[float] = []
+
+    def spy_print(*args, **kwargs):
+        print(*args, **kwargs)
+        if args and str(args[0]).startswith("{"):
+            signal.raise_signal(signal.SIGINT)  # the caller's Ctrl-C, right after it read the ready line
+
+    def no_sleep(seconds):  # reached only if that Ctrl-C was lost: stop instead of hanging the suite
+        slept.append(seconds)
+        raise KeyboardInterrupt
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setattr(cli, "print", spy_print, raising=False)
+    monkeypatch.setattr(cli, "time", types.SimpleNamespace(sleep=no_sleep))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup
+    try:
+        assert main(["serve", *world_args(small_scenario)]) == 0
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert slept == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -282,3 +283,74 @@ def test_preflight_takes_split_expressions(small_scenario):
     preflight(load_config(None, [world, "eval.split=stage2/test+stage1/test"]), check_eval=True)
     with pytest.raises(PreflightError, match="no split 'stage9/x'"):
         preflight(load_config(None, [world, "eval.split=stage2/test+stage9/x"]), check_eval=True)
+
+
+def _main_actions(path) -> list[list[str]]:
+    """Per episode, the main agent's actions (what the evaluated models wrote), in order."""
+    return [[t["action"] for t in json.loads(line)["main"]["turns"]] for line in path.read_text().splitlines()]
+
+
+def _em(path) -> float:
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return sum(bool(d["correct"]) for d in lines) / len(lines)
+
+
+def test_each_row_is_its_own_runs_seed_metrics_and_episodes(compared):
+    """Every figure of a row against the files of the run it names: the run's own seed, its own
+    ``align/d_k_mean`` and rollouts in metrics.jsonl, EM over its own episode files; seeds sample apart."""
+    out, summary = compared
+    for mode in MODES:
+        for row in summary["results"][mode]["per_seed"]:
+            run = out / f"seed{row['seed']}" / mode
+            assert json.loads((run / "config.json").read_text())["seed"] == row["seed"]
+            assert json.loads((run / "config.json").read_text())["mode"] == mode
+            history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            assert row["rollouts"] == sum(h["rollouts"] for h in history) == 8
+            d_k = [h["align/d_k_mean"] for h in history] if mode != "single-agent" else [0.0]
+            assert row["d_k_mean"] == pytest.approx(sum(d_k) / len(d_k))
+            assert row["before_em"] == pytest.approx(_em(run / "eval_before.jsonl"))
+            assert row["after_em"] == pytest.approx(_em(run / "eval_after.jsonl"))
+        # the two seeds' runs sampled different rollouts (their own seeds, not one seed twice)
+        sampled = [[t.get("extra", {}).get("completion_ids") for line in (out / f"seed{s}" / mode / "episodes.jsonl")
+                    .read_text().splitlines() for t in json.loads(line)["main"]["turns"]] for s in (0, 1)]
+        assert all(sampled[0]) and sampled[0] != sampled[1], mode
+
+
+def test_after_training_evaluates_the_trained_models(small_scenario, tmp_path, monkeypatch):
+    """A learner that makes a large deterministic change: the after-evaluation's episodes are those of the
+    run's final models (evaluated here on their own), and differ from the start's; frozen-sub's after
+    evaluation keeps its start sub-agent but the changed main agent."""
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.experiments.compare import evaluate_policies, evaluation_policies, run_compare
+    from mgrpo_algo.learning.learner import RoleLearner
+
+    def shake(self, sequences):  # in place, as an optimizer step: the policy shares the object
+        g = torch.Generator().manual_seed(7)
+        with torch.no_grad():
+            for p in self.params:
+                p.add_(torch.randn(p.shape, generator=g) * 0.5)
+        return {}
+
+    monkeypatch.setattr(RoleLearner, "update", shake)
+    settings = [s for s in _settings(small_scenario, tmp_path) if not s.startswith(("stages=", "eval."))]
+    cfg = load_config(None, [*settings, "stages=[{split: stage2/train, iterations: 1}]", "eval.limit=3",
+                             "main.generation.max_new_tokens=24"])
+    summary = run_compare(cfg, seeds=1, out_dir=tmp_path / "out", modes=["mgrpo", "frozen-sub"], progress=False)
+    scenario = small_scenario
+    for mode in ("mgrpo", "frozen-sub"):
+        run = tmp_path / "out" / "seed0" / mode
+        before, after = _main_actions(run / "eval_before.jsonl"), _main_actions(run / "eval_after.jsonl")
+        assert before != after, mode
+        finals = {role: str(run / "final" / role) for role in ("main", "sub")}
+        _, records = evaluate_policies(cfg, scenario, evaluation_policies(cfg, finals, finals, 0), limit=3, seed=0,
+                                       progress=False, name="final")
+        assert [[t.action for t in r.main.turns] for r in records] == after, mode
+        assert summary["results"][mode]["per_seed"][0]["after_em"] == pytest.approx(
+            sum(r.correct for r in records) / len(records))
+    # frozen-sub trained only its main agent: its final sub-agent is the start's, weight for weight
+    from safetensors.torch import load_file
+
+    start_sub = load_file(str(Path(summary["start_models"]["hierarchy"]["sub"]) / "model.safetensors"))
+    for mode, same in (("frozen-sub", True), ("mgrpo", False)):
+        final_sub = load_file(str(tmp_path / "out" / "seed0" / mode / "final" / "sub" / "model.safetensors"))
+        assert all(torch.equal(final_sub[k], start_sub[k]) for k in start_sub) is same, mode

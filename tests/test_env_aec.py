@@ -291,3 +291,215 @@ def test_delegations_are_recorded_with_the_sub_agent_they_started(make_env, smal
     calls = env.unwrapped.record.main.tool_calls
     assert [(c.tool, c.ok, c.meta.get("agent")) for c in calls] == [("delegate", True, "sub_0"), ("delegate", False, None)]
     assert calls[0].arguments == {"task": "first", "context": "c"} and calls[1].error.startswith("limit:")
+
+
+# -- reward edge cases, by hand-computed values (issue 22) ------------------------------------------------
+# Non-paper weights, all distinct, so that a weight taken from the wrong place changes a reward.
+A = (0.25, 0.75)  # a1, a2
+B = (0.15, 0.35, 0.5)  # b1, b2, b3
+
+
+class KeyedExpert:
+    """r_expert looked up by (subtask, report), recording each call: which sub-agent was scored by what."""
+
+    source = "keyed"
+
+    def __init__(self, table):
+        self.table, self.calls = table, []
+
+    def __call__(self, task, subtask, result):
+        self.calls.append((task.id, subtask, result))
+        return self.table[(subtask, result)]
+
+
+def rewards_env(make_env, expert, **kwargs):
+    from mgrpo_env import RewardConfig
+
+    return make_env(rewards=RewardConfig(main_weights=A, sub_weights=B, expert=expert), **kwargs)
+
+
+def paid_by_agent(env) -> dict[str, tuple[float, dict]]:
+    """What agent_iter pays each agent at the end (reward and its components), stepping them out."""
+    paid = {}
+    for agent in env.agent_iter():
+        _, reward, _, _, info = env.last()
+        paid[agent] = (reward, info["reward_components"])
+        env.step(None)
+    return paid
+
+
+@pytest.mark.parametrize("correct", [True, False])
+def test_each_sub_agent_is_paid_for_its_own_report_and_expert_score(make_env, small_scenario, correct):
+    task = first_chain_task(small_scenario)
+    expert = KeyedExpert({("find one", "report one"): 0.2, ("find two", "report two"): 0.8,
+                          ("find three", "report three"): 0.6})
+    env = rewards_env(make_env, expert, max_delegations=3, max_main_turns=5)
+    env.reset(seed=1, options={"task": task})
+    env.step(call("delegate", task="find one"))
+    env.step("<result>report one</result>")
+    env.step(call("delegate", task="find two"))
+    env.step("<result>report two</result>")
+    env.step(call("delegate", task="find three"))
+    env.step("no tags")  # sub_2's format failure: it reports, but is paid 0
+    env.step("<result>report three</result>")
+    env.step(f"<answer>{task.answer if correct else 'certainly wrong'}</answer>")
+    c = 1.0 if correct else 0.0
+    want = {"main_0": 0.25 + 0.75 * c,
+            "sub_0": 0.15 + 0.35 * c + 0.5 * 0.2,
+            "sub_1": 0.15 + 0.35 * c + 0.5 * 0.8,
+            "sub_2": 0.0}
+    rec = env.unwrapped.record
+    assert rec.correct is correct and rec.rewards == pytest.approx(want)
+    # the scorer judged each sub-agent's own subtask and report (sub_2's too: its term is then zeroed)
+    assert expert.calls == [(task.id, "find one", "report one"), (task.id, "find two", "report two"),
+                            (task.id, "find three", "report three")]
+    assert [(s.agent, s.final, s.expert, s.format_ok) for s in rec.subs] == [
+        ("sub_0", "report one", 0.2, True), ("sub_1", "report two", 0.8, True), ("sub_2", "report three", 0.6, False)]
+    for n, e in enumerate((0.2, 0.8, 0.6)):
+        assert rec.components[f"sub_{n}"] == {"format_ok": n != 2, "main_correct": correct, "expert": e,
+                                              "expert_source": "keyed", "reward": pytest.approx(want[f"sub_{n}"])}
+    assert rec.components["main_0"] == {"format_ok": True, "correct": correct, "reward": pytest.approx(want["main_0"])}
+    paid = paid_by_agent(env)
+    assert {a: r for a, (r, _) in paid.items()} == pytest.approx(want)
+    assert all(comp == rec.components[a] for a, (_, comp) in paid.items())
+
+
+def test_a_sub_agent_stopped_at_its_turn_limit_is_paid_nothing(make_env, small_scenario):
+    """No result: r_format 0 and r_expert 0 ("no_result", the scorer is not asked); the main agent is told
+    and goes on; its own reward and another sub-agent's are unaffected."""
+    task = first_chain_task(small_scenario)
+    expert = KeyedExpert({("hop two", "a report"): 0.4})
+    env = rewards_env(make_env, expert, max_sub_turns=2, max_delegations=2)
+    env.reset(seed=1, options={"task": task})
+    env.step(call("delegate", task="hop one"))
+    env.step(call("search", queries=[task.hops[0].entity]))
+    env.step(call("search", queries=["again"]))  # its second turn: the limit, without a result
+    assert env.agent_selection == "main_0"
+    assert env.observe("main_0")["text"] == (
+        "<tool_response>\nThe sub-agent stopped at its limit of 2 turns without a result.\n</tool_response>")
+    env.step(call("delegate", task="hop two"))
+    env.step("<result>a report</result>")
+    env.step(f"<answer>{task.answer}</answer>")
+    rec = env.unwrapped.record
+    assert rec.correct and rec.end_reason == "answer" and not rec.truncated
+    assert rec.subs[0].truncated and rec.subs[0].final is None and not rec.subs[1].truncated
+    assert rec.components["sub_0"] == {"format_ok": False, "main_correct": True, "expert": 0.0,
+                                       "expert_source": "no_result", "reward": 0.0}
+    assert rec.rewards == pytest.approx({"main_0": 1.0, "sub_0": 0.0, "sub_1": 0.15 + 0.35 + 0.5 * 0.4})
+    assert expert.calls == [(task.id, "hop two", "a report")]
+    assert {a: r for a, (r, _) in paid_by_agent(env).items()} == pytest.approx(rec.rewards)
+
+
+def test_a_truncated_main_agent_still_pays_its_sub_agents(make_env, small_scenario):
+    """The main agent ends at its turn limit without an answer: R_M = 0 and r_correct(main) = 0, but a
+    sub-agent that reported keeps b1 + b3 * r_expert; every agent is truncated, none terminated."""
+    task = first_chain_task(small_scenario)
+    env = rewards_env(make_env, KeyedExpert({("hop", "rep"): 0.6}), max_main_turns=2)
+    env.reset(seed=1, options={"task": task})
+    env.step(call("delegate", task="hop"))
+    env.step("<result>rep</result>")
+    env.step(call("reason", problem="think harder"))  # the main agent's second and last turn
+    rec = env.unwrapped.record
+    assert rec.end_reason == "main_turn_limit" and rec.truncated and rec.final_answer is None and not rec.correct
+    assert rec.rewards == pytest.approx({"main_0": 0.0, "sub_0": 0.15 + 0.5 * 0.6})
+    assert rec.components["main_0"] == {"format_ok": False, "correct": False, "reward": 0.0}
+    assert env.truncations == {"main_0": True, "sub_0": True} and not any(env.terminations.values())
+
+
+def test_the_main_agents_other_tools_are_told_not_crashed(make_env, small_scenario):
+    """``reason`` (a main-agent tool this env does not run) is a well-formed call: an error observation,
+    a failed tool record, no format failure. A sub-agent's tool named by the main agent is a format failure,
+    and so is a tool no role has; either one costs R_M."""
+    task = first_chain_task(small_scenario)
+    env = make_env(max_main_turns=4)
+    env.reset(seed=1, options={"task": task})
+    env.step(call("reason", problem="which hop first?"))
+    error = "unavailable: the tool 'reason' is not available here"
+    assert env.observe("main_0")["text"] == f"<tool_response>\nError (reason): {error}\n</tool_response>"
+    main = env.unwrapped.record.main
+    assert [(c.tool, c.arguments, c.ok, c.error) for c in main.tool_calls] == [
+        ("reason", {"problem": "which hop first?"}, False, error)]
+    env.step(f"<answer>{task.answer}</answer>")
+    rec = env.unwrapped.record
+    assert rec.main.format_errors == 0 and rec.rewards == {"main_0": pytest.approx(1.0)}  # a1 + a2
+
+    for name in ("search", "nonexistent"):
+        env.reset(seed=1, options={"task": task})
+        env.step(call(name, queries=["x"]))
+        assert env.observe("main_0")["text"].startswith("<tool_response>\nError (unknown_tool)")
+        assert env.unwrapped.record.main.tool_calls == [] and env.agents == ["main_0"]
+        env.step(f"<answer>{task.answer}</answer>")
+        rec = env.unwrapped.record
+        assert rec.correct and rec.main.format_errors == 1
+        assert rec.components["main_0"] == {"format_ok": False, "correct": True, "reward": 0.0}
+
+
+class ToolFailure(Exception):
+    """Not an error type any tool raises on purpose: a narrowed ``except`` would let it through."""
+
+
+class RaisingWorld:
+    """The small world's tools, with ``search`` raising ``exc`` (a tool that breaks its no-raise promise)."""
+
+    def __init__(self, world, exc):
+        self.world, self.exc = world, exc
+
+    def make_tools(self):
+        tools = dict(self.world.make_tools())
+
+        def search(arguments):
+            raise self.exc
+
+        tools["search"] = search
+        return tools
+
+
+@pytest.mark.parametrize("exc", [ToolFailure("socket closed mid-read"), KeyError("results"), ZeroDivisionError("0")])
+def test_a_tool_that_raises_becomes_an_error_observation(small_scenario, small_world, exc):
+    env = mgrpo_env.env(scenario=small_scenario, world=RaisingWorld(small_world, exc), split="stage2/test", seed=0)
+    task = first_chain_task(small_scenario)
+    env.reset(seed=1, options={"task": task})
+    env.step(call("delegate", task=task.hops[0].question))
+    env.step(call("search", queries=["anything"]))
+    error = f"internal: {type(exc).__name__}: {exc}"
+    assert env.observe("sub_0")["text"] == f"<tool_response>\nError (search): {error}\n</tool_response>"
+    sub = env.unwrapped.record.subs[0]
+    assert [(c.tool, c.ok, c.error, c.latency_s) for c in sub.tool_calls] == [("search", False, error, 0.0)]
+    assert sub.format_errors == 0 and env.agent_selection == "sub_0"  # the episode goes on
+    env.step(f"<result>{task.hops[0].answer}</result>")
+    env.step(f"<answer>{task.answer}</answer>")
+    assert env.unwrapped.record.rewards == pytest.approx({"main_0": 1.0, "sub_0": 1.0})  # a failed call costs nothing
+    env.close()
+
+
+def test_call_tool_records_and_texts_by_hand():
+    from mgrpo_env.core import call_tool
+    from mgrpo_env.protocol import ParsedAction
+    from mgrpo_tools.base import ToolResult
+
+    seen = []
+
+    def visit(arguments):
+        seen.append(dict(arguments))
+        return ToolResult("page text", ok=False, error="http: 404", latency_s=0.25,
+                          meta={"url": "u", "status": 404, "cached": False, "none": None, "links": [1, 2], "d": {}})
+
+    def click(arguments):
+        arguments.clear()  # a tool that empties what it was given must not empty the parsed turn
+        return ToolResult("clicked", latency_s=0.5)
+
+    parsed = ParsedAction("tool_call", tool_name="visit", arguments={"url": "u", "goal": "g"})
+    record, text = call_tool({"visit": visit, "click": click}, parsed)
+    assert text == "page text" and seen == [{"url": "u", "goal": "g"}]
+    assert (record.tool, record.arguments, record.ok, record.error, record.latency_s) == (
+        "visit", {"url": "u", "goal": "g"}, False, "http: 404", 0.25)
+    assert record.meta == {"url": "u", "status": 404, "cached": False, "none": None}  # scalars only: JSON-ready
+
+    parsed = ParsedAction("tool_call", tool_name="click", arguments={"link": 3})
+    record, text = call_tool({"visit": visit, "click": click}, parsed)
+    assert (text, record.ok, record.error, record.latency_s, record.meta) == ("clicked", True, None, 0.5, {})
+    assert parsed.arguments == {"link": 3}
+
+    record, text = call_tool({"visit": visit}, ParsedAction("tool_call", tool_name="click", arguments=None))
+    assert (record.tool, record.arguments, record.ok, record.meta) == ("click", {}, False, {})
+    assert text == "Error (click): unavailable: the tool 'click' is not available here" and record.error == text[15:]

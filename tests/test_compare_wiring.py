@@ -1,0 +1,358 @@
+"""``run_compare``'s orchestration by values, in a second: which models each evaluation reads, which seed
+each run gets, and which metric of which run each figure of a row comes from.
+
+The trainer, the model loader, the policies and the evaluation loop are replaced at their boundary by
+fakes whose numbers are known: a trained model is ``(start path, steps taken)``, an evaluation's answers
+are a fixed function of the models it was given (and of the seed when it samples), the clock advances
+by fixed amounts, and every iteration's metrics are distinct per run. So a figure taken from the wrong
+model, run, seed or metric shows as a wrong number. The real end-to-end run is tests/test_compare.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from mgrpo_algo.core.config import load_config
+from mgrpo_algo.experiments import compare
+from mgrpo_algo.experiments import intervals as iv
+from mgrpo_algo.experiments.report import history_means
+from mgrpo_env.episode import EpisodeRecord
+
+ITERATIONS = 3  # per run; iteration i reports 4 + i rollouts (any count: the row sums them)
+ROLLOUTS = 4 + 5 + 6
+INIT_S, ITER_S, EVAL_S = 5.0, 60.0, 10.0  # fake clock: trainer start, one iteration, one evaluation call
+MAX_NEW = {"main": 12, "sub": 13, "single": 14}
+MODE_INDEX = {"mgrpo": 0, "frozen-sub": 1, "single-agent": 2}
+
+
+@dataclass
+class Model:
+    """A model's identity: the start it was loaded from and the optimizer steps applied to it."""
+
+    path: str
+    step: int = 0
+
+    def state(self) -> tuple[str, int]:
+        return (Path(self.path).name, self.step)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@dataclass
+class World:
+    clock: Clock = field(default_factory=Clock)
+    trainers: list = field(default_factory=list)
+    evals: list = field(default_factory=list)  # one dict per evaluation call
+    scalars: dict = field(default_factory=dict)  # tb folder -> [(tag, value, step)]
+    curves: dict = field(default_factory=dict)
+
+
+def answers(states: tuple, questions: int, k: int, temperature: float, seed: int) -> list[list[bool]]:
+    """The fake evaluation's verdicts: a fixed function of the models (and of the seed when sampling)."""
+    key = f"{states}|{temperature}|{seed if temperature > 0 else '-'}"
+    return [[zlib.crc32(f"{key}|{q}|{j}".encode()) % 3 == 0 for j in range(k)] for q in range(questions)]
+
+
+def f1_of(em: float) -> float:
+    return 0.5 * em + 0.25  # distinct from EM, so an F1 read where EM belongs shows
+
+
+def start_states(mode: str) -> tuple:
+    roles = ("single",) if mode == "single-agent" else ("main", "sub")
+    return tuple((role, (role, 0)) for role in roles)
+
+
+def trained_states(mode: str, steps: int) -> tuple:
+    if mode == "single-agent":
+        return (("single", ("single", steps)),)
+    return (("main", ("main", steps)), ("sub", ("sub", 0 if mode == "frozen-sub" else steps)))
+
+
+def metrics_of(seed: int, mode: str, i: int) -> dict:
+    """Iteration i's metrics of one run: every value distinct per (seed, mode, iteration)."""
+    base = 100 * seed + 10 * MODE_INDEX[mode] + i
+    role = "single" if mode == "single-agent" else "main"
+    out = {"iteration": i, "rollouts": 4 + i, f"{role}/reward_mean": base / 1000, f"{role}/accuracy": base / 2000}
+    if mode != "single-agent":
+        out.update({"align/d_k_mean": 0.5 + base / 100, "align/d": 7.0, "sub/reward_mean": base / 3000,
+                    "sub/expert_mean": base / 4000})
+    return out
+
+
+@pytest.fixture()
+def fake(monkeypatch, tmp_path):
+    import torch.utils.tensorboard
+
+    import mgrpo_algo.experiments.evaluate as evaluate
+    import mgrpo_algo.experiments.plots as plots
+    import mgrpo_algo.policies.hf_policy as hf_policy
+    import mgrpo_algo.training.trainer as trainer_module
+
+    world = World()
+    clock = world.clock
+    starts = tmp_path / "starts"
+
+    def role_model_paths(config, scenario, roles):
+        out = {}
+        for role in roles:
+            folder = starts / role
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "warm_start.json").write_text(json.dumps(
+                {"key": {"config": {"epochs": 1, "role": role}}, "counts": {"sequences": len(role)},
+                 "metrics": {"loss": 0.5}}))
+            out[role] = str(folder)
+        return out
+
+    class Policy:
+        def __init__(self, model, tokenizer, *, role, max_new_tokens, temperature, top_p, max_prompt_tokens,
+                     device, dtype, seed):
+            self.model = model if isinstance(model, Model) else Model(str(model))
+            self.tokenizer, self.role, self.max_new_tokens, self.temperature = tokenizer, role, max_new_tokens, temperature
+            self.seed = seed
+
+    class Learner:
+        def __init__(self, path):
+            self.model = Model(path)
+
+    class Trainer:
+        def __init__(self, cfg, *, log):
+            clock.now += INIT_S
+            self.cfg, self.log = cfg, log
+            roles = ["single"] if cfg.mode == "single-agent" else ["main", "sub"]
+            trained = ["main"] if cfg.mode == "frozen-sub" else roles
+            self.learners = {r: Learner(getattr(cfg, r).model) for r in trained}
+            self.policies = {r: Policy(self.learners[r].model if r in self.learners else getattr(cfg, r).model,
+                                       None, role=r, max_new_tokens=0, temperature=1.0, top_p=1.0,
+                                       max_prompt_tokens=0, device="cpu", dtype=None, seed=0) for r in roles}
+            self.snapshot = {"seed": cfg.seed, "mode": cfg.mode, "out_dir": cfg.out_dir,
+                             "models": {r: getattr(cfg, r).model for r in roles}}
+            world.trainers.append(self.snapshot)
+
+        def run(self):
+            history = []
+            for i in range(sum(s.iterations for s in self.cfg.stages)):
+                for learner in self.learners.values():
+                    learner.model.step += 1  # in place, as an optimizer step is
+                clock.now += ITER_S
+                metrics = metrics_of(self.cfg.seed, self.cfg.mode, i)
+                history.append(metrics)
+                self.log(dict(metrics))
+            return history
+
+    def fake_eval(kind):
+        def run(scenario, split, policies, *, agent_name, k, limit, seed, progress, max_workers, on_episode,
+                previous, env_kwargs):
+            policies = {"single": policies} if kind == "single" else policies
+            states = tuple((r, p.model.state()) for r, p in sorted(policies.items()))
+            temperature = {p.temperature for p in policies.values()}
+            assert len(temperature) == 1
+            temperature = temperature.pop()
+            verdicts = answers(states, limit, k, temperature, seed)
+            records = [EpisodeRecord(episode_id=f"{q}-{j}", task={"id": f"q{q}"}, seed=seed, correct=c)
+                       for q, row in enumerate(verdicts) for j, c in enumerate(row)]
+            em = sum(r.correct for r in records) / len(records)
+            world.evals.append({"name": agent_name, "kind": kind, "states": states, "k": k, "limit": limit,
+                                "seed": seed, "split": split, "temperature": temperature,
+                                "policies": {r: (p.tokenizer, p.max_new_tokens, p.seed) for r, p in policies.items()},
+                                "env_kwargs": sorted(env_kwargs)})
+            clock.now += EVAL_S
+            return types.SimpleNamespace(exact_match=em, f1=f1_of(em), num_tasks=limit), records
+        return run
+
+    class Writer:
+        def __init__(self, log_dir):
+            self.rows = world.scalars.setdefault(str(Path(log_dir).relative_to(tmp_path / "out")), [])
+
+        def add_scalar(self, tag, value, step):
+            self.rows.append((tag, value, step))
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(compare, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    monkeypatch.setattr(trainer_module, "role_model_paths", role_model_paths)
+    monkeypatch.setattr(trainer_module, "Trainer", Trainer)
+    monkeypatch.setattr(hf_policy, "TransformersPolicy", Policy)
+    monkeypatch.setattr(evaluate, "evaluate_hierarchy", fake_eval("hierarchy"))
+    monkeypatch.setattr(evaluate, "evaluate_single", fake_eval("single"))
+    monkeypatch.setattr(torch.utils.tensorboard, "SummaryWriter", Writer)
+    monkeypatch.setattr(plots, "plot_curves", lambda curves, path: world.curves.update(curves))
+    return world, tmp_path
+
+
+def config(small_scenario, *extra):
+    return load_config(None, [
+        f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}}}",
+        f"stages=[{{split: stage2/train, iterations: {ITERATIONS}}}]", "questions_per_iteration=2", "group_size=2",
+        "seed=3", "eval.limit=3", "eval.every=2", "eval.curve_limit=2",
+        *(f"{r}.generation.max_new_tokens={n}" for r, n in MAX_NEW.items()), *extra])
+
+
+def expected(states, limit, k, temperature, seed):
+    verdicts = answers(states, limit, k, temperature, seed)
+    scores = {f"q{q}": row for q, row in enumerate(verdicts)}
+    em = sum(map(sum, verdicts)) / (limit * k)
+    return em, scores
+
+
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
+def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, small_scenario, sampled):
+    world, tmp = fake
+    extra = ["eval.temperature=0.5", "eval.samples=2", "eval.max_new_tokens=9"] if sampled else []
+    cfg = config(small_scenario, *extra)
+    temperature, k = (0.5, 2) if sampled else (0.0, 1)
+    summary = compare.run_compare(cfg, seeds=2, out_dir=tmp / "out", progress=False, command="mgrpo compare x")
+    assert cfg.seed == 3 and cfg.mode == "mgrpo" and cfg.out_dir != str(tmp / "out")  # the caller's config untouched
+    starts = {r: str(tmp / "starts" / r) for r in ("main", "sub", "single")}
+
+    # each (seed, mode) trained once, with its own seed and folder, from the pinned start models
+    assert world.trainers == [
+        {"seed": s, "mode": m, "out_dir": str(tmp / "out" / f"seed{s}" / m),
+         "models": {r: starts[r] for r in (("single",) if m == "single-agent" else ("main", "sub"))}}
+        for s in (3, 4) for m in compare.MODES]
+
+    starts_evaluated = [e for e in world.evals if e["name"].startswith("start")]
+    for e in world.evals:  # every evaluation: the config's split, the eval budget, the role's tokenizer and seed
+        assert e["split"] == "stage2/test" and e["env_kwargs"] == (
+            ["limits", "main_weights"] if e["kind"] == "single" else ["limits", "rewards"])
+        greedy_pass = e["name"].endswith("greedy")
+        assert (e["temperature"], e["k"]) == ((0.0, 1) if greedy_pass else (temperature, k)), e["name"]
+        assert e["limit"] == (2 if e["name"].endswith("curve") else 3), e["name"]
+        assert e["policies"] == {r: (starts[r], 9 if sampled else MAX_NEW[r], e["seed"] + {"main": 0, "sub": 1,
+                                                                                          "single": 2}[r])
+                                 for r in e["policies"]}
+    # the start is evaluated once per start group when greedy (the same episodes for every seed), else per
+    # seed; its greedy pass runs once per start group either way
+    assert sorted((e["name"], e["kind"], e["seed"]) for e in starts_evaluated) == sorted(
+        [("start seed3", "hierarchy", 3), ("start seed3", "single", 3)]
+        + ([("start seed4", "hierarchy", 4), ("start seed4", "single", 4), ("start seed3 greedy", "hierarchy", 3),
+            ("start seed3 greedy", "single", 3)] if sampled else []))
+    assert all(e["states"] == start_states("single-agent" if e["kind"] == "single" else "mgrpo")
+               for e in starts_evaluated)
+
+    for mode in compare.MODES:
+        rows = summary["results"][mode]["per_seed"]
+        assert [r["seed"] for r in rows] == [3, 4]
+        for row in rows:
+            seed = row["seed"]
+            start_seed = seed if sampled else 3
+            before_em, before_scores = expected(start_states(mode), 3, k, temperature, start_seed)
+            after_em, after_scores = expected(trained_states(mode, ITERATIONS), 3, k, temperature, seed)
+            before_greedy = expected(start_states(mode), 3, 1, 0.0, 0)[0]
+            after_greedy = expected(trained_states(mode, ITERATIONS), 3, 1, 0.0, 0)[0]
+            curve_em = expected(trained_states(mode, 2), 2, k, temperature, seed)[0]
+            history = [metrics_of(seed, mode, i) for i in range(ITERATIONS)]
+            role = "single" if mode == "single-agent" else "main"
+            # the figures of the row, each from its own model / run / metric
+            assert row["before"] == {"em": before_em, "f1": f1_of(before_em), "tasks": 3,
+                                     "mean_k": iv.mean_at_k(before_scores), "pass_k": iv.pass_at_k(before_scores),
+                                     "greedy_em": before_greedy}
+            assert row["after"] == {"em": after_em, "f1": f1_of(after_em), "tasks": 3,
+                                    "mean_k": iv.mean_at_k(after_scores), "pass_k": iv.pass_at_k(after_scores),
+                                    "greedy_em": after_greedy}
+            assert (row["before_em"], row["after_em"], row["before_f1"], row["after_f1"]) == (
+                before_em, after_em, f1_of(before_em), f1_of(after_em))
+            assert row["delta_em"] == pytest.approx(after_em - before_em)
+            assert row["delta_f1"] == pytest.approx(f1_of(after_em) - f1_of(before_em))
+            assert (row["before_pass_k"], row["after_pass_k"]) == (iv.pass_at_k(before_scores), iv.pass_at_k(after_scores))
+            assert (row["before_greedy"], row["after_greedy"]) == (before_greedy, after_greedy)
+            assert row["delta_interval"] == iv.paired_difference(after_scores, before_scores, seed=seed)
+            assert row["curve"] == [{"step": 2, "em": curve_em, "f1": f1_of(curve_em)}]  # eval.every=2 of 3
+            assert row["rollouts"] == ROLLOUTS and row["iterations"] == ITERATIONS
+            train_s = INIT_S + ITERATIONS * ITER_S  # the curve evaluation's time is not training time
+            assert row["train_seconds"] == pytest.approx(train_s)
+            assert row["rollouts_per_minute"] == pytest.approx(ROLLOUTS / train_s * 60)
+            after_calls = 1 + (1 if sampled else 0)  # the after-evaluation and, when sampling, its greedy pass
+            start_calls = 1 + (1 if sampled and seed == 3 else 0)  # the shared greedy start pass: seed 3's
+            assert row["eval_seconds"] == pytest.approx(EVAL_S * (after_calls + 1 + start_calls))
+            d_k = [h["align/d_k_mean"] for h in history] if mode != "single-agent" else [0.0]
+            assert row["d_k_mean"] == pytest.approx(sum(d_k) / len(d_k))
+            for figure, key in (("sub_reward", "sub/reward_mean"), ("sub_expert", "sub/expert_mean")):
+                if mode == "single-agent":  # no sub-agents: not measured
+                    assert all(math.isnan(v) for v in row[figure])
+                else:  # first and last quarter of the run's own metric (one value each of 3)
+                    assert tuple(row[figure]) == (history[0][key], history[2][key]) == history_means(history, key)
+            assert tuple(row["train_accuracy"]) == history_means(history, f"{role}/accuracy")
+            assert tuple(row["train_accuracy"]) == (history[0][f"{role}/accuracy"], history[2][f"{role}/accuracy"])
+            # the episodes written are the evaluations of those models
+            folder = tmp / "out" / f"seed{seed}" / mode
+            for name, scores in (("eval_before.jsonl", before_scores), ("eval_after.jsonl", after_scores)):
+                lines = [json.loads(line) for line in (folder / name).read_text().splitlines()]
+                assert iv.per_question(types.SimpleNamespace(**d) for d in lines) == scores, (mode, seed, name)
+            # TensorBoard: start and after at steps 0 and ITERATIONS, the curve at 2, every numeric metric per step
+            tb = world.scalars[f"tb/seed{seed}/{mode}"]
+            assert [(t, v, s) for t, v, s in tb if t.startswith("eval/")] == [
+                ("eval/em", before_em, 0), ("eval/f1", f1_of(before_em), 0),
+                ("eval/curve_em", curve_em, 2), ("eval/curve_f1", f1_of(curve_em), 2),
+                ("eval/em", after_em, ITERATIONS), ("eval/f1", f1_of(after_em), ITERATIONS)]
+            assert sorted((t, v, s) for t, v, s in tb if not t.startswith("eval/")) == sorted(
+                (key, float(value), h["iteration"]) for h in history for key, value in h.items() if key != "iteration")
+        # the means over seeds are of these rows
+        for key in compare.AGGREGATED:
+            values = [r[key] for r in rows]
+            assert summary["results"][mode]["mean"][key] == pytest.approx(sum(values) / 2, nan_ok=True)
+            assert summary["results"][mode]["max"][key] == max(values)
+        curves = world.curves[mode]
+        assert [c["curve"] for c in curves] == [r["curve"] for r in rows]
+        assert [[e["step"] for e in c["eval"]] for c in curves] == [[0, ITERATIONS]] * 2
+        assert [c["eval"][1]["em"] for c in curves] == [r["after_em"] for r in rows]
+        assert [c["eval"][0]["em"] for c in curves] == [r["before_em"] for r in rows]
+        assert [[h["iteration"] for h in c["history"]] for c in curves] == [[0, 1, 2]] * 2
+        assert all("scores" not in e for c in curves for e in c["eval"])
+
+    # paired differences pool each mode's seeds per question
+    def pooled(mode, side):
+        if side == "start":
+            return iv.pool_runs([expected(start_states(mode), 3, k, temperature, s if sampled else 3)[1] for s in (3, 4)])
+        return iv.pool_runs([expected(trained_states(mode, ITERATIONS), 3, k, temperature, s)[1] for s in (3, 4)])
+
+    assert summary["intervals"]["mgrpo: after - start"] == iv.paired_difference(
+        pooled("mgrpo", "after"), pooled("mgrpo", "start"), seed=3)
+    assert summary["intervals"]["after: mgrpo - frozen-sub"] == iv.paired_difference(
+        pooled("mgrpo", "after"), pooled("frozen-sub", "after"), seed=3)
+    assert summary["intervals"]["after: frozen-sub - single-agent"] == iv.paired_difference(
+        pooled("frozen-sub", "after"), pooled("single-agent", "after"), seed=3)
+    # the summary's own fields
+    assert summary["seeds"] == [3, 4] and summary["modes"] == list(compare.MODES)
+    assert summary["budget"] == {"iterations": 3, "questions_per_iteration": 2, "group_size": 2, "rollouts": 12}  # the budget: 3 x 2 x 2
+    assert summary["start_models"] == {"hierarchy": {"main": starts["main"], "sub": starts["sub"]},
+                                       "single": {"single": starts["single"]}}
+    assert summary["warm_start"]["hierarchy"]["sub"] == {"path": starts["sub"], "config": {"epochs": 1, "role": "sub"},
+                                                         "counts": {"sequences": 3}, "metrics": {"loss": 0.5}}
+    assert summary["command"] == "mgrpo compare x" and summary["tool_backend_failures"] == {}
+    assert summary["reproduce"] == (f"mgrpo compare --config {tmp / 'out' / 'config.yaml'} --seeds 2 "
+                                    f"--out {tmp / 'out'} --modes mgrpo,frozen-sub,single-agent")
+    assert json.loads((tmp / "out" / "summary.json").read_text())["results"]["mgrpo"]["mean"]["after_em"] == \
+        pytest.approx(summary["results"]["mgrpo"]["mean"]["after_em"])
+    assert load_config(str(tmp / "out" / "config.yaml")).eval.temperature == temperature
+    assert summary["verdict"]["text"] in (tmp / "out" / "report.md").read_text()
+
+
+def test_a_rerun_replaces_the_seed_folders_and_one_mode_runs_alone(fake, small_scenario):
+    world, tmp = fake
+    stale = tmp / "out" / "seed3" / "single-agent" / "episodes.jsonl"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("from an earlier run\n")
+    summary = compare.run_compare(config(small_scenario, "eval.greedy=false", "eval.temperature=0.5"), seeds=1,
+                                  out_dir=tmp / "out", modes=["single-agent"], progress=False)
+    assert not stale.exists() and (stale.parent / "eval_after.jsonl").is_file()
+    assert [t["mode"] for t in world.trainers] == ["single-agent"] and summary["modes"] == ["single-agent"]
+    assert summary["start_models"] == {"single": {"single": str(tmp / "starts" / "single")}}
+    row = summary["results"]["single-agent"]["per_seed"][0]
+    assert math.isnan(row["before_greedy"]) and math.isnan(row["after_greedy"])  # eval.greedy off: not measured
+    assert not any(e["name"].endswith("greedy") for e in world.evals)
+    assert list(summary["intervals"]) == ["single-agent: after - start"]
+    assert row["curve"] == [{"step": 2, "em": row["curve"][0]["em"], "f1": f1_of(row["curve"][0]["em"])}]
