@@ -246,6 +246,23 @@ def test_js_pages_render_once_per_world_with_the_same_observation(scenario: Wiki
         assert later.browser is not None and not later.browser.started  # Chromium never launched
 
 
+def test_prerender_renders_every_script_page_once_and_later_opens_launch_no_browser(tmp_path, graph) -> None:
+    small = WikiHops(seed=0, num_entities=60, data_dir=tmp_path, prerender=True)
+    script_slugs = sorted(e.slug for e in small.graph().entities if e.js)
+    assert script_slugs  # the world has JavaScript pages
+    with small.open() as world:
+        urls = world.script_pages()
+        assert sorted(u.rsplit("/", 1)[1] for u in urls if "/wiki/" in u) == script_slugs
+        assert world.render_cache.stats.misses == len(urls)  # each rendered once, by the open itself
+        assert world.prerender() == {"pages": len(urls), "rendered": 0, "failed": 0}  # nothing left to render
+    with small.open() as later:
+        stats = later.render_cache.stats
+        assert stats.loaded == len(urls) and stats.misses == 0
+        texts = [later.make_tools()["visit"]({"url": u, "goal": "facts"}) for u in urls]
+        assert all(t.ok and t.meta["via"] == "browser" and t.meta["from_cache"] for t in texts)
+        assert not later.browser.started  # no episode waits for Chromium
+
+
 # ----------------------------------------------------------------------------------- tasks
 
 

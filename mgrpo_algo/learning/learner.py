@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.config import LearnerConfig
@@ -240,12 +241,15 @@ class RoleLearner:
         if self.config.temperature != 1.0:
             logits = logits / self.config.temperature  # the rollouts sampled from softmax(logits / T)
         targets = batch.targets if columns is None else batch.targets[:, columns]
-        lse = torch.logsumexp(logits, dim=-1)
-        logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+        # log p(target) as one fused log-softmax + gather (and a fused backward: softmax - one-hot),
+        # instead of logsumexp, gather and a subtraction over [B, L, V].
+        logp = -F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                reduction="none").view(targets.shape)
         ent = None
         if entropy:
             with torch.set_grad_enabled(torch.is_grad_enabled() and self.config.entropy_coef > 0):
-                ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+                log_probs = torch.log_softmax(logits, dim=-1)
+                ent = -(log_probs.exp() * log_probs).sum(-1)
         if columns is not None:
             logp = _scatter_columns(logp, columns, length)
             ent = _scatter_columns(ent, columns, length) if ent is not None else None

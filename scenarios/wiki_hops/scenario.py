@@ -44,6 +44,10 @@ Arguments:
         same DOM (the pages are static files with deterministic scripts; ``mgrpo_tools.render_cache``).
         The renders are kept in the world folder (``rendered/<browser>.jsonl``), so later opens,
         other modes and other runs read them without launching Chromium.
+    prerender: at :meth:`open`, render every JavaScript page of the world not rendered yet (four at a
+        time; ~10-20 s once per world and browser for the 300-entity world's ~30 pages), so that no
+        episode waits for Chromium to launch or render (RL runs: configs/demo.yaml turns it on). Off
+        by default: a world opened once for a few visits renders only what it visits.
         False renders at every visit (the behaviour before the cache, for benchmarks).
     near_dup_fraction: share of entities that are near-duplicate siblings of another (default 0.1).
     split_sizes: tasks per split (default 400 train / 100 test per stage).
@@ -114,6 +118,7 @@ class WikiHops:
         split_sizes: dict[str, int] | None = None,
         profile: str = "full",
         render_cache: bool = True,
+        prerender: bool = False,
     ) -> None:
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
@@ -144,6 +149,7 @@ class WikiHops:
         self.search_k = int(search_k)
         self.cache_path = Path(cache_path) if cache_path is not None else None
         self.render_cache = bool(render_cache)
+        self.prerender = bool(prerender) and self.render_cache
         self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
         self.metadata: dict[str, Any] = {
             "version": VERSION,
@@ -295,11 +301,18 @@ class WikiHops:
         """
         require_browser(self.name, self.browser_needed)
         settings = PROFILES[self.profile]
-        return WikiWorld(self.build(), host=host, browser_mode=self.browser_mode, page_chars=self.page_chars,
-                         search_k=self.search_k, cache_path=self.cache_path,
-                         snippet_chars=settings["snippet_chars"], goal_lines=settings["goal_lines"],
-                         links=settings["links"], evidence_only=settings["evidence_only"],
-                         render_cache=self.render_cache)
+        world = WikiWorld(self.build(), host=host, browser_mode=self.browser_mode, page_chars=self.page_chars,
+                          search_k=self.search_k, cache_path=self.cache_path,
+                          snippet_chars=settings["snippet_chars"], goal_lines=settings["goal_lines"],
+                          links=settings["links"], evidence_only=settings["evidence_only"],
+                          render_cache=self.render_cache)
+        if self.prerender and self.browser_mode == "auto":
+            try:
+                world.prerender()
+            except BaseException:
+                world.close()
+                raise
+        return world
 
     def verify(self, task: Task, prediction: str) -> Verdict:
         from mgrpo_scenarios.verifiers import AnswerVerifier
@@ -462,6 +475,34 @@ class WikiWorld:
         except BaseException:
             self.close()
             raise
+
+    def script_pages(self) -> list[str]:
+        """The URLs (under :data:`ORIGIN`) of the pages that carry a script, in file order."""
+        pages = self.root / "pages"
+        out = []
+        for path in sorted(pages.rglob("*.html")):
+            if b"<script" in path.read_bytes():
+                out.append(f"{self.url}/{path.relative_to(pages).with_suffix('').as_posix()}")
+        return out
+
+    def prerender(self, workers: int = 4) -> dict[str, int]:
+        """Visit every page with a script that the render cache does not hold yet, ``workers`` at a
+        time, through the agents' own ``visit`` tool (so the same pages are rendered under the same
+        keys); returns ``{"pages": .., "rendered": .., "failed": ..}``. A page that fails is only
+        counted: an agent's visit will try it again and see the error itself."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        urls = self.script_pages()
+        cache = self.render_cache
+        before = cache.stats.misses if cache is not None else 0
+
+        def visit(url: str) -> bool:
+            return bool(self.make_tools()["visit"]({"url": url, "goal": "prerender"}).ok)
+
+        with ThreadPoolExecutor(max(1, workers)) as pool:
+            ok = list(pool.map(visit, urls))
+        rendered = (cache.stats.misses - before) if cache is not None else 0
+        return {"pages": len(urls), "rendered": rendered, "failed": ok.count(False)}
 
     def make_tools(self) -> dict[str, Tool]:
         """A fresh ``{"search", "visit", "click"}`` set with its own browsing session."""
