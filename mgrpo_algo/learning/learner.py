@@ -241,15 +241,16 @@ class RoleLearner:
         if self.config.temperature != 1.0:
             logits = logits / self.config.temperature  # the rollouts sampled from softmax(logits / T)
         targets = batch.targets if columns is None else batch.targets[:, columns]
-        # log p(target) as one fused log-softmax + gather (and a fused backward: softmax - one-hot),
-        # instead of logsumexp, gather and a subtraction over [B, L, V].
-        logp = -F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                reduction="none").view(targets.shape)
         ent = None
-        if entropy:
+        if entropy:  # one log-softmax over [B, L, V] serves both the targets' log-probs and the entropy
+            log_probs = torch.log_softmax(logits, dim=-1)
+            logp = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
             with torch.set_grad_enabled(torch.is_grad_enabled() and self.config.entropy_coef > 0):
-                log_probs = torch.log_softmax(logits, dim=-1)
-                ent = -(log_probs.exp() * log_probs).sum(-1)
+                held = log_probs if self.config.entropy_coef > 0 else log_probs.detach()
+                ent = -(held.exp() * held).sum(-1)
+        else:  # log p(target) as one fused log-softmax + gather, and a fused backward (softmax - one-hot)
+            logp = -F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                    reduction="none").view(targets.shape)
         if columns is not None:
             logp = _scatter_columns(logp, columns, length)
             ent = _scatter_columns(ent, columns, length) if ent is not None else None
