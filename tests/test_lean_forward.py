@@ -82,15 +82,25 @@ def test_a_lean_step_gives_the_models_logits_bitwise(build, padded, grow) -> Non
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
 
 
-def test_lean_step_reads_the_live_weights() -> None:
-    model = _qwen2()
-    lean = LeanStep(model)
-    cache, token, mask, position = _prefilled(model, True, True)
+@pytest.mark.parametrize("change", ["mlp.down_proj.weight", "self_attn.q_proj.weight", "self_attn.v_proj.bias",
+                                    "mlp.up_proj.weight", "replaced self_attn.k_proj.weight"])
+def test_lean_step_reads_the_live_weights(change) -> None:
+    """In-place updates (an optimiser step) and replaced tensors (a weight sync) of any projection, the
+    stacked ones included, are seen at the next step of the same LeanStep object."""
     import copy
 
+    model = _qwen2()
+    lean = LeanStep.for_model(model)
+    assert LeanStep.for_model(model) is lean  # one step per model object
+    cache, token, mask, position = _prefilled(model, True, True)
     before = lean(token, mask, position, copy.deepcopy(cache))
+    name = change.split()[-1]
+    parameter = model.model.layers[-1].get_parameter(name)
     with torch.no_grad():
-        model.model.layers[-1].mlp.down_proj.weight.mul_(1.5)  # an in-place update, as an optimiser step
+        if change.startswith("replaced"):
+            parameter.data = parameter.data * 1.5
+        else:
+            parameter.mul_(1.5)
         expected = model(input_ids=token, attention_mask=mask, position_ids=position, cache=copy.deepcopy(cache),
                          use_cache=True, logits_to_keep=1).logits[:, -1]
     after = lean(token, mask, position, copy.deepcopy(cache))

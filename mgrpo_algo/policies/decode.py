@@ -137,7 +137,7 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
         raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
     if step not in ("lean", "forward"):
         raise ValueError(f"step must be 'lean' or 'forward', got {step!r}")
-    lean = LeanStep(model) if step == "lean" and LeanStep.supports(model) else None
+    lean = LeanStep.for_model(model) if step == "lean" and LeanStep.supports(model) else None
     kwarg = _cache_kwarg()  # the forward's name for the cache (``cache`` in transformers 5.x)
     device = input_ids.device
     if cache is None:

@@ -6,7 +6,8 @@ attention-mask factory, output dataclasses). :class:`LeanStep` does the same ari
 one-token step, in the same order, with the same kernels, and nothing else:
 
 - embedding; per layer: RMSNorm (the model's formula: float32, ``x * rsqrt(mean(x^2) + eps)``,
-  weight after), the q/k/v projections with their biases, rotary embedding from the model's own
+  weight after), the q/k/v projections with their biases (as one stacked matrix; the gate and up
+  projections too), rotary embedding from the model's own
   ``rotary_emb`` module (so every rope variant the model supports is computed by it),
   ``cache.layers[i].update`` (the cache object the model would use), ``scaled_dot_product_attention``
   called as the model's SDPA integration calls it for one query (grouped-query heads inside the kernel
@@ -28,10 +29,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import weakref
+
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 __all__ = ["LeanStep"]
+
+_STEPS: weakref.WeakKeyDictionary[Any, LeanStep] = weakref.WeakKeyDictionary()
 
 _LAYER_CLASSES = {"qwen2": "Qwen2DecoderLayer", "llama": "LlamaDecoderLayer"}
 
@@ -53,8 +59,9 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 class LeanStep:
     """A one-token decode step for ``model`` (a ``Qwen2ForCausalLM`` / ``LlamaForCausalLM``).
 
-    The object keeps references to the model's modules, never copies of their weights: an optimiser
-    step or a weight sync is seen at the next call.
+    The object keeps references to the model's modules; the only copies are the stacked q/k/v and
+    gate/up matrices, rebuilt at the next call after any of their parameters moved (an optimiser step
+    or a weight sync is seen at once). :meth:`for_model` keeps one step per model object.
     """
 
     def __init__(self, model: Any) -> None:
@@ -63,7 +70,36 @@ class LeanStep:
         self.model = model
         self.body = model.model
         self.layers = list(self.body.layers)
-        self.silu = model.config.hidden_act == "silu"
+        self._fused: list[tuple[Tensor, Tensor | None, Tensor, Tensor | None]] = []
+        self._fused_version: tuple[int, ...] | None = None
+
+    @classmethod
+    def for_model(cls, model: Any) -> LeanStep:
+        """The step of ``model``, made once per model object and kept with it (its fused weights are
+        rebuilt only when a weight changed)."""
+        step = _STEPS.get(model)
+        if step is None:
+            step = _STEPS[model] = cls(model)
+        return step
+
+    def _weights(self) -> list[tuple[Tensor, Tensor | None, Tensor, Tensor | None]]:
+        """Per layer ``(qkv weight, qkv bias, gate/up weight, gate/up bias)``: the projections that read
+        the same input stacked into one matrix, so a layer runs two GEMMs fewer (each output column is
+        the same dot product: the logits stay bitwise the model's, tests/test_lean_forward.py). Rebuilt
+        when any of their parameters changed in place (an optimiser step, a weight sync) or was replaced."""
+        parts = [(a.q_proj, a.k_proj, a.v_proj, m.gate_proj, m.up_proj)
+                 for a, m in ((layer.self_attn, layer.mlp) for layer in self.layers)]
+        tensors = [t for mods in parts for mod in mods for t in (mod.weight, mod.bias) if t is not None]
+        version = tuple(v for t in tensors for v in (t._version, t.data_ptr()))
+        if version != self._fused_version:
+            self._fused = []
+            for q, k, v, gate, up in parts:
+                qkv_b = torch.cat([q.bias, k.bias, v.bias]) if q.bias is not None else None
+                gu_b = torch.cat([gate.bias, up.bias]) if gate.bias is not None else None
+                self._fused.append((torch.cat([q.weight, k.weight, v.weight]), qkv_b,
+                                    torch.cat([gate.weight, up.weight]), gu_b))
+            self._fused_version = version
+        return self._fused
 
     @staticmethod
     def supports(model: Any) -> bool:
@@ -107,30 +143,30 @@ class LeanStep:
         # One token per row: the hidden states stay [B, C] (the model's [B, 1, C] runs the same GEMMs).
         hidden = self.body.embed_tokens(input_ids[:, 0])
         cos, sin = self.body.rotary_emb(hidden, position_ids)  # [B, 1, D]: broadcast over the heads
-        for index, layer in enumerate(self.layers):
+        for index, (layer, (qkv_w, qkv_b, gu_w, gu_b)) in enumerate(zip(self.layers, self._weights(), strict=True)):
             residual = hidden
             x = _rms_norm(layer.input_layernorm, hidden)
             attn = layer.self_attn
             head_dim = attn.head_dim
-            q = F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(batch, -1, head_dim)
-            k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(batch, -1, head_dim)
-            v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(batch, -1, 1, head_dim)
-            q = (q * cos) + (_rotate_half(q) * sin)
-            k = (k * cos) + (_rotate_half(k) * sin)
-            k, v = cache.layers[index].update(k.unsqueeze(2), v)
+            qkv = F.linear(x, qkv_w, qkv_b).view(batch, -1, head_dim)  # [B, H + 2 KV, D]
+            kv_heads = attn.k_proj.weight.shape[0] // head_dim
+            rotated = qkv[:, : qkv.shape[1] - kv_heads]  # queries and keys: one rotary pass over both
+            rotated = (rotated * cos) + (_rotate_half(rotated) * sin)
+            q, k = rotated[:, : rotated.shape[1] - kv_heads], rotated[:, rotated.shape[1] - kv_heads:]
+            v = qkv[:, qkv.shape[1] - kv_heads:]
+            k, v = cache.layers[index].update(k.unsqueeze(2), v.unsqueeze(2))
             groups = attn.num_key_value_groups
             if groups > 1 and mask is None:  # as the model's SDPA integration: GQA inside the kernel
                 out = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, dropout_p=0.0, scale=attn.scaling,
                                                      enable_gqa=True)
             else:  # with a mask, one query: the query heads grouped under their key/value head
-                out = F.scaled_dot_product_attention(q.view(batch, -1, groups, head_dim), k, v, attn_mask=mask,
+                out = F.scaled_dot_product_attention(q.reshape(batch, -1, groups, head_dim), k, v, attn_mask=mask,
                                                      dropout_p=0.0, scale=attn.scaling)
             hidden = residual + F.linear(out.reshape(batch, -1), attn.o_proj.weight, attn.o_proj.bias)
             residual = hidden
             x = _rms_norm(layer.post_attention_layernorm, hidden)
             mlp = layer.mlp
-            gate = F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)
-            up = F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
+            gate, up = F.linear(x, gu_w, gu_b).chunk(2, dim=-1)
             hidden = residual + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
         hidden = _rms_norm(self.body.norm, hidden)
         head = self.model.lm_head
