@@ -138,6 +138,8 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
     if step not in ("lean", "forward"):
         raise ValueError(f"step must be 'lean' or 'forward', got {step!r}")
     lean = LeanStep.for_model(model) if step == "lean" and LeanStep.supports(model) else None
+    if lean is not None:
+        lean.refresh()  # weights do not move while this call decodes
     kwarg = _cache_kwarg()  # the forward's name for the cache (``cache`` in transformers 5.x)
     device = input_ids.device
     if cache is None:
@@ -156,7 +158,8 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
     all_ones = bool(mask.all())  # stays so: the mask only grows by columns of ones
     for index in range(max_new_tokens):
         if lean is not None and index > 0:
-            logits = lean(feed, mask, feed_pos, cache, mask_all_ones=all_ones).to(dtype=torch.float32, copy=True)
+            logits = lean(feed, mask, feed_pos, cache, mask_all_ones=all_ones, fused_current=True).to(
+                dtype=torch.float32, copy=True)
         else:
             out = model(input_ids=feed, attention_mask=mask, position_ids=feed_pos, **{kwarg: cache}, use_cache=True,
                         logits_to_keep=1, return_dict=True)

@@ -27,9 +27,8 @@ SDPA attention), models in training mode and configurations it cannot mirror exa
 
 from __future__ import annotations
 
-from typing import Any
-
 import weakref
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -82,6 +81,10 @@ class LeanStep:
             step = _STEPS[model] = cls(model)
         return step
 
+    def refresh(self) -> None:
+        """Rebuild the stacked matrices now if a weight moved since they were built."""
+        self._weights()
+
     def _weights(self) -> list[tuple[Tensor, Tensor | None, Tensor, Tensor | None]]:
         """Per layer ``(qkv weight, qkv bias, gate/up weight, gate/up bias)``: the projections that read
         the same input stacked into one matrix, so a layer runs two GEMMs fewer (each output column is
@@ -124,7 +127,7 @@ class LeanStep:
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 cache: Any, mask_all_ones: bool | None = None) -> torch.Tensor:
+                 cache: Any, mask_all_ones: bool | None = None, fused_current: bool = False) -> torch.Tensor:
         """Float logits ``[B, V]`` of the next token after one new token per row.
 
         Args:
@@ -134,6 +137,8 @@ class LeanStep:
             cache: the ``DynamicCache`` holding the first ``L - 1`` columns; it is extended.
             mask_all_ones: whether ``attention_mask`` has no zero (computed when None; the decode
                 loop knows it does not change while the mask grows by columns of ones).
+            fused_current: skip the check that the stacked matrices are current (the decode loop
+                checks once per call with :meth:`refresh`: no weight moves while it decodes).
         """
         batch = input_ids.shape[0]
         if mask_all_ones is None:
@@ -143,7 +148,8 @@ class LeanStep:
         # One token per row: the hidden states stay [B, C] (the model's [B, 1, C] runs the same GEMMs).
         hidden = self.body.embed_tokens(input_ids[:, 0])
         cos, sin = self.body.rotary_emb(hidden, position_ids)  # [B, 1, D]: broadcast over the heads
-        for index, (layer, (qkv_w, qkv_b, gu_w, gu_b)) in enumerate(zip(self.layers, self._weights(), strict=True)):
+        fused = self._fused if fused_current else self._weights()
+        for index, (layer, (qkv_w, qkv_b, gu_w, gu_b)) in enumerate(zip(self.layers, fused, strict=True)):
             residual = hidden
             x = _rms_norm(layer.input_layernorm, hidden)
             attn = layer.self_attn
