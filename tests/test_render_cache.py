@@ -228,3 +228,19 @@ def test_the_policy_runs_before_the_cache(route_server: RouteServer) -> None:
         assert browser.fetch(url).from_cache
     with pytest.raises(ToolError, match="closed"):
         browser.fetch(url)  # a closed fetcher refuses even a kept page
+
+
+def test_a_static_cache_fetches_each_page_over_http_once(route_server: RouteServer) -> None:
+    policy = UrlPolicy(allow_private=True)
+    with HttpFetcher(policy, static_cache=RenderCache()) as fetcher, HttpFetcher(policy) as plain:
+        before = len(route_server.hits("/page2"))
+        first, second = fetcher.fetch(route_server.url("/page2")), fetcher.fetch(route_server.url("/page2"))
+        reference = plain.fetch(route_server.url("/page2"))
+        assert len(route_server.hits("/page2")) - before == 2  # one fetch over HTTP each, the hit none
+        assert not first.from_cache and second.from_cache and second.text == first.text == reference.text
+        assert fetcher.static_cache.stats.misses == 1 and fetcher.static_cache.stats.hits == 1
+        with pytest.raises(ToolError):  # a failure is not kept: tried again at the next fetch
+            fetcher.fetch(route_server.url("/missing"))
+        with pytest.raises(ToolError):
+            fetcher.fetch(route_server.url("/missing"))
+        assert fetcher.static_cache.stats.misses == 3 and len(fetcher.static_cache) == 1

@@ -27,7 +27,7 @@ import codecs
 import re
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
 import httpx
@@ -36,6 +36,9 @@ from .base import ToolError
 from .cache import ResponseCache
 from .pinning import PinnedTransport
 from .url_policy import UrlPolicy
+
+if TYPE_CHECKING:  # render_cache imports FetchResult from here
+    from .render_cache import RenderCache
 
 __all__ = ["FetchResult", "HttpFetcher", "is_text_content_type", "REDIRECT_STATUSES"]
 
@@ -139,6 +142,11 @@ class HttpFetcher:
         max_redirects: redirect hops followed before giving up.
         user_agent: the ``User-Agent`` header sent.
         cache: optional response cache (namespace ``"fetch"``).
+        static_cache: optional in-memory :class:`~.render_cache.RenderCache` for a site whose pages never
+            change while it runs (a built world): each page is fetched over HTTP once, later fetches
+            get the same result (the policy still runs first; failures are not kept). Saves the HTTP
+            round trip through Python that dominates an env step when the same pages are read by every
+            rollout of a group.
     """
 
     via = "http"
@@ -152,8 +160,10 @@ class HttpFetcher:
         max_redirects: int = 5,
         user_agent: str = "mgrpo/0.1 (+research agent)",
         cache: ResponseCache | None = None,
+        static_cache: RenderCache | None = None,
     ) -> None:
         self.policy = policy
+        self.static_cache = static_cache
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self.max_redirects = max_redirects
@@ -180,7 +190,11 @@ class HttpFetcher:
             if hit is not None:
                 return FetchResult.from_cache_value(hit, time.perf_counter() - start)
         # The address rules run when the socket opens (PinnedTransport), on the answer connected to.
-        result = self._fetch_live(key, start)
+        if self.static_cache is not None:
+            result = self.static_cache.get_or_render(key, lambda: (self._fetch_live(key, start), True),
+                                                     lambda: time.perf_counter() - start)
+        else:
+            result = self._fetch_live(key, start)
         if self.cache is not None:
             self.cache.put("fetch", key, result.to_cache())
         return result

@@ -460,7 +460,10 @@ class WikiWorld:
             self.policy = UrlPolicy()
             # Agents (and so the cache, the index and every page's links) see only ORIGIN.
             self.policy.map_origin(ORIGIN, self.served_url)
-            self.http = HttpFetcher(self.policy, cache=self.cache)
+            # The pages are files that never change while the world is open: each is fetched over HTTP
+            # once per open world, every later read (K rollouts of a group read the same pages) from memory.
+            self.http = HttpFetcher(self.policy, cache=self.cache,
+                                    static_cache=RenderCache() if render_cache else None)
             # BrowserFetcher starts Chromium on its first fetch only: worlds that never meet a
             # JavaScript page never launch a browser. The site is static files (a built world folder
             # never changes) and its scripts are deterministic, so each page is rendered once per
