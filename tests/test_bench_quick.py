@@ -20,7 +20,7 @@ def test_bench_quick_writes_results() -> None:
     payload = json.loads((ROOT / "benchmarks" / "results" / "quick" / "bench.json").read_text())
     assert payload["benchmark"] == "bench" and payload["quick"] is True
     expected = {"world_and_tools", "env_throughput", "learner", "decoupled", "vs_trl", "rollout_vs_generate", "scaling",
-                "kv_reuse", "demo_iteration", "fit_train"}
+                "kv_reuse", "demo_iteration", "generation", "fit_train"}
     assert set(payload["benchmarks"]) == expected
     assert all(run["ok"] for run in payload["benchmarks"].values())
     figures = payload["figures"]
