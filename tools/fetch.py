@@ -26,8 +26,9 @@ from __future__ import annotations
 import codecs
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urljoin
 
 import httpx
@@ -36,9 +37,6 @@ from .base import ToolError
 from .cache import ResponseCache
 from .pinning import PinnedTransport
 from .url_policy import UrlPolicy
-
-if TYPE_CHECKING:  # render_cache imports FetchResult from here
-    from .render_cache import RenderCache
 
 __all__ = ["FetchResult", "HttpFetcher", "is_text_content_type", "REDIRECT_STATUSES"]
 
@@ -130,6 +128,13 @@ def _looks_binary(body: bytes, charset: str | None) -> bool:
     return b"\x00" in body[:_SNIFF_BYTES]
 
 
+class PageStore(Protocol):
+    """What :class:`HttpFetcher` needs of a ``static_cache`` (:class:`~.render_cache.RenderCache` is one)."""
+
+    def get_or_render(self, key: str, render: Callable[[], tuple[FetchResult, bool]],
+                      elapsed: Callable[[], float]) -> FetchResult: ...
+
+
 class HttpFetcher:
     """Thread-safe HTTP(S) page fetcher with policy checks on every redirect hop.
 
@@ -160,7 +165,7 @@ class HttpFetcher:
         max_redirects: int = 5,
         user_agent: str = "mgrpo/0.1 (+research agent)",
         cache: ResponseCache | None = None,
-        static_cache: RenderCache | None = None,
+        static_cache: PageStore | None = None,
     ) -> None:
         self.policy = policy
         self.static_cache = static_cache
