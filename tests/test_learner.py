@@ -156,6 +156,62 @@ def test_micro_batching_matches_one_big_batch(model_dir, aggregation):
         torch.testing.assert_close(p_split[name], p_whole[name], atol=1e-2 * whole.config.lr, rtol=0)
 
 
+def grouped_batch(groups: int = 3, k: int = 4, prompt: int = 24, system: int = 0, seed: int = 1) -> list[TokenSequence]:
+    """GRPO groups: ``k`` rollouts of each of ``groups`` prompts (``prompt`` tokens, the first ``system``
+    of them the same in every group), completions of different lengths, a masked tool response in some."""
+    rng = random.Random(seed)
+    head = [rng.randrange(VOCAB) for _ in range(system)]
+    out = []
+    for _ in range(groups):
+        question = head + [rng.randrange(VOCAB) for _ in range(prompt - system)]
+        for j in range(k):
+            completion = [rng.randrange(VOCAB) for _ in range(rng.randint(6, 20))]
+            mask = [0] * prompt + [1] * len(completion)
+            if j % 2:
+                mask[prompt + 2: prompt + 4] = [0, 0]
+            out.append(TokenSequence(question + completion, mask, advantage=rng.choice([-1.0, 0.5, 1.0]), role="main"))
+    rng.shuffle(out)
+    return out
+
+
+@pytest.mark.parametrize("system", [0, 20], ids=["per-question prompts", "a shared system prompt"])
+def test_a_shared_prefix_runs_once_and_gives_the_same_update(model_dir, system, monkeypatch):
+    seqs = grouped_batch(system=system) if system == 0 else grouped_batch(groups=4, k=2, prompt=24, system=20)
+    plain = make(model_dir, share_prefix=False, micro_batch_tokens=10**6)
+    shared = make(model_dir, share_prefix=True, share_prefix_min_tokens=1, micro_batch_tokens=10**6)
+    passes: list[tuple[int, int]] = []
+    forward = type(shared.model).forward
+
+    def counted(self, *args, **kwargs):
+        passes.append(tuple(kwargs["input_ids"].shape))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(shared.model), "forward", counted)
+    m_shared = shared.update(seqs)
+    monkeypatch.undo()
+    m_plain = plain.update(seqs)
+    rows = len(seqs)
+    if system == 0:  # the 3 prompts run once each (24 tokens, the first sampled token's predictor not in it)
+        assert passes == [(3, 23), (rows, max(s.num_tokens for s in seqs) - 23)]
+    else:  # every prompt differs after the common 20 tokens: those run once
+        assert passes == [(1, 20), (rows, max(s.num_tokens for s in seqs) - 20)]
+    for key in ("loss", "pg_loss", "entropy", "adv_mean", "tokens"):
+        assert m_shared[f"main/{key}"] == pytest.approx(m_plain[f"main/{key}"], abs=1e-6), key
+    assert m_shared["main/grad_norm"] == pytest.approx(m_plain["main/grad_norm"], rel=1e-5)
+    for pw, ps in zip(plain.params, shared.params, strict=True):
+        gw, gs = plain.optimizer.state[pw]["exp_avg"], shared.optimizer.state[ps]["exp_avg"]
+        torch.testing.assert_close(gs, gw, atol=1e-6 * float(gw.abs().max()) + 1e-12, rtol=1e-4)
+
+
+def test_no_prefix_pass_where_it_saves_too_little(model_dir, monkeypatch):
+    learner = make(model_dir, micro_batch_tokens=10**6)  # default threshold: 64 tokens saved
+    calls = []
+    forward = type(learner.model).forward
+    monkeypatch.setattr(type(learner.model), "forward", lambda self, *a, **kw: calls.append(1) or forward(self, *a, **kw))
+    learner.update(grouped_batch(groups=2, k=2, prompt=8))  # (4 - 2) rows x 7 tokens = 14 saved
+    assert len(calls) == 1
+
+
 def test_gradient_checkpointing_gives_the_same_update(model_dir):
     plain, ckpt = make(model_dir), make(model_dir, gradient_checkpointing=True)
     assert getattr(ckpt.model, "is_activation_checkpointing", True)

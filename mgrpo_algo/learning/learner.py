@@ -234,9 +234,13 @@ class RoleLearner:
             columns = torch.nonzero(batch.loss_mask.any(0)).squeeze(-1)  # position t predicts token t+1
         kwargs = {"logits_to_keep": columns} if columns is not None else {}
         with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-            # Right padding under causal attention: no real token attends to a pad, so the mask only
-            # slows the kernel down (an explicit 4-D mask instead of the causal fast path).
-            logits = model(input_ids=batch.input_ids, use_cache=False, **kwargs).logits
+            shared = self._shared_prefix(batch, columns) if columns is not None else None
+            if shared is not None:
+                logits = self._forward_shared(model, batch.input_ids, columns, *shared)
+            else:
+                # Right padding under causal attention: no real token attends to a pad, so the mask only
+                # slows the kernel down (an explicit 4-D mask instead of the causal fast path).
+                logits = model(input_ids=batch.input_ids, use_cache=False, **kwargs).logits
         logits = logits[:, :length].float() if columns is None else logits.float()
         if self.config.temperature != 1.0:
             logits = logits / self.config.temperature  # the rollouts sampled from softmax(logits / T)
@@ -255,6 +259,49 @@ class RoleLearner:
             logp = _scatter_columns(logp, columns, length)
             ent = _scatter_columns(ent, columns, length) if ent is not None else None
         return logp, ent
+
+    def _shared_prefix(self, batch: _MicroBatch, columns: Tensor) -> tuple[int, Tensor, Tensor] | None:
+        """``(length, distinct prefixes [U, length], row -> prefix index [B])`` when the rows share
+        tokens before the first position that needs logits, enough to be worth a prefix pass; else
+        None. Two ways to share: the rows' first ``columns[0]`` tokens taken whole (the K rollouts of
+        one question share their prompt), or the leading tokens common to every row (a system prompt);
+        the one that saves more tokens is used."""
+        cfg = self.config
+        if not cfg.share_prefix or cfg.gradient_checkpointing or len(columns) == 0 or batch.input_ids.shape[0] < 2:
+            return None
+        ids = batch.input_ids
+        rows, first = ids.shape[0], int(columns[0])  # positions before `first` need no logits
+        if first < 1:
+            return None
+        whole, inverse = torch.unique(ids[:, :first], dim=0, return_inverse=True)
+        agree = (ids[:, :first] == ids[:1, :first]).all(0)
+        common = int(agree.int().cumprod(0).sum())  # the leading run of columns where every row agrees
+        by_prompt, by_common = (rows - whole.shape[0]) * first, (rows - 1) * common
+        if max(by_prompt, by_common) < cfg.share_prefix_min_tokens:
+            return None
+        if by_prompt >= by_common:
+            return first, whole, inverse
+        return common, ids[:1, :common], torch.zeros(rows, dtype=torch.long, device=ids.device)
+
+    def _forward_shared(self, model: torch.nn.Module, ids: Tensor, columns: Tensor, length: int,
+                        prefixes: Tensor, inverse: Tensor) -> Tensor:
+        """Logits at ``columns`` with the first ``length`` tokens run once per distinct prefix: their
+        keys and values are handed to each row (``index_select``: the backward sums every row's
+        gradient into its prefix), then each row's remaining tokens run over them. The same logits as
+        one full forward up to float rounding (tests/test_learner.py checks log-probs and gradients)."""
+        from transformers import DynamicCache
+
+        from ..policies.decode import _cache_kwarg
+
+        kwarg = _cache_kwarg()
+        cache = DynamicCache(config=model.config)
+        model(input_ids=prefixes, use_cache=True, **{kwarg: cache})
+        for layer in cache.layers:
+            layer.keys, layer.values = layer.keys.index_select(0, inverse), layer.values.index_select(0, inverse)
+        rest = ids[:, length:]
+        positions = torch.arange(length, ids.shape[1], device=ids.device)[None].expand(ids.shape[0], -1)
+        return model(input_ids=rest, position_ids=positions, use_cache=True, **{kwarg: cache},
+                     logits_to_keep=columns - length).logits
 
     # ------------------------------------------------------------------ batching
     def _micro_batches(self, samples: Sequence[TokenSequence]) -> list[list[int]]:
