@@ -18,7 +18,8 @@ all coincide up to a constant, but "grpo" is the same formula).
   (one generation and one optimiser step per training step; old log-probs skipped as ours).
 
 Each contender runs in a fresh subprocess (so peak memory is its own): 1 warm-up step, then
-``--steps`` measured steps. Figures: median step time, update time (TRL: the step minus its
+``--steps`` measured steps; ``--rounds`` rounds alternate the two (ours, trl, ours, trl, ...) and
+their steps are pooled, so a machine whose load changes slows both alike. Figures: median step time, update time (TRL: the step minus its
 ``_generate_and_score_completions``), tokens/s of the update and of the whole step (prompt +
 completion tokens), and the peak resident memory during the steps (``VmHWM`` after resetting it
 through ``/proc/self/clear_refs``, minus the resident size before the first step). Ratios are
@@ -222,6 +223,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="4 prompts x 4 generations x 32 tokens, 2 steps")
     parser.add_argument("--steps", type=int, default=None, help="measured steps per contender (default 5; quick 2)")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds of both contenders (default 3; quick 1)")
     parser.add_argument("--contender", choices=("ours", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("--contender-spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -230,6 +232,7 @@ def main() -> None:
         return
     b, k, t, plen = (4, 4, 32, 32) if args.quick else (8, 8, 64, 32)
     steps = args.steps or (2 if args.quick else 5)
+    rounds = args.rounds or (1 if args.quick else 3)
     try:
         import trl  # noqa: F401
 
@@ -238,16 +241,24 @@ def main() -> None:
         have_trl = False
     rows = []
     extra: dict = {"setup": {"prompts": b, "generations": k, "completion_tokens": t, "prompt_tokens": plen,
-                             "steps": steps, "trl_loss_type": "grpo", "ours_aggregation": "seq-mean-token-mean"}}
+                             "steps": steps, "rounds": rounds, "trl_loss_type": "grpo", "ours_aggregation": "seq-mean-token-mean"}}
     with tempfile.TemporaryDirectory() as tmp:
         from transformers import AutoTokenizer
 
         model_dir = tiny_model_dir(Path(tmp) / "model")
         prompts = _prompts(AutoTokenizer.from_pretrained(model_dir), b, plen)
         spec = {"model_dir": str(model_dir), "prompts": prompts, "k": k, "t": t, "steps": steps}
-        results = {"ours": _spawn("ours", spec)}
-        if have_trl:
-            results["trl"] = _spawn("trl", spec)
+        # Contenders alternate (ours, trl, ours, trl, ...) so that a busy machine slows both alike; each
+        # round is a fresh subprocess, and the rounds' step times are pooled before the medians.
+        results: dict = {}
+        for _ in range(rounds):
+            for name in ("ours", "trl") if have_trl else ("ours",):
+                r = _spawn(name, spec)
+                if name not in results:
+                    results[name] = r
+                else:
+                    for key in ("step_s", "update_s", "generate_s"):  # memory: the first round's
+                        results[name][key] = results[name][key] + r[key]
     extra["raw"] = results
     setup = f"{b}x{k}, {t} tok"
     for name, r in results.items():
