@@ -317,19 +317,18 @@ class MGRPOEnv(AECEnv):
             main.truncated = True
             self._finish(end_reason="main_turn_limit")
 
-    def _expert(self, sub: AgentTrajectory) -> tuple[float | None, tuple[float, float, float], str]:
-        """(r_expert, the weights to use, where r_expert came from). No report scores 0; no scorer
-        or a scorer with nothing to judge by drops the term (b3 = 0)."""
-        b1, b2, b3 = self.reward_config.sub_weights
+    def _expert(self, sub: AgentTrajectory) -> tuple[float | None, str]:
+        """(r_expert, where it came from). No report scores 0; no scorer or a scorer with nothing to
+        judge by gives None, which drops the term (b3 = 0, :func:`~mgrpo_env.rewards.paid_sub_reward`)."""
         scorer = self.reward_config.expert
         if scorer is None:
-            return None, (b1, b2, 0.0), "none"
+            return None, "none"
         if sub.final is None:
-            return 0.0, (b1, b2, b3), "no_result"
+            return 0.0, "no_result"
         value = scorer(self._task, sub.task or "", sub.final)
         if value is None:
-            return None, (b1, b2, 0.0), "none"
-        return float(value), (b1, b2, b3), getattr(scorer, "source", "custom")
+            return None, "none"
+        return float(value), getattr(scorer, "source", "custom")
 
     def _finish(self, end_reason: str) -> None:
         """Score the episode, pay every agent, and mark all of them done."""
@@ -345,8 +344,8 @@ class MGRPOEnv(AECEnv):
             components[MAIN]["verify_error"] = verify_error
         for sub in record.subs:
             sub.format_ok = sub.final is not None and sub.format_errors == 0
-            sub.expert, weights, source = self._expert(sub)
-            sub.reward = reward_fns.sub_reward(sub.format_ok, correct, sub.expert or 0.0, weights)
+            sub.expert, source = self._expert(sub)
+            sub.reward = reward_fns.paid_sub_reward(sub.format_ok, correct, sub.expert, self.reward_config.sub_weights)
             components[sub.agent] = {
                 "format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert,
                 "expert_source": source, "reward": sub.reward,

@@ -32,6 +32,8 @@ __all__ = [
     "StageConfig",
     "TrainConfig",
     "TRAIN_MODES",
+    "MODE_TABLE",
+    "ModeSpec",
     "WarmStartConfig",
     "load_config",
     "config_to_dict",
@@ -441,7 +443,26 @@ class WarmStartConfig:
 
 
 
-TRAIN_MODES = ("mgrpo", "frozen-sub", "single-agent")
+@dataclass(frozen=True)
+class ModeSpec:
+    """One training mode: the roles it runs and the roles whose learner updates."""
+
+    roles: tuple[str, ...]
+    trained: tuple[str, ...]
+
+    @property
+    def single(self) -> bool:
+        """One agent holding every tool (the Gymnasium env), no hierarchy."""
+        return self.roles == ("single",)
+
+
+#: Every mode, in one place: adding a mode is one entry here (docs/design.md, "Adding things").
+MODE_TABLE: dict[str, ModeSpec] = {
+    "mgrpo": ModeSpec(("main", "sub"), ("main", "sub")),
+    "frozen-sub": ModeSpec(("main", "sub"), ("main",)),
+    "single-agent": ModeSpec(("single",), ("single",)),
+}
+TRAIN_MODES = tuple(MODE_TABLE)
 
 
 @dataclass
