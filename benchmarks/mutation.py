@@ -56,9 +56,9 @@ BEFORE = {
 #: the constructor), compare.py's before/after arithmetic (not the runs that produce the numbers).
 SCOPE = {
     # the recovery path: commit / read back / discard, the update guards, pending and lag, the checkpoint order
-    "mgrpo_algo/training/roles.py": {f"RoleServer.{m}" for m in (
+    "mgrpo_algo/training/roles.py": {f"RoleWorker.{m}" for m in (
         "commit", "discard", "_buffer", "update_main", "update_sub", "_apply_pending", "flush", "_apply_sub",
-        "_applied", "_save_state")} | {"_write_json"},
+        "_applied", "_save_state", "rollback", "committed", "_adopt")} | {"write_json"},
     "mgrpo_algo/experiments/compare.py": {"aggregate", "_pm", "format_table", "verdict", "_gap_check",
                                           "_delegation_check", "_history_means"},
 }

@@ -55,7 +55,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .training.run_folder import check_fresh_run_folder, clear_run_folder
 
     if args.placement is None and (args.store or args.staleness):
-        print("mgrpo: --store and --staleness need --placement (decoupled role servers)", file=sys.stderr)
+        print("mgrpo: --store and --staleness need --placement (decoupled role workers)", file=sys.stderr)
         return 2
     # the flags are shorthands for the config's placement section
     flags = [f"placement.{name}={value}" for name, value in
@@ -276,8 +276,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="0: synchronized (the sub learner waits for the main statistics of the same iteration); "
                     "n > 0: it may lag up to n iterations")
     tr.add_argument("--resume", action="store_true",
-                    help="continue the run in out_dir after its last committed iteration (same config; "
-                    "role servers always resume from their own checkpoints)")
+                    help="continue the run in out_dir after its last committed iteration (same config; any "
+                    "placement: every role worker goes back to its checkpoint of that iteration)")
     tr.add_argument("--overwrite", action="store_true",
                     help="start afresh in a used out_dir: its metrics, episodes, checkpoints, loop state and final "
                     "models are removed first (without it, a used out_dir is refused)")

@@ -282,3 +282,36 @@ def test_preflight_takes_split_expressions(small_scenario):
     preflight(load_config(None, [world, "eval.split=stage2/test+stage1/test"]), check_eval=True)
     with pytest.raises(PreflightError, match="no split 'stage9/x'"):
         preflight(load_config(None, [world, "eval.split=stage2/test+stage9/x"]), check_eval=True)
+
+
+def _numbers(summary: dict) -> dict:
+    """What a comparison measured (not how long it took): per mode and seed, before / after / curve."""
+    keep = ("before", "after", "delta_interval", "curve", "sub_reward", "sub_expert", "train_accuracy", "d_k_mean",
+            "rollouts")
+    return {mode: [{k: row[k] for k in keep} for row in runs["per_seed"]] for mode, runs in summary["results"].items()}
+
+
+@pytest.fixture(scope="module")
+def compared_in_process(small_scenario, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("compare-placements")
+    return tmp, _compare_once(small_scenario, tmp, "in-process")
+
+
+def _compare_once(small_scenario, tmp, placement: str) -> dict:
+    out = tmp / placement
+    args = ["compare", "--seeds", "1", "--out", str(out), "--modes", "mgrpo,frozen-sub,single-agent",
+            "--set", f"placement={{kind: {placement}}}"]
+    for item in _settings(small_scenario, tmp):
+        args += ["--set", item]
+    assert main(args) == 0
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("placement", ["local", "processes"])
+def test_compare_on_role_workers_gives_the_in_process_numbers(placement, small_scenario, compared_in_process):
+    """Training and every evaluation (curve points, after) go through the role handles: a decoupled
+    placement compares, with the numbers of the in-process run."""
+    tmp, reference = compared_in_process
+    summary = _compare_once(small_scenario, tmp, placement)
+    assert _numbers(summary) == _numbers(reference)
+    assert all(row["curve"] for row in summary["results"]["mgrpo"]["per_seed"])  # curve points were evaluated

@@ -318,9 +318,10 @@ class PlacementConfig:
     """Where the roles run. One iteration loop drives all of them; only this changes underneath."""
 
     kind: str = "in-process"
-    """``in-process``: learners and policies in the trainer's process (every mode). ``local``,
-    ``processes``, ``ray``: decoupled M-GRPO, each role on its own server (in this process, one
-    process per role, or Ray actors), only statistics crossing through ``store``; two-role modes only."""
+    """Where the role workers live (one per role, every mode): ``in-process`` and ``local`` in the
+    trainer's process, ``processes`` one process per role, ``ray`` Ray actors; only statistics cross
+    between roles, through the store. ``in-process`` keeps its store in ``out_dir`` and takes no
+    ``store`` / ``staleness`` (the decoupled settings)."""
     store: str = ""
     """The statistics store of decoupled runs: ``sqlite:PATH`` or ``redis://[:PASSWORD@]host:port``
     (``rediss://`` for TLS). Empty: ``sqlite:<out_dir>/stats.sqlite``."""
@@ -574,13 +575,14 @@ class TrainConfig:
     """Supervised stage-1 warm start from oracle demonstrations (``epochs: 0`` disables it). Runs
     before RL when the roles use the built tiny models; cached under ``models_dir``."""
     checkpoint: bool = True
-    """Save each learner (safetensors + optimizer + RNG) at the end of every stage, and (in process)
-    after every iteration under ``checkpoints/iter-<t>`` (only the last committed one is kept), which
-    ``resume`` restarts from."""
+    """Save each learner (safetensors + optimizer + RNG) at the end of every stage under
+    ``checkpoints/stage<n>/<role>``. The per-iteration checkpoints of the commit protocol
+    (``workers/<role>/checkpoints/iter-<t>``, only the last committed one kept) are always written:
+    a restarted worker and ``resume`` need them."""
     resume: bool = False
-    """In process: continue the run in ``out_dir`` after its last committed iteration (``loop_state.json``
-    and ``checkpoints/iter-<t>``), dropping metrics and episodes lines written after it. Role servers
-    always resume from their own checkpoints."""
+    """Continue the run in ``out_dir`` after its last committed iteration (``loop_state.json``; every
+    role worker goes back to its checkpoint of that iteration), dropping metrics and episodes lines
+    written after it. Any placement. False: a fresh run (earlier worker state in ``out_dir`` is removed)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Held-out evaluation (``mgrpo compare``): split, questions, greedy or sampled, curve points."""
 

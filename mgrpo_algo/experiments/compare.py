@@ -50,7 +50,6 @@ MODES = TRAIN_MODES
 AGGREGATED = ("before_em", "before_f1", "after_em", "after_f1", "delta_em", "delta_f1", "before_pass_k",
               "after_pass_k", "before_greedy", "after_greedy", "rollouts", "rollouts_per_minute",
               "train_seconds", "eval_seconds")
-_ROLE_INDEX = {"main": 0, "sub": 1, "single": 2}
 
 
 def check_compare(config: TrainConfig, seeds: int, modes: Sequence[str]) -> Any:
@@ -109,18 +108,13 @@ def _roles(mode: str) -> list[str]:
 def evaluation_policies(config: TrainConfig, models: Mapping[str, Any], tokenizers: Mapping[str, str],
                         seed: int) -> dict[str, Any]:
     """Evaluation policies: eval temperature and token budget, the role's top-p and prompt limit."""
-    from ..policies.hf_policy import TransformersPolicy
+    from ..core.seeding import eval_seed
+    from ..policies.factory import make_policy
 
-    out = {}
-    for role, model in models.items():
-        spec = getattr(config, role)
-        g = spec.generation
-        out[role] = TransformersPolicy(
-            model, tokenizers[role], role=role, max_new_tokens=config.eval.max_new_tokens or g.max_new_tokens,
-            temperature=config.eval.temperature, top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens,
-            device=spec.learner.device, dtype=spec.learner.dtype, seed=seed + _ROLE_INDEX[role],
-        )
-    return out
+    return {role: make_policy(role, model, tokenizers[role], getattr(config, role), seed=eval_seed(seed, role),
+                              temperature=config.eval.temperature, max_new_tokens=config.eval.max_new_tokens,
+                              served=False, evaluation=True)
+            for role, model in models.items()}
 
 
 def evaluate_policies(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *, limit: int, seed: int,
@@ -367,6 +361,8 @@ def _train_and_evaluate(
     finally:
         bar.close()  # closing twice is a no-op
         writer.close()
+        for trainer in holder:  # its role workers (processes, Ray actors) end with it
+            trainer.close()
     after_scores = after.pop("scores")
     before = {k: v for k, v in before.items() if k != "scores"}
     rollouts = sum(int(h["rollouts"]) for h in history)
@@ -409,18 +405,16 @@ def _intervals(scores: Mapping[str, Mapping[str, list[dict[str, list[bool]]]]], 
 
 
 def _trained_policies(cfg: TrainConfig, trainer: Any, paths: Mapping[str, str], seed: int) -> dict[str, Any]:
-    """Evaluation policies over the trainer's current in-memory models (a frozen role keeps its start)."""
-    from ..policies.hf_policy import TransformersPolicy
+    """Evaluation policies over the trainer's current models, through its role handles: each worker
+    builds the evaluation policy over its own model (a frozen role keeps its start), wherever it runs."""
+    from ..core.seeding import eval_seed
+    from ..training.workers import WorkerPolicy
 
-    models: dict[str, Any] = {}
-    for role, policy in trainer.policies.items():
-        if role in trainer.learners:
-            models[role] = trainer.learners[role].model
-        elif isinstance(policy, TransformersPolicy):  # the frozen sub: reuse its loaded model
-            models[role] = policy.model
-        else:
-            models[role] = paths[role]
-    return evaluation_policies(cfg, models, paths, seed)
+    policies: dict[str, Any] = {}
+    for role, handle in trainer.handles.items():
+        handle.call("begin_eval", eval_seed(seed, role), cfg.eval.temperature, cfg.eval.max_new_tokens)
+        policies[role] = WorkerPolicy(handle)
+    return policies
 
 
 def _reproduce(out: Path, seeds: int, modes: Sequence[str]) -> str:

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RoleWorker", "write_json"]
+__all__ = ["RoleWorker", "request_state", "state_digest", "write_json"]
 
 ROLES = ("main", "sub", "single")
 
@@ -217,7 +217,7 @@ class RoleWorker:
         for request, response in zip(requests, responses, strict=True):
             key = _key(request.episode, request.agent)
             buffer["turns"].setdefault(key, []).append(response.extra)
-            buffer["states"].setdefault(key, []).append(_state(request.messages))  # step-credit anchors
+            buffer["states"].setdefault(key, []).append(request_state(request.messages))  # step-credit anchors
         return list(responses) if self.return_extras else [response.text for response in responses]
 
     def release(self, episode: int, agent: str) -> None:
@@ -256,7 +256,9 @@ class RoleWorker:
         """An evaluation policy over the current model with the evaluation's settings and seed."""
         from ..policies.factory import make_policy
 
-        model = self.learner.model if self.learner is not None else getattr(self.policy, "model", None) or self.model_path
+        model = self.learner.model if self.learner is not None else getattr(self.policy, "model", None)
+        if not hasattr(model, "generate"):  # a served role's policy names its engine's model: load the start
+            model = self.model_path
         self.eval_policy = make_policy(self.role, model, self.model_path, self.spec, seed=seed, temperature=temperature,
                                        max_new_tokens=max_new_tokens, served=False, evaluation=True)
         self.eval_history = {}
@@ -439,10 +441,16 @@ def _key(episode: int, agent: str) -> str:
     return f"{episode}/{agent}"
 
 
-def _state(messages: list[dict[str, str]]) -> str:
-    """A turn's anchor state (:func:`mgrpo_algo.core.scoring.turn_states`): the chat it had read, as a digest."""
-    chat = [(m.get("role"), m.get("content")) for m in messages]
-    return hashlib.sha256(json.dumps(chat).encode()).hexdigest()
+def request_state(messages: list[dict[str, str]]) -> str:
+    """The anchor state of the turn a request asks for: the chat it carries (every message before
+    the assistant's answer), as :func:`state_digest`."""
+    return state_digest([(m.get("role"), m.get("content")) for m in messages])
+
+
+def state_digest(chat: Any) -> str:
+    """A turn's anchor state as a digest: the (role, content) pairs it had read, as
+    :func:`mgrpo_algo.core.scoring.turn_states` keys them (equal chats, equal digests)."""
+    return hashlib.sha256(json.dumps([list(m) for m in chat]).encode()).hexdigest()
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -45,7 +45,7 @@ from ..core.scoring import (
     annotate,
     score_main_side,
 )
-from ..core.seeding import iteration_rngs
+from ..core.seeding import episode_seed, iteration_rngs
 from .final_models import export_final_models
 from .roles import write_json
 from .workers import RoleWorkers
@@ -167,7 +167,7 @@ class Trainer:
         task_rng, _ = iteration_rngs(cfg.seed, t)  # the alignment draws are the sub worker's (same seeds)
         batch = [tasks[i] for i in task_rng.choice(len(tasks), size=min(cfg.questions_per_iteration, len(tasks)), replace=False)]
         stats = CollectStats()
-        seed = cfg.seed + t * 10_000
+        seed = episode_seed(cfg.seed, t)
         single = self.mode.single
 
         def run(policies: dict[str, Any]) -> list[EpisodeRecord]:
