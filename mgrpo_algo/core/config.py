@@ -70,7 +70,11 @@ class LearnerConfig:
     """Clip the global gradient L2 norm to this before each step (paper / verl: 1.0). None disables
     clipping (the norm is still reported as ``grad_norm``)."""
 
-    # --- loss (``mgrpo_algo.core.losses.clipped_pg_loss``) -----------------------------------------------
+    # --- loss (``mgrpo_algo.core.losses``) -----------------------------------------------------------------
+    policy_loss: str = "clipped"
+    """The policy loss, by its name in ``mgrpo_algo.core.losses.POLICY_LOSSES``: "clipped" (the paper's
+    clipped policy gradient with clip-higher, ``clipped_pg_loss``). A new loss is one registered
+    function there; the options below are passed to it."""
     eps_low: float = 0.2
     """Lower clip range: the ratio is clipped below at 1 - eps_low (paper code: 0.2)."""
     eps_high: float = 0.28
@@ -540,6 +544,12 @@ class TrainConfig:
     It credits the action taken where a group's rollouts diverge, not the whole trajectory: the
     main agent is no longer blamed, at the turns before, for a sub-agent's wrong report. 0 (the
     paper): one advantage per trajectory. GiGPO uses 1."""
+    main_estimator: str = "grpo"
+    """The main (and single) agent's advantage estimator, by its name in
+    ``mgrpo_algo.core.advantages.ESTIMATORS``: "grpo" (the paper: standardised over the K rollouts)."""
+    sub_estimator: str = "grpo_pooled_masked"
+    """The sub-agents' estimator over the aligned [Q, K, d] slots, by name: "grpo_pooled_masked" (the
+    paper: pooled per query over its unmasked slots). A new estimator is one registered function."""
     main_weights: tuple[float, float] = PAPER_MAIN_WEIGHTS
     """(a1, a2) of R_M; the paper's by default (``mgrpo_env.rewards.PAPER_MAIN_WEIGHTS``)."""
     sub_weights: tuple[float, float, float] = PAPER_SUB_WEIGHTS

@@ -25,7 +25,7 @@ import numpy as np
 from mgrpo_env import align
 from mgrpo_env.episode import EpisodeRecord
 
-from .advantages import group_stats, main_advantages, step_advantages, sub_advantages
+from .advantages import get_estimator, group_stats, step_advantages
 
 __all__ = [
     "COUNT_WINDOW",
@@ -107,22 +107,25 @@ def rollout_keys(n: int, k: int) -> list[RolloutKey]:
     return [RolloutKey(i, i // k, i % k) for i in range(n)]
 
 
-def score_main(rewards: Sequence[float], k: int) -> tuple[list[RolloutKey], list[float], dict[str, float]]:
-    """A_M of task-major rewards R_M: (keys, advantages, group stats)."""
+def score_main(rewards: Sequence[float], k: int, *, estimator: str = "grpo"
+               ) -> tuple[list[RolloutKey], list[float], dict[str, float]]:
+    """A_M of task-major rewards R_M by the estimator named ``estimator``: (keys, advantages, group stats)."""
     keys = rollout_keys(len(rewards), k)
     grid = np.asarray(rewards, dtype=np.float64).reshape(len(rewards) // k, k)
-    adv = main_advantages(grid)
+    adv = get_estimator(estimator)(grid)
     return keys, [float(adv[key.query, key.rollout]) for key in keys], group_stats(grid)
 
 
 def score_sub(
-    sub_rewards: Sequence[Sequence[float]], k: int, d: int, *, strategy: str, rng: np.random.Generator
+    sub_rewards: Sequence[Sequence[float]], k: int, d: int, *, strategy: str, rng: np.random.Generator,
+    estimator: str = "grpo_pooled_masked",
 ) -> tuple[list[tuple[RolloutKey, int, int, float]], list[float], dict[str, float]]:
     """Align each rollout's sub-agents to exactly ``d`` slots, then pool A_S per query.
 
     Args:
         sub_rewards: R_S of each rollout's sub-agents (in delegation order), rollouts task-major.
         k: rollouts per query; d: slots per rollout; strategy, rng: :func:`mgrpo_env.align.plan`'s.
+        estimator: the name of the advantage estimator over the [Q, K, d] slots and their mask.
 
     Returns:
         ``slots``: (rollout key, slot, sub-agent index, R_S) of every unmasked slot, in order (a
@@ -148,7 +151,7 @@ def score_sub(
                     rewards[q, key.rollout, s] = value
                     mask[q, key.rollout, s] = True
                     slots.append((key, s, sub, value))
-    adv = sub_advantages(rewards, mask)
+    adv = get_estimator(estimator)(rewards, mask)
     values = [float(adv[key.query, key.rollout, s]) for key, s, _, _ in slots]
     stats = {"reward_mean": float(rewards[mask].mean()) if mask.any() else 0.0, **{n: float(v) for n, v in totals.items()}}
     return slots, values, stats
@@ -194,13 +197,13 @@ def _plus_steps(advantage: float, steps: Sequence[float] | None, weight: float) 
     return None if steps is None else tuple(advantage + weight * v for v in steps)
 
 
-def score_main_side(records: Sequence[EpisodeRecord], k: int, *, role: str = "main", step_weight: float = 0.0
-                    ) -> tuple[list[MainSlot], dict[str, float]]:
+def score_main_side(records: Sequence[EpisodeRecord], k: int, *, role: str = "main", step_weight: float = 0.0,
+                    estimator: str = "grpo") -> tuple[list[MainSlot], dict[str, float]]:
     """The main (or single-agent, ``role="single"``) side: A_M per query over its K rollouts, read
     from the R_M the env paid; with ``step_weight`` w > 0 each turn also gets w x its step advantage
     over the query's K main trajectories."""
     agent = f"{role}_0"
-    keys, a_main, stats = score_main([r.rewards[agent] for r in records], k)
+    keys, a_main, stats = score_main([r.rewards[agent] for r in records], k, estimator=estimator)
     queries = [range(q * k, (q + 1) * k) for q in range(len(records) // k)]
     main_steps = _step_credit([(i, turn_states(records[i].main), records[i].rewards[agent]) for i in rows]
                               for rows in queries) if step_weight else {}
@@ -231,13 +234,13 @@ def sub_facts(records: Sequence[EpisodeRecord]) -> list[list[dict[str, Any]]]:
 def score_sub_side(
     facts: Sequence[Sequence[Mapping[str, Any]]], rewards: Sequence[Sequence[float]], k: int, d: int, *,
     strategy: str, rng: np.random.Generator, step_weight: float = 0.0,
-    states: Mapping[tuple[int, int], Sequence[Any]] | None = None,
+    states: Mapping[tuple[int, int], Sequence[Any]] | None = None, estimator: str = "grpo_pooled_masked",
 ) -> tuple[list[SubSlot], dict[str, float]]:
     """The sub side: each rollout's sub-agents (``facts``, :func:`sub_facts`; their R_S ``rewards``)
     aligned to ``d`` slots, A_S pooled per query; with ``step_weight`` w > 0 each turn also gets w x
     its step advantage over all the query's sub-agents (``states[(rollout index, sub)]``: the turn
     states, :func:`turn_states`). Run by the sub worker on R_S it computed from the store's statistics."""
-    placed, a_sub, align_stats = score_sub(rewards, k, d, strategy=strategy, rng=rng)
+    placed, a_sub, align_stats = score_sub(rewards, k, d, strategy=strategy, rng=rng, estimator=estimator)
     queries = [range(q * k, (q + 1) * k) for q in range(len(facts) // k)]
     # a query's sub-agents, of all its rollouts, share anchor states (the same subtask, the same pages)
     sub_steps = _step_credit([((i, j), (states or {})[(i, j)], rewards[i][j]) for i in rows for j in range(len(facts[i]))]

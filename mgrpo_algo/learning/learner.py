@@ -58,7 +58,7 @@ import torch
 from torch import Tensor
 
 from ..core.config import LearnerConfig
-from ..core.losses import clipped_pg_loss, loss_normalizer
+from ..core.losses import get_policy_loss, loss_normalizer
 from ..core.sequences import TokenSequence
 
 __all__ = ["RoleLearner"]
@@ -68,19 +68,6 @@ _REF_DIR = "ref_model"
 _ADAPTER_DIR = "adapter"
 _META_FILE = "learner.json"
 _STATE_FILE = "learner_state.pt"
-# Per-token metrics from clipped_pg_loss that are token-means (merged across micro-batches by tokens).
-_TOKEN_MEAN_KEYS = (
-    "clipfrac",
-    "clipfrac_low",
-    "clipfrac_high",
-    "approx_kl",
-    "ratio_mean",
-    "adv_mean",
-    "kl_ref",
-    "entropy",
-)
-
-
 @dataclass
 class _MicroBatch:
     """Right-padded tensors for B samples of padded length L (targets are shifted: [B, L-1])."""
@@ -125,6 +112,10 @@ class RoleLearner:
     ) -> None:
         self.role = role
         self.config = config = config if config is not None else LearnerConfig()
+        try:  # the loss by name (core/losses.py's registry): its function and how its metrics merge
+            self.loss = get_policy_loss(config.policy_loss)
+        except KeyError as exc:
+            raise ValueError(f"config field 'learner.policy_loss': {exc.args[0]}") from None
         self.device = torch.device(config.device)
         self.dtype = getattr(torch, config.dtype)
         if isinstance(model, (str, os.PathLike)):
@@ -387,7 +378,8 @@ class RoleLearner:
 
         keys = dict.fromkeys(k for m in steps for k in m)  # a step that skipped every sample has no token means
         metrics = {k: float(np.mean([m[k] for m in steps if k in m])) for k in keys}
-        metrics["ratio_max"] = max(m["ratio_max"] for m in steps)
+        for k in self.loss.maxima:  # the loss's own merge rules, not a list kept here
+            metrics[k] = max(m[k] for m in steps if k in m)
         metrics["micro_batches"] = float(sum(m["micro_batches"] for m in steps))
         metrics["nonfinite_steps"] = float(sum(m["nonfinite_steps"] for m in steps))
         seconds = time.perf_counter() - start
@@ -433,12 +425,12 @@ class RoleLearner:
                 normalizer = normalizer + loss_normalizer(mask, cfg.aggregation, weight)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
+        maxima = dict.fromkeys(self.loss.maxima, 0.0)
         token_total = 0.0
         loss_total = 0.0
-        ratio_max = 0.0
         for b in batches:
             logp, entropy = self._forward(b, entropy=cfg.compute_entropy, loss_positions_only=True)
-            loss, m = clipped_pg_loss(
+            loss, m = self.loss.fn(
                 logp,
                 logp.detach() if b.old_logp is None else b.old_logp,
                 b.advantages,
@@ -455,16 +447,19 @@ class RoleLearner:
             )
             (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             loss_total += float(loss.detach())
-            # Re-weight per-call metrics into minibatch ones: token-means by weighted token count,
-            # pg_loss by the ratio of this call's normaliser to the minibatch's.
+            # Re-weight per-call metrics into minibatch ones, as the loss declares: token-means by
+            # weighted token count, normalised ones by this call's share of the minibatch's normaliser.
             tokens = float((b.loss_mask.sum(-1) * b.weights).sum())
             token_total += tokens
             own = float(loss_normalizer(b.loss_mask, cfg.aggregation, b.weights))
-            sums["pg_loss"] = sums.get("pg_loss", 0.0) + m["pg_loss"] * own / max(float(normalizer), 1e-12)
-            for k in _TOKEN_MEAN_KEYS:
-                if k in m:
-                    sums[k] = sums.get(k, 0.0) + m[k] * tokens
-            ratio_max = max(ratio_max, m["ratio_max"])
+            for k, v in m.items():
+                kind = self.loss.merge_kind(k)
+                if kind == "max":
+                    maxima[k] = max(maxima.get(k, v), v)
+                elif kind == "normalised":
+                    sums[k] = sums.get(k, 0.0) + v * own / max(float(normalizer), 1e-12)
+                else:
+                    sums[k] = sums.get(k, 0.0) + v * tokens
 
         if not batches:  # every sample skipped: a zero gradient still moves AdamW (momentum, decay)
             for p in self.params:
@@ -481,11 +476,12 @@ class RoleLearner:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-        metrics = {k: (v if k == "pg_loss" else v / max(token_total, 1e-12)) for k, v in sums.items()}
+        metrics = {k: (v if self.loss.merge_kind(k) == "normalised" else v / max(token_total, 1e-12))
+                   for k, v in sums.items()}
+        metrics.update(maxima)
         metrics.update(
             loss=loss_total,
             grad_norm=grad_norm,
-            ratio_max=ratio_max,
             micro_batches=float(len(batches)),
             nonfinite_steps=float(not finite),
         )

@@ -304,8 +304,8 @@ class RoleWorker:
         """Queue ``iteration`` and apply every pending iteration whose main statistics are in the store.
 
         ``facts``: :func:`mgrpo_algo.core.scoring.sub_facts` of the iteration's rollouts (what this side
-        knows of its own trajectories); ``scoring``: ``k``, ``d``, ``strategy``, ``step_weight`` and
-        ``sub_weights``. ``staleness`` 0 (synchronized): wait for this iteration's statistics and apply
+        knows of its own trajectories); ``scoring``: ``k``, ``d``, ``strategy``, ``step_weight``,
+        ``sub_weights`` and ``estimator``. ``staleness`` 0 (synchronized): wait for this iteration's statistics and apply
         it now; n > 0 (stale): apply what is complete and wait only for iterations older than
         ``iteration - n``. Returns the metrics and, under ``"advantages"``, {iteration: [(rollout index,
         agent, A_S)]} of the iterations applied (the loop writes them into the episode records).
@@ -364,7 +364,8 @@ class RoleWorker:
             states = {(i, j): saved.get(_key(i, f["agent"]), []) for i, row in enumerate(facts) for j, f in enumerate(row)}
         rng = iteration_rngs(self.seed, iteration)[1]  # the alignment draws of (seed, iteration), as everywhere
         slots, metrics = score_sub_side(facts, rewards, sc["k"], sc["d"], strategy=sc["strategy"], rng=rng,
-                                        step_weight=sc["step_weight"], states=states)
+                                        step_weight=sc["step_weight"], states=states,
+                                        estimator=sc.get("estimator", "grpo_pooled_masked"))
         if self.train:  # an empty batch too: the learner reports it skipped
             metrics.update(self.learner.update(self._sequences(iteration, [
                 {"key": {"index": s.key.index}, "agent": s.agent, "advantage": s.advantage,

@@ -184,7 +184,8 @@ class Trainer:
         t_collected = time.perf_counter()
         self.observed_counts = (self.observed_counts + [r.num_subs for r in records])[-COUNT_WINDOW:]
         d = 0 if single else alignment_width(self.observed_counts, cfg.align_d, cfg.align_quantile)
-        main, metrics = score_main_side(records, cfg.group_size, role=self.mode.roles[0], step_weight=cfg.step_advantage_weight)
+        main, metrics = score_main_side(records, cfg.group_size, role=self.mode.roles[0], step_weight=cfg.step_advantage_weight,
+                                        estimator=cfg.main_estimator)
         if not single:
             metrics.update(alignment_metrics(records, d))
         t_scored = time.perf_counter()
