@@ -363,6 +363,8 @@ def _train_and_evaluate(
         writer.close()
         for trainer in holder:  # its role workers (processes, Ray actors) end with it
             trainer.close()
+        for trainer in holder:  # its role workers (processes, Ray actors) end with it
+            trainer.close()
     after_scores = after.pop("scores")
     before = {k: v for k, v in before.items() if k != "scores"}
     rollouts = sum(int(h["rollouts"]) for h in history)
