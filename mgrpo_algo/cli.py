@@ -50,7 +50,7 @@ def _build_scenario(name: str, pairs: Sequence[str]) -> Any:
 def _cmd_train(args: argparse.Namespace) -> int:
     from mgrpo_env.tool_health import backend_failure_line
 
-    from .core.config import load_config
+    from .core.config import MODE_TABLE, load_config
     from .training.preflight import PreflightError, preflight
     from .training.run_folder import check_fresh_run_folder, clear_run_folder
 
@@ -91,7 +91,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if not writers:
             writers.append(SummaryWriter(log_dir=str(Path(config.out_dir) / "tb"), flush_secs=5))
         log_scalars(writers[0], metrics, int(metrics["iteration"]))
-        role = "single" if config.mode == "single-agent" else "main"
+        role = MODE_TABLE[config.mode].roles[0]  # the main (or single) agent
         print(
             f"iter {metrics['iteration']:>3} {metrics['split']:<13} {role} reward {metrics[f'{role}/reward_mean']:.3f} "
             f"acc {metrics[f'{role}/accuracy']:.3f} | {metrics['time/iteration']:.1f}s "

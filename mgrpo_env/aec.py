@@ -57,12 +57,10 @@ from . import rewards as reward_fns
 from .core import (
     Limits,
     RewardConfig,
-    WorldHandle,
     call_tool,
     pick_task,
-    resolve_scenario,
     safe_verify,
-    split_tasks,
+    setup_episodes,
 )
 from .episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 from .protocol import (
@@ -101,17 +99,10 @@ class MGRPOEnv(AECEnv):
         super().__init__()
         if limits is not None and limit_kwargs:
             raise ValueError("pass either limits=Limits(...) or limit keywords, not both")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.limits = limits or Limits(**limit_kwargs)
         self.reward_config = rewards or RewardConfig()
-        self.scenario = resolve_scenario(scenario, scenario_kwargs)
-        self.split = split
-        self.render_mode = render_mode
-        self._tasks = split_tasks(self.scenario, split, tasks)
-        self._world = WorldHandle(self.scenario, world)
-        self._default_seed = seed
-        self._seeded = False
+        setup_episodes(self, scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
+                       render_mode=render_mode)
 
         self.possible_agents = [MAIN] + [f"sub_{i}" for i in range(self.limits.max_delegations)]
         obs_space = observation_space(self.limits.max_observation_chars)

@@ -27,6 +27,7 @@ __all__ = [
     "Limits",
     "PlacementConfig",
     "PLACEMENTS",
+    "PLACEMENT_HANDLES",
     "ServedConfig",
     "RoleConfig",
     "StageConfig",
@@ -314,7 +315,10 @@ class JudgeConfig:
                         max_retries=self.max_retries, temperature=self.temperature, max_tokens=self.max_tokens)
 
 
-PLACEMENTS = ("in-process", "local", "processes", "ray")
+#: Every placement in one place: its name and the kind of handle its role workers live behind (a key
+#: of ``mgrpo_algo.distributed.placement.PLACEMENT_BACKENDS``; in-process is a local handle).
+PLACEMENT_HANDLES: dict[str, str] = {"in-process": "local", "local": "local", "processes": "processes", "ray": "ray"}
+PLACEMENTS = tuple(PLACEMENT_HANDLES)
 
 
 @dataclass
@@ -450,22 +454,25 @@ class WarmStartConfig:
 
 @dataclass(frozen=True)
 class ModeSpec:
-    """One training mode: the roles it runs and the roles whose learner updates."""
+    """One training mode: the roles it runs, the roles whose learner updates, and the env its
+    episodes run in (a name in ``mgrpo_env.rollout.EPISODES``). Every mode's env gets the same
+    ``RewardConfig`` (the single agent's uses its main weights)."""
 
     roles: tuple[str, ...]
     trained: tuple[str, ...]
+    env: str = "hierarchy"
 
     @property
     def single(self) -> bool:
-        """One agent holding every tool (the Gymnasium env), no hierarchy."""
-        return self.roles == ("single",)
+        """One agent holding every tool, no hierarchy (no sub side, no alignment)."""
+        return "sub" not in self.roles
 
 
 #: Every mode, in one place: adding a mode is one entry here (docs/design.md, "Adding things").
 MODE_TABLE: dict[str, ModeSpec] = {
     "mgrpo": ModeSpec(("main", "sub"), ("main", "sub")),
     "frozen-sub": ModeSpec(("main", "sub"), ("main",)),
-    "single-agent": ModeSpec(("single",), ("single",)),
+    "single-agent": ModeSpec(("single",), ("single",), env="single"),
 }
 TRAIN_MODES = tuple(MODE_TABLE)
 

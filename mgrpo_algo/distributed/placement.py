@@ -86,7 +86,6 @@ from typing import Any
 
 __all__ = ["PLACEMENTS", "RemoteError", "RoleCallTimeout", "RoleHandle", "RoleServerDied", "spawn"]
 
-PLACEMENTS = ("local", "processes", "ray")
 _CLOSE_TIMEOUT_S = 30.0
 
 
@@ -521,3 +520,5 @@ def _close_processes_at_exit() -> None:
 
 
 PLACEMENT_BACKENDS.update({"local": _LocalRole, "processes": _ProcessRole})
+#: The handle kinds ``spawn`` takes (``core.config.PLACEMENT_HANDLES`` maps each run placement to one).
+PLACEMENTS = tuple(sorted(PLACEMENT_BACKENDS))

@@ -37,7 +37,7 @@ from typing import Any
 
 from mgrpo_env.tool_health import backend_failures_in_files
 
-from ..core.config import TRAIN_MODES, TrainConfig, config_to_dict
+from ..core.config import MODE_TABLE, TRAIN_MODES, TrainConfig, config_to_dict
 from . import intervals as iv
 from .report import DIFFERENCES, format_table, history_means, markdown, verdict
 
@@ -102,7 +102,7 @@ def log_scalars(writer: Any, metrics: Mapping[str, Any], step: int) -> None:
 
 
 def _roles(mode: str) -> list[str]:
-    return ["single"] if mode == "single-agent" else ["main", "sub"]
+    return list(MODE_TABLE[mode].roles)
 
 
 def evaluation_policies(config: TrainConfig, models: Mapping[str, Any], tokenizers: Mapping[str, str],
@@ -129,17 +129,15 @@ def evaluate_policies(config: TrainConfig, scenario: Any, policies: Mapping[str,
     """
     from mgrpo_env.core import RewardConfig, expert_scorer
 
-    from .evaluate import evaluate_hierarchy, evaluate_single
+    from .evaluate import evaluate_agents
 
     e = config.eval
-    common = {"agent_name": name, "k": e.samples, "limit": limit or None, "seed": seed, "progress": progress,
-              "max_workers": config.max_workers, "on_episode": on_episode, "previous": previous}
-    if "single" in policies:
-        env_kwargs = {"limits": config.limits, "main_weights": config.main_weights}
-        return evaluate_single(scenario, e.split, policies["single"], env_kwargs=env_kwargs, **common)
+    mode = MODE_TABLE["single-agent" if "single" in policies else "mgrpo"]  # the env of the roles given
     rewards = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(None))
-    return evaluate_hierarchy(scenario, e.split, dict(policies), env_kwargs={"limits": config.limits, "rewards": rewards},
-                              **common)
+    return evaluate_agents(scenario, e.split, dict(policies), env=mode.env, agent_name=name, k=e.samples,
+                           limit=limit or None, seed=seed, progress=progress, max_workers=config.max_workers,
+                           on_episode=on_episode, previous=previous,
+                           env_kwargs={"limits": config.limits, "rewards": rewards})
 
 
 def eval_figures(report: Any, records: Sequence[Any], scores: Mapping[str, Sequence[bool]] | None = None
@@ -250,7 +248,7 @@ def run_compare(
     for i in range(seeds):
         seed = config.seed + i
         for mode in modes:
-            paths = starts["single" if mode == "single-agent" else "hierarchy"]
+            paths = starts["single" if MODE_TABLE[mode].single else "hierarchy"]
             run_dir, tb_dir = out / f"seed{seed}" / mode, out / "tb" / f"seed{seed}" / mode
             for folder in (run_dir, tb_dir):
                 shutil.rmtree(folder, ignore_errors=True)
@@ -320,7 +318,7 @@ def _train_and_evaluate(
     cfg.mode, cfg.seed, cfg.out_dir = mode, seed, str(run_dir)
     for role, path in paths.items():
         getattr(cfg, role).model = path
-    role = "single" if mode == "single-agent" else "main"
+    role = MODE_TABLE[mode].roles[0]  # the main (or single) agent
     total = sum(s.iterations for s in cfg.stages)
     writer = SummaryWriter(log_dir=str(tb_dir))
     writer.add_scalar("eval/em", before["em"], 0)
@@ -361,8 +359,6 @@ def _train_and_evaluate(
     finally:
         bar.close()  # closing twice is a no-op
         writer.close()
-        for trainer in holder:  # its role workers (processes, Ray actors) end with it
-            trainer.close()
         for trainer in holder:  # its role workers (processes, Ray actors) end with it
             trainer.close()
     after_scores = after.pop("scores")

@@ -30,7 +30,7 @@ from typing import Any
 import mgrpo_scenarios
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
-from mgrpo_env.rollout import CollectStats, collect, collect_single
+from mgrpo_env.rollout import CollectStats, collect
 from mgrpo_env.tool_health import backend_failures
 
 from ..core.config import MODE_TABLE, TrainConfig, config_to_dict
@@ -171,14 +171,8 @@ class Trainer:
         single = self.mode.single
 
         def run(policies: dict[str, Any]) -> list[EpisodeRecord]:
-            if single:
-                return collect_single(
-                    self.scenario, batch, cfg.group_size, policies["single"], world=world, seed=seed,
-                    max_workers=cfg.max_workers, env_kwargs={"limits": cfg.limits, "main_weights": cfg.main_weights},
-                    stats=stats,
-                )
             return collect(self.scenario, batch, cfg.group_size, policies, world=world, seed=seed, max_workers=cfg.max_workers,
-                           env_kwargs={"limits": cfg.limits, "rewards": self.reward_config}, stats=stats)
+                           env_kwargs={"limits": cfg.limits, "rewards": self.reward_config}, stats=stats, env=self.mode.env)
 
         records = self.roles.collect(t, run)
         t_collected = time.perf_counter()

@@ -28,15 +28,13 @@ from typing import Any
 from mgrpo_env.episode import EpisodeRecord
 from mgrpo_env.rollout import PolicyRequest
 
-from ..core.config import MODE_TABLE, TrainConfig
+from ..core.config import MODE_TABLE, PLACEMENT_HANDLES, TrainConfig
 from ..core.scoring import MainSlot, slot_payload, sub_facts
 from ..distributed.placement import RoleServerDied, spawn
 from .roles import RoleWorker
 
-__all__ = ["RoleWorkers", "WorkerPolicy", "HANDLE_OF_PLACEMENT"]
+__all__ = ["RoleWorkers", "WorkerPolicy"]
 
-#: The handle each placement kind uses (in-process is a local handle: the workers live here).
-HANDLE_OF_PLACEMENT = {"in-process": "local", "local": "local", "processes": "processes", "ray": "ray"}
 
 
 class WorkerPolicy:
@@ -64,7 +62,7 @@ class RoleWorkers:
         mode = MODE_TABLE[config.mode]
         self.config, self.out = config, out
         self.staleness = placement.staleness
-        self.kind = HANDLE_OF_PLACEMENT[placement.kind]
+        self.kind = PLACEMENT_HANDLES[placement.kind]
         if committed < 0:  # a fresh run: no worker state of an earlier one may leak in
             shutil.rmtree(out / "workers", ignore_errors=True)
         self.handles: dict[str, Any] = {}
