@@ -34,3 +34,22 @@ def test_one_collect_loop_checks_the_roles_of_its_env(small_scenario, small_worl
         collect(small_scenario, tasks, 1, {"main": None, "sub": None}, world=small_world, env="single")
     with pytest.raises(ValueError, match="needs the roles main and sub; missing"):
         collect(small_scenario, tasks, 1, {"single": None}, world=small_world)
+
+
+def test_single_agent_runs_on_a_role_worker_placement(small_scenario, tmp_path):
+    """Every mode on every placement: the single agent's worker on a local handle, no store needed."""
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.training.trainer import Trainer
+
+    cfg = load_config(None, [
+        "mode=single-agent", f"out_dir={tmp_path / 'run'}", f"models_dir={tmp_path / 'models'}", "warm_start.epochs=0",
+        f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}}}", "questions_per_iteration=2",
+        "group_size=2", "stages=[{split: stage1/train, iterations: 1}]", "placement={kind: local}",
+        "model_sizes={single: {hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1}}",
+        "single.generation.max_new_tokens=8", "limits={max_main_turns: 2, max_sub_turns: 1, max_delegations: 1}",
+    ])
+    with Trainer(cfg) as trainer:
+        history = trainer.run()
+        assert set(trainer.handles) == {"single"} and trainer.workers["single"].store is None
+    assert history[0]["single/samples"] == 4
+    assert (tmp_path / "run" / "final" / "single" / "config.json").exists()

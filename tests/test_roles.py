@@ -287,3 +287,14 @@ def test_rollback_returns_to_the_loops_commit_and_committed_prunes(tiny_model, t
     again = _server(tiny_model, tmp_path, "main", train=True)  # a restart reads the rolled-back state
     assert again.status()["last_applied"] == 1
     again.close()
+
+
+def test_the_learner_shuffles_with_the_run_seed_unless_its_own_is_set(tiny_model, tmp_path):
+    from mgrpo_algo.core.config import LearnerConfig, RoleConfig
+
+    tied = _server(tiny_model, tmp_path / "a", "main", train=True, seed=7)
+    assert tied.learner.config.seed == 7
+    tied.close()
+    own = _server(tiny_model, tmp_path / "b", "main", train=True, seed=7, spec=RoleConfig(learner=LearnerConfig(seed=3)))
+    assert own.learner.config.seed == 3
+    own.close()

@@ -114,9 +114,10 @@ class LearnerConfig:
     ratio is exactly 1). More passes reuse samples (PPO style) and make the clip active."""
     minibatches: int = 1
     """Optimizer steps per epoch: the batch is shuffled and split into this many parts."""
-    seed: int = 0
+    seed: int | None = None
     """Seeds the minibatch shuffle (a generator of its own, keyed by seed, update step and epoch, so
-    resuming reproduces it). Process-global RNGs are the trainer's to seed."""
+    resuming reproduces it). None (default): the run's ``seed`` (a learner built alone: 0).
+    Process-global RNGs are the role worker's to seed."""
 
     # --- placement and numerics -----------------------------------------------------------------
     dtype: str = "float32"
@@ -189,7 +190,7 @@ class LearnerConfig:
             raise ValueError(f"ppo_epochs must be an integer >= 1, got {self.ppo_epochs}")
         if int(self.minibatches) != self.minibatches or self.minibatches < 1:
             raise ValueError(f"minibatches must be an integer >= 1, got {self.minibatches}")
-        if int(self.seed) != self.seed or self.seed < 0:
+        if self.seed is not None and (int(self.seed) != self.seed or self.seed < 0):
             raise ValueError(f"seed must be an integer >= 0, got {self.seed}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
@@ -614,8 +615,6 @@ class TrainConfig:
         _check(len(self.sub_weights) == 3, "sub_weights", "needs 3 values (b1, b2, b3)")
         _check(self.torch_threads >= 1, "torch_threads", "must be >= 1")
         _check(bool(self.stages), "stages", "needs at least one stage")
-        _check(not self.placement.decoupled or self.mode in ("mgrpo", "frozen-sub"), "placement.kind",
-               f"{self.placement.kind!r} runs the two-role modes (mgrpo, frozen-sub), not {self.mode!r}")
         served = [r for r in ("main", "sub", "single") if getattr(self, r).served.enabled]
         _check(not (served and self.placement.decoupled), "placement.kind",
                f"must be in-process for served engines (roles {served})")

@@ -359,7 +359,7 @@ class RoleLearner:
             ref = self._score_reference(live)
             steps: list[dict[str, float]] = []
             for epoch in range(cfg.ppo_epochs):
-                order = np.random.default_rng([cfg.seed, self.step, epoch]).permutation(len(live))
+                order = np.random.default_rng([cfg.seed or 0, self.step, epoch]).permutation(len(live))
                 for part in np.array_split(order, cfg.minibatches):
                     if len(part) == 0:
                         continue

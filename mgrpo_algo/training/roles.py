@@ -36,6 +36,7 @@ import json
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,8 @@ class RoleWorker:
         torch.manual_seed(seed)
         self.role, self.train, self.seed, self.model_path = role, train, seed, model
         self.spec = spec if spec is not None else RoleConfig()
+        if self.spec.learner.seed is None:  # the minibatch shuffles follow the run's seed
+            self.spec = replace(self.spec, learner=replace(self.spec.learner, seed=seed))
         self.return_extras = return_extras
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / "workers" / role
