@@ -64,12 +64,11 @@ from .core import (
 )
 from .episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 from .protocol import (
-    MAIN_TOOLS,
-    SUB_TOOLS,
     format_error,
     format_tool_response,
     parse_action,
     require_text,
+    role_tools,
     system_prompt,
 )
 from .spaces import action_space, observation_space, sanitize
@@ -111,7 +110,8 @@ class MGRPOEnv(AECEnv):
         self.observation_spaces = {a: obs_space for a in self.possible_agents}
         self.action_spaces = {a: (main_space if a == MAIN else sub_space) for a in self.possible_agents}
         style = getattr(self.scenario, "prompt_style", "full")  # a scenario's profile may ask for compact prompts
-        self._prompts = {"main": system_prompt("main", MAIN_TOOLS, style), "sub": system_prompt("sub", SUB_TOOLS, style)}
+        self._tools_of = {role: role_tools(self.scenario, role) for role in ("main", "sub")}  # the scenario's sets
+        self._prompts = {role: system_prompt(role, tools, style) for role, tools in self._tools_of.items()}
         self.record: EpisodeRecord | None = None
 
     # -- PettingZoo API -------------------------------------------------------------------------
@@ -237,7 +237,7 @@ class MGRPOEnv(AECEnv):
 
     def _step_main(self, text: str) -> None:
         traj = self._trajectories[MAIN]
-        parsed = parse_action(text, role="main", allowed_tools=MAIN_TOOLS, max_chars=self.limits.max_action_chars)
+        parsed = parse_action(text, role="main", allowed_tools=self._tools_of["main"], max_chars=self.limits.max_action_chars)
         turn = self._record_turn(traj, text, parsed.kind, parsed.error_kind)
         if not parsed.ok:
             traj.format_errors += 1
@@ -279,7 +279,7 @@ class MGRPOEnv(AECEnv):
 
     def _step_sub(self, agent: str, text: str) -> None:
         traj = self._trajectories[agent]
-        parsed = parse_action(text, role="sub", allowed_tools=SUB_TOOLS, max_chars=self.limits.max_action_chars)
+        parsed = parse_action(text, role="sub", allowed_tools=self._tools_of["sub"], max_chars=self.limits.max_action_chars)
         turn = self._record_turn(traj, text, parsed.kind, parsed.error_kind)
         if not parsed.ok:
             traj.format_errors += 1

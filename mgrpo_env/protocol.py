@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from mgrpo_tools import schemas as tool_schemas
+
 __all__ = [
     "require_text",
     "ERROR_KINDS",
@@ -53,6 +55,8 @@ __all__ = [
     "SUB_TOOLS",
     "SINGLE_TOOLS",
     "ALL_TOOLS",
+    "DEFAULT_ROLE_TOOLS",
+    "role_tools",
     "parse_action",
     "check_arguments",
     "signature",
@@ -158,45 +162,15 @@ REASON = ToolSpec(
     "Think through a sub-problem in depth (no web access); the reasoning comes back as the tool response.",
     _obj({"problem": {"type": "string", "minLength": 1}}, ["problem"]),
 )
-SEARCH = ToolSpec(
-    "search",
-    "Web search: run 1 to 3 queries and get titles, URLs and snippets.",
-    _obj(
-        {
-            "queries": {
-                "type": "array",
-                "items": {"type": "string", "minLength": 1},
-                "minItems": 1,
-                "maxItems": 3,
-            },
-            "sites": {
-                "type": "array",
-                "items": {"type": "string", "minLength": 1},
-                "description": "restrict to these domains",
-            },
-        },
-        ["queries"],
-    ),
-)
-VISIT = ToolSpec(
-    "visit",
-    "Open a URL and read the page as text with numbered links, keeping the goal in mind.",
-    _obj(
-        {
-            "url": {"type": "string", "minLength": 1},
-            "goal": {"type": "string", "minLength": 1, "description": "what to look for on the page"},
-            "page": {"type": "integer", "minimum": 1, "description": "page of a long document (default 1)"},
-        },
-        ["url", "goal"],
-    ),
-)
-CLICK = ToolSpec(
-    "click",
-    "Follow a link of the page last visited, by its number or by its text.",
-    _obj(
-        {"link": {"type": ["integer", "string"], "description": "the link's number, or its text"}}, ["link"]
-    ),
-)
+def _spec_of(tool: Any) -> ToolSpec:
+    """The spec of a world tool (class or object): its own name, description and schema, one copy."""
+    return ToolSpec(tool.name, tool.description, tool.parameters)
+
+
+# the web tools as the tools package declares them (its tool classes read the same objects)
+SEARCH = _spec_of(tool_schemas.SEARCH)
+VISIT = _spec_of(tool_schemas.VISIT)
+CLICK = _spec_of(tool_schemas.CLICK)
 
 #: The main agent's tools (``reason`` is optional: pass a subset to drop it).
 MAIN_TOOLS: Mapping[str, ToolSpec] = MappingProxyType({t.name: t for t in (DELEGATE, REASON)})
@@ -206,6 +180,20 @@ SUB_TOOLS: Mapping[str, ToolSpec] = MappingProxyType({t.name: t for t in (SEARCH
 SINGLE_TOOLS: Mapping[str, ToolSpec] = SUB_TOOLS
 #: Every built-in spec by name; a bare list of names in ``allowed_tools`` is checked against these.
 ALL_TOOLS: Mapping[str, ToolSpec] = MappingProxyType({**MAIN_TOOLS, **SUB_TOOLS})
+#: Each role's tool names unless a scenario declares its own (``Scenario.role_tools``).
+DEFAULT_ROLE_TOOLS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"main": tuple(MAIN_TOOLS), "sub": tuple(SUB_TOOLS), "single": tuple(SINGLE_TOOLS)})
+
+
+def role_tools(scenario: Any, role: str) -> Mapping[str, ToolSpec]:
+    """The specs of ``role``'s tools in ``scenario``: its ``role_tools`` mapping (role -> tool names)
+    when it declares one, else :data:`DEFAULT_ROLE_TOOLS`; an unknown name raises ValueError."""
+    names = dict(getattr(scenario, "role_tools", None) or DEFAULT_ROLE_TOOLS).get(role, DEFAULT_ROLE_TOOLS[role])
+    unknown = [n for n in names if n not in ALL_TOOLS]
+    if unknown:
+        raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r}: role {role!r} names unknown tools "
+                         f"{unknown}; known: {sorted(ALL_TOOLS)}")
+    return MappingProxyType({n: ALL_TOOLS[n] for n in names})
 
 
 # --------------------------------------------------------------------------- argument checking

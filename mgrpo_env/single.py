@@ -59,11 +59,11 @@ from .core import (
 )
 from .episode import AgentTrajectory, EpisodeRecord, Turn
 from .protocol import (
-    SINGLE_TOOLS,
     format_error,
     format_tool_response,
     parse_action,
     require_text,
+    role_tools,
     system_prompt,
 )
 from .spaces import action_space, observation_space, sanitize
@@ -105,7 +105,8 @@ class SingleAgentEnv(gym.Env):
         self.reward_config = rewards or RewardConfig()
         self.observation_space = observation_space(max_observation_chars)
         self.action_space = action_space(max_action_chars, "single")
-        self._prompt = system_prompt("single", SINGLE_TOOLS, getattr(self.scenario, "prompt_style", "full"))
+        self._tools_spec = role_tools(self.scenario, "single")  # the scenario's set (default: the sub-agent's)
+        self._prompt = system_prompt("single", self._tools_spec, getattr(self.scenario, "prompt_style", "full"))
         self.record: EpisodeRecord | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, str], dict[str, Any]]:
@@ -136,7 +137,7 @@ class SingleAgentEnv(gym.Env):
     def _step(self, action: str) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
         text = require_text(action, "the single agent")
         traj = self._traj
-        parsed = parse_action(text, role="single", allowed_tools=SINGLE_TOOLS, max_chars=self.max_action_chars)
+        parsed = parse_action(text, role="single", allowed_tools=self._tools_spec, max_chars=self.max_action_chars)
         turn = Turn(action=text, kind=parsed.kind, error_kind=parsed.error_kind)
         traj.turns.append(turn)
         traj.messages.append({"role": "assistant", "content": text})

@@ -53,3 +53,29 @@ def test_single_agent_runs_on_a_role_worker_placement(small_scenario, tmp_path):
         assert set(trainer.handles) == {"single"} and trainer.workers["single"].store is None
     assert history[0]["single/samples"] == 4
     assert (tmp_path / "run" / "final" / "single" / "config.json").exists()
+
+
+def test_a_tool_schema_lives_once_and_a_scenario_declares_each_roles_tools(small_scenario, small_world):
+    """The prompt and the argument check read the tools package's own objects; a scenario that holds
+    back ``click`` from its sub-agents gets a prompt without it and a refused call."""
+    from mgrpo_env.aec import MGRPOEnv
+    from mgrpo_env.protocol import SEARCH, parse_action, role_tools
+    from mgrpo_tools.search import SearchTool
+    from mgrpo_tools.visit import ClickTool
+
+    assert SEARCH.parameters is SearchTool.parameters and SEARCH.description is SearchTool.description
+    assert list(role_tools(small_scenario, "sub")) == ["search", "visit", "click"]
+
+    class NoClick:
+        role_tools = {"sub": ("search", "visit")}
+
+        def __getattr__(self, name):
+            return getattr(small_scenario, name)
+
+    scenario = NoClick()
+    env = MGRPOEnv(scenario, "stage2/test", world=small_world)
+    assert ClickTool.description not in env._prompts["sub"] and SearchTool.description in env._prompts["sub"]
+    assert not parse_action('<tool_call>{"name": "click", "arguments": {"link": 1}}</tool_call>', role="sub",
+                            allowed_tools=env._tools_of["sub"]).ok
+    with pytest.raises(ValueError, match="unknown tools"):
+        role_tools(type("Bad", (), {"role_tools": {"sub": ("teleport",)}})(), "sub")
