@@ -158,7 +158,7 @@ def test_cli_bad_config_or_mode_exits_2_naming_it(tmp_path, capsys):
 
 def test_evaluate_single_scores_the_single_agent_oracle(small_scenario):
     from mgrpo_algo.experiments.evaluate import evaluate_single
-    from mgrpo_env.policies import OraclePolicy
+    from mgrpo_env.scripted import OraclePolicy
 
     report, records = evaluate_single(small_scenario, "stage2/test", OraclePolicy(small_scenario, "single"), limit=3, k=2,
                                       env_kwargs={"max_turns": 24}, progress=False)

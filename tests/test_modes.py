@@ -6,8 +6,8 @@ import pytest
 
 from mgrpo_algo.core.config import MODE_TABLE, TRAIN_MODES
 from mgrpo_env.core import RewardConfig
-from mgrpo_env.policies import OraclePolicy
 from mgrpo_env.rollout import EPISODES, collect
+from mgrpo_env.scripted import OraclePolicy
 
 
 def test_every_mode_is_one_entry_of_the_table():

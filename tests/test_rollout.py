@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mgrpo_env import align, read_jsonl, write_jsonl
-from mgrpo_env.policies import OraclePolicy, RandomPolicy
 from mgrpo_env.rollout import CollectStats, PolicyResponse, collect
+from mgrpo_env.scripted import OraclePolicy, RandomPolicy
 
 
 def test_oracle_solves_stage2_through_the_protocol(small_scenario, small_world):

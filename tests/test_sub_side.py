@@ -13,9 +13,9 @@ import pytest
 
 from mgrpo_algo.core.scoring import score_batch, score_sub_side, sub_facts, turn_states
 from mgrpo_algo.training.roles import request_state, state_digest
-from mgrpo_env.policies import OraclePolicy
 from mgrpo_env.rewards import PAPER_SUB_WEIGHTS, paid_sub_reward
 from mgrpo_env.rollout import collect
+from mgrpo_env.scripted import OraclePolicy
 
 
 class _Recording:

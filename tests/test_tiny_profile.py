@@ -77,8 +77,8 @@ def test_tiny_tools_show_evidence_and_no_snippets(tiny, tiny_world):
 
 
 def test_tiny_oracle_solves_one_hop_questions_by_name(tiny, tiny_world):
-    from mgrpo_env.policies import OraclePolicy
     from mgrpo_env.rollout import collect
+    from mgrpo_env.scripted import OraclePolicy
 
     tasks = list(tiny.tasks("stage1/test"))[:12]
     records = collect(tiny, tasks, 1, {"main": OraclePolicy(tiny, "main"), "sub": OraclePolicy(tiny, "sub")}, world=tiny_world)

@@ -3,7 +3,7 @@
 Two ways to run an agent:
 
 * :func:`evaluate_agents` - policies through one of the envs (``collect``): the multi-agent system
-  in the AEC env (one policy per role, e.g. the scripted :class:`~mgrpo_env.policies.OraclePolicy`
+  in the AEC env (one policy per role, e.g. the scripted :class:`~mgrpo_env.scripted.OraclePolicy`
   or learned ones) or the single-agent baseline in the Gymnasium env, reported the same way; the
   episodes are kept for ``mgrpo view``. :func:`evaluate_hierarchy` / :func:`evaluate_single` name the env.
 * :func:`evaluate` - a plain function ``agent(task, tools) -> (answer, steps)``, e.g. the

@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from mgrpo_env.policies import OraclePolicy
 from mgrpo_env.rollout import collect
+from mgrpo_env.scripted import OraclePolicy
 from mgrpo_env.spaces import ProtocolText
 
 from ..core.config import Limits, WarmStartConfig

@@ -190,7 +190,6 @@ def corpus_texts(scenario: Any, *, max_pages: int | None = None, max_tasks: int 
 
 def _demonstrations(scenario: Any, tasks: list[Any], base: str) -> Iterator[str]:
     """Protocol texts as the scripted oracle writes them (first turns from the real OraclePolicy)."""
-    from mgrpo_env.policies import OraclePolicy
     from mgrpo_env.protocol import (
         MAIN_TOOLS,
         SUB_TOOLS,
@@ -200,6 +199,7 @@ def _demonstrations(scenario: Any, tasks: list[Any], base: str) -> Iterator[str]
         system_prompt,
     )
     from mgrpo_env.rollout import PolicyRequest
+    from mgrpo_env.scripted import OraclePolicy
 
     main = OraclePolicy(scenario, "main") if hasattr(scenario, "oracle_read") else None
     sub = OraclePolicy(scenario, "sub") if main is not None else None
