@@ -369,6 +369,7 @@ class RoleWorker:
         slots, metrics = score_sub_side(facts, rewards, sc["k"], sc["d"], strategy=sc["strategy"], rng=rng,
                                         step_weight=sc["step_weight"], states=states,
                                         estimator=sc.get("estimator", "grpo_pooled_masked"))
+        scored = set(metrics)  # the iteration's scoring figures: logged, not sent to the store's health
         if self.train:  # an empty batch too: the learner reports it skipped
             metrics.update(self.learner.update(self._sequences(iteration, [
                 {"key": {"index": s.key.index}, "agent": s.agent, "advantage": s.advantage,
@@ -376,7 +377,7 @@ class RoleWorker:
             self.faults.hit("after_update", role=self.role, iteration=iteration)
         pending.pop(str(iteration), None)
         metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float, np.floating))}
-        return self._applied(iteration, metrics), [(s.key.index, s.agent, s.advantage) for s in slots]
+        return self._applied(iteration, metrics, scored), [(s.key.index, s.agent, s.advantage) for s in slots]
 
     def _sequences(self, iteration: int, slots: list[dict[str, Any]]) -> list[Any]:
         """The training sequences of ``slots``, from the trajectories this worker kept."""
@@ -386,7 +387,7 @@ class RoleWorker:
         return [slot_sequence(turns[_key(s["key"]["index"], s["agent"])], s["advantage"], self.role,
                               turn_advantages=s.get("turn_advantages")) for s in slots]
 
-    def _applied(self, iteration: int, metrics: dict[str, float]) -> dict[str, float]:
+    def _applied(self, iteration: int, metrics: dict[str, float], scored: set[str] = frozenset()) -> dict[str, float]:
         """Checkpoint (carrying ``last_applied``: the atomic rename commits the iteration), push the
         weights to a served engine, record it in ``worker.json``, then publish."""
         self.state["last_applied"] = iteration
@@ -398,7 +399,7 @@ class RoleWorker:
             if self.sync is not None:
                 metrics = {**metrics, **self._push_weights()}
         self._save_state()
-        return self._published(iteration, metrics)
+        return self._published(iteration, metrics, scored)
 
     def _push_weights(self) -> dict[str, float]:
         """After an update: the served engine samples from the new weights (LoRA adapter or full reload)."""
@@ -415,12 +416,14 @@ class RoleWorker:
             self.sync.sync_full()
         return {f"{self.role}/weight_sync_s": time.perf_counter() - t0}
 
-    def _published(self, iteration: int, metrics: dict[str, float]) -> dict[str, float]:
-        """The idempotent tail of an applied iteration: health, done mark, its buffer dropped."""
+    def _published(self, iteration: int, metrics: dict[str, float], scored: set[str] = frozenset()) -> dict[str, float]:
+        """The idempotent tail of an applied iteration: health (the learner's figures), done mark, its
+        buffer dropped."""
         self.discard(iteration)
         if self.store is None:
             return metrics
-        self.store.put_health(self.role, iteration, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        self.store.put_health(self.role, iteration, {k: v for k, v in metrics.items()
+                                                     if isinstance(v, (int, float)) and k not in scored})
         self.store.mark_done(self.role, iteration)
         metrics[f"{self.role}/store_bytes_written"] = float(self.store.bytes_written)
         metrics[f"{self.role}/store_bytes_read"] = float(self.store.bytes_read)
