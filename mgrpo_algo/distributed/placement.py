@@ -4,7 +4,7 @@ In the decoupled pipeline each role (main agent, sub-agent) runs on its own serv
 the role's policy and learner. The controller builds it with :func:`spawn` and talks to it through a
 :class:`RoleHandle`, whatever the placement::
 
-    with spawn(RoleServer, {"role": "main", ...}, placement="processes", name="mgrpo-main") as main:
+    with spawn(RoleWorker, {"role": "main", ...}, placement="processes", name="mgrpo-main") as main:
         status = main.call("status")                          # synchronous
         fut_m = main.submit("update_main", t, rollouts, k)    # concurrent.futures.Future
         fut_s = sub.submit("update_sub", t, sub_rollouts, k)  # ... two roles at once
