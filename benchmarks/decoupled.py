@@ -26,10 +26,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from common import report  # noqa: E402
 
-from mgrpo_algo.core.config import load_config  # noqa: E402
+from mgrpo_algo.core.config import PlacementConfig, load_config  # noqa: E402
 from mgrpo_algo.distributed.store import shipped_trajectory_bytes  # noqa: E402
-from mgrpo_algo.training.decoupled import DecoupledTrainer  # noqa: E402
 from mgrpo_algo.training.trainer import Trainer  # noqa: E402
+
+
+def DecoupledTrainer(cfg, *, placement: str, store: str = "", log=None) -> Trainer:  # noqa: N802
+    """The one Trainer on role workers placed by ``placement`` (what ``mgrpo train --placement`` does)."""
+    cfg.placement = PlacementConfig(kind=placement, store=store)
+    return Trainer(cfg, log=log)
 
 
 def config(tmp: str, out: str, iterations: int):
@@ -50,7 +55,8 @@ def main() -> None:
     iterations = 2 if args.quick else 4
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        base = Trainer(config(tmp, "inproc", iterations)).run()
+        with Trainer(config(tmp, "inproc", iterations)) as inproc:
+            base = inproc.run()
         base_s = statistics.median(h["time/iteration"] for h in base[1:] or base)
         rows.append(("iteration, in-process Trainer", base_s, "s (median)"))
         placements = ["local", "processes"] if args.quick else ["local", "processes", "ray"]

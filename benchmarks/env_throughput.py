@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import report  # noqa: E402
 
 from mgrpo_env import align  # noqa: E402
-from mgrpo_env.policies import OraclePolicy  # noqa: E402
 from mgrpo_env.rollout import CollectStats, collect  # noqa: E402
+from mgrpo_env.scripted import OraclePolicy  # noqa: E402
 from mgrpo_scenarios.wiki_hops import WikiHops  # noqa: E402
 
 

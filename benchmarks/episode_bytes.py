@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/episode_bytes.py [--quick]
 
 One single-agent episode of N turns (6 and 12; --quick: 3 and 6) runs in the real env
-(``collect_single`` -> :class:`~mgrpo_env.single.SingleAgentEnv`) on the 300-entity wiki-hops world,
+(``collect(..., env="single")`` -> :class:`~mgrpo_env.single.SingleAgentEnv`) on the 300-entity wiki-hops world,
 full profile (the observations real LLMs see: 4,000-character visit pages, 5 search hits), with real
 tool calls: it searches an entity, visits its page, searches the next one, ..., and answers at turn N.
 The action texts are scripted (a random tiny model writes no tool calls, so its episodes would be
@@ -40,7 +40,7 @@ from common import report  # noqa: E402
 from mgrpo_algo.core.sequences import trajectory_sequence  # noqa: E402
 from mgrpo_algo.policies.hf_policy import ChatPrompter, _cache_kwarg  # noqa: E402
 from mgrpo_env.episode import EpisodeRecord, read_jsonl, write_jsonl  # noqa: E402
-from mgrpo_env.rollout import PolicyRequest, PolicyResponse, collect_single  # noqa: E402
+from mgrpo_env.rollout import PolicyRequest, PolicyResponse, collect  # noqa: E402
 
 
 class ScriptedTokenPolicy:
@@ -99,7 +99,7 @@ def fill_logprobs(model, record: EpisodeRecord, chunk: int = 512) -> None:
 def episode(scenario, world, tokenizer, model, turns: int) -> EpisodeRecord:
     task = list(scenario.tasks("stage2/test"))[0]
     policy = ScriptedTokenPolicy(scenario, tokenizer, turns)
-    (record,) = collect_single(scenario, [task], 1, policy, world=world, env_kwargs={"max_turns": turns})
+    (record,) = collect(scenario, [task], 1, {"single": policy}, world=world, env_kwargs={"max_turns": turns}, env="single")
     kinds = [t.kind for t in record.main.turns]
     assert kinds == ["tool_call"] * (turns - 1) + ["answer"], kinds  # every call was well-formed
     assert all(t.tool_call.ok for t in record.main.turns[:-1]), "a tool call failed"

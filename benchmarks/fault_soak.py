@@ -45,7 +45,7 @@ from common import report  # noqa: E402
 
 from mgrpo_env.aec import MGRPOEnv  # noqa: E402
 from mgrpo_env.episode import EpisodeRecord  # noqa: E402
-from mgrpo_env.policies import RandomPolicy  # noqa: E402
+from mgrpo_env.scripted import RandomPolicy  # noqa: E402
 from mgrpo_tools.faultserver import FAULTS, FaultServer  # noqa: E402
 
 FAULT_ORIGIN = "http://faults.test"

@@ -8,7 +8,7 @@ into text can drive it. Here both roles are hand-written scripts:
 * each sub-agent (``sub_0``, ...) searches the subtask's capitalised words, visits the first hit and
   reports the infobox value whose key best matches the subtask's words.
 
-It is not a good researcher (the scripted oracle in ``mgrpo_env.policies`` is); it shows the loop,
+It is not a good researcher (the scripted oracle in ``mgrpo_env.scripted`` is); it shows the loop,
 the protocol (``<think>`` then one ``<tool_call>``, ``<answer>`` or ``<result>``), the rewards and the
 episode record. Run: ``python examples/custom_loop.py`` (a 300-entity world is built on first use,
 cached under ``~/.cache/mgrpo``).

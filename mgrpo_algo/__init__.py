@@ -32,7 +32,7 @@ _EXPORTS = {
     "OpenAICompatiblePolicy": "policies.http_policy",
     "RoleLearner": "learning.learner",
     "Trainer": "training.trainer",
-    "DecoupledTrainer": "training.decoupled",
+    "RoleWorker": "training.roles",
     "run_compare": "experiments.compare",
 }
 

@@ -50,12 +50,12 @@ def _build_scenario(name: str, pairs: Sequence[str]) -> Any:
 def _cmd_train(args: argparse.Namespace) -> int:
     from mgrpo_env.tool_health import backend_failure_line
 
-    from .core.config import load_config
+    from .core.config import MODE_TABLE, load_config
     from .training.preflight import PreflightError, preflight
     from .training.run_folder import check_fresh_run_folder, clear_run_folder
 
     if args.placement is None and (args.store or args.staleness):
-        print("mgrpo: --store and --staleness need --placement (decoupled role servers)", file=sys.stderr)
+        print("mgrpo: --store and --staleness need --placement (decoupled role workers)", file=sys.stderr)
         return 2
     # the flags are shorthands for the config's placement section
     flags = [f"placement.{name}={value}" for name, value in
@@ -91,7 +91,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if not writers:
             writers.append(SummaryWriter(log_dir=str(Path(config.out_dir) / "tb"), flush_secs=5))
         log_scalars(writers[0], metrics, int(metrics["iteration"]))
-        role = "single" if config.mode == "single-agent" else "main"
+        role = MODE_TABLE[config.mode].roles[0]  # the main (or single) agent
         print(
             f"iter {metrics['iteration']:>3} {metrics['split']:<13} {role} reward {metrics[f'{role}/reward_mean']:.3f} "
             f"acc {metrics[f'{role}/accuracy']:.3f} | {metrics['time/iteration']:.1f}s "
@@ -278,8 +278,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="0: synchronized (the sub learner waits for the main statistics of the same iteration); "
                     "n > 0: it may lag up to n iterations")
     tr.add_argument("--resume", action="store_true",
-                    help="continue the run in out_dir after its last committed iteration (same config; "
-                    "role servers always resume from their own checkpoints)")
+                    help="continue the run in out_dir after its last committed iteration (same config; any "
+                    "placement: every role worker goes back to its checkpoint of that iteration)")
     tr.add_argument("--overwrite", action="store_true",
                     help="start afresh in a used out_dir: its metrics, episodes, checkpoints, loop state and final "
                     "models are removed first (without it, a used out_dir is refused)")

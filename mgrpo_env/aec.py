@@ -57,21 +57,18 @@ from . import rewards as reward_fns
 from .core import (
     Limits,
     RewardConfig,
-    WorldHandle,
     call_tool,
     pick_task,
-    resolve_scenario,
     safe_verify,
-    split_tasks,
+    setup_episodes,
 )
 from .episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 from .protocol import (
-    MAIN_TOOLS,
-    SUB_TOOLS,
     format_error,
     format_tool_response,
     parse_action,
     require_text,
+    role_tools,
     system_prompt,
 )
 from .spaces import action_space, observation_space, sanitize
@@ -101,17 +98,10 @@ class MGRPOEnv(AECEnv):
         super().__init__()
         if limits is not None and limit_kwargs:
             raise ValueError("pass either limits=Limits(...) or limit keywords, not both")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.limits = limits or Limits(**limit_kwargs)
         self.reward_config = rewards or RewardConfig()
-        self.scenario = resolve_scenario(scenario, scenario_kwargs)
-        self.split = split
-        self.render_mode = render_mode
-        self._tasks = split_tasks(self.scenario, split, tasks)
-        self._world = WorldHandle(self.scenario, world)
-        self._default_seed = seed
-        self._seeded = False
+        setup_episodes(self, scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
+                       render_mode=render_mode)
 
         self.possible_agents = [MAIN] + [f"sub_{i}" for i in range(self.limits.max_delegations)]
         obs_space = observation_space(self.limits.max_observation_chars)
@@ -120,7 +110,8 @@ class MGRPOEnv(AECEnv):
         self.observation_spaces = {a: obs_space for a in self.possible_agents}
         self.action_spaces = {a: (main_space if a == MAIN else sub_space) for a in self.possible_agents}
         style = getattr(self.scenario, "prompt_style", "full")  # a scenario's profile may ask for compact prompts
-        self._prompts = {"main": system_prompt("main", MAIN_TOOLS, style), "sub": system_prompt("sub", SUB_TOOLS, style)}
+        self._tools_of = {role: role_tools(self.scenario, role) for role in ("main", "sub")}  # the scenario's sets
+        self._prompts = {role: system_prompt(role, tools, style) for role, tools in self._tools_of.items()}
         self.record: EpisodeRecord | None = None
 
     # -- PettingZoo API -------------------------------------------------------------------------
@@ -246,7 +237,7 @@ class MGRPOEnv(AECEnv):
 
     def _step_main(self, text: str) -> None:
         traj = self._trajectories[MAIN]
-        parsed = parse_action(text, role="main", allowed_tools=MAIN_TOOLS, max_chars=self.limits.max_action_chars)
+        parsed = parse_action(text, role="main", allowed_tools=self._tools_of["main"], max_chars=self.limits.max_action_chars)
         turn = self._record_turn(traj, text, parsed.kind, parsed.error_kind)
         if not parsed.ok:
             traj.format_errors += 1
@@ -288,7 +279,7 @@ class MGRPOEnv(AECEnv):
 
     def _step_sub(self, agent: str, text: str) -> None:
         traj = self._trajectories[agent]
-        parsed = parse_action(text, role="sub", allowed_tools=SUB_TOOLS, max_chars=self.limits.max_action_chars)
+        parsed = parse_action(text, role="sub", allowed_tools=self._tools_of["sub"], max_chars=self.limits.max_action_chars)
         turn = self._record_turn(traj, text, parsed.kind, parsed.error_kind)
         if not parsed.ok:
             traj.format_errors += 1
@@ -317,19 +308,18 @@ class MGRPOEnv(AECEnv):
             main.truncated = True
             self._finish(end_reason="main_turn_limit")
 
-    def _expert(self, sub: AgentTrajectory) -> tuple[float | None, tuple[float, float, float], str]:
-        """(r_expert, the weights to use, where r_expert came from). No report scores 0; no scorer
-        or a scorer with nothing to judge by drops the term (b3 = 0)."""
-        b1, b2, b3 = self.reward_config.sub_weights
+    def _expert(self, sub: AgentTrajectory) -> tuple[float | None, str]:
+        """(r_expert, where it came from). No report scores 0; no scorer or a scorer with nothing to
+        judge by gives None, which drops the term (b3 = 0, :func:`~mgrpo_env.rewards.paid_sub_reward`)."""
         scorer = self.reward_config.expert
         if scorer is None:
-            return None, (b1, b2, 0.0), "none"
+            return None, "none"
         if sub.final is None:
-            return 0.0, (b1, b2, b3), "no_result"
+            return 0.0, "no_result"
         value = scorer(self._task, sub.task or "", sub.final)
         if value is None:
-            return None, (b1, b2, 0.0), "none"
-        return float(value), (b1, b2, b3), getattr(scorer, "source", "custom")
+            return None, "none"
+        return float(value), getattr(scorer, "source", "custom")
 
     def _finish(self, end_reason: str) -> None:
         """Score the episode, pay every agent, and mark all of them done."""
@@ -345,8 +335,8 @@ class MGRPOEnv(AECEnv):
             components[MAIN]["verify_error"] = verify_error
         for sub in record.subs:
             sub.format_ok = sub.final is not None and sub.format_errors == 0
-            sub.expert, weights, source = self._expert(sub)
-            sub.reward = reward_fns.sub_reward(sub.format_ok, correct, sub.expert or 0.0, weights)
+            sub.expert, source = self._expert(sub)
+            sub.reward = reward_fns.paid_sub_reward(sub.format_ok, correct, sub.expert, self.reward_config.sub_weights)
             components[sub.agent] = {
                 "format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert,
                 "expert_source": source, "reward": sub.reward,

@@ -27,6 +27,8 @@ for the subset our tools use (``type`` as one name or a list of names, ``propert
 ``required``, ``additionalProperties: false``, ``items``, ``minItems``/``maxItems``,
 ``minLength``/``maxLength``, ``minimum``/``maximum``, ``enum``). It is stricter than the tools
 themselves on purpose: the schema shown in the system prompt is the format the agent is rewarded for.
+The checker lives in :mod:`mgrpo_env.schema_checks`, the prompts in :mod:`mgrpo_env.prompts`; their
+names are re-exported here.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
+
+from mgrpo_tools import schemas as tool_schemas
+
+from .prompts import FINAL_TAGS, PROMPT_STYLES, system_prompt
+from .schema_checks import check_arguments, signature
 
 __all__ = [
     "require_text",
@@ -53,6 +60,8 @@ __all__ = [
     "SUB_TOOLS",
     "SINGLE_TOOLS",
     "ALL_TOOLS",
+    "DEFAULT_ROLE_TOOLS",
+    "role_tools",
     "parse_action",
     "check_arguments",
     "signature",
@@ -81,8 +90,6 @@ ERROR_KINDS: Mapping[str, str] = MappingProxyType(
     }
 )
 
-#: The final-action tag of each role.
-FINAL_TAGS: Mapping[str, str] = MappingProxyType({"main": "answer", "sub": "result", "single": "answer"})
 
 _ACTION_TAGS = ("tool_call", "answer", "result")
 _THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
@@ -158,45 +165,15 @@ REASON = ToolSpec(
     "Think through a sub-problem in depth (no web access); the reasoning comes back as the tool response.",
     _obj({"problem": {"type": "string", "minLength": 1}}, ["problem"]),
 )
-SEARCH = ToolSpec(
-    "search",
-    "Web search: run 1 to 3 queries and get titles, URLs and snippets.",
-    _obj(
-        {
-            "queries": {
-                "type": "array",
-                "items": {"type": "string", "minLength": 1},
-                "minItems": 1,
-                "maxItems": 3,
-            },
-            "sites": {
-                "type": "array",
-                "items": {"type": "string", "minLength": 1},
-                "description": "restrict to these domains",
-            },
-        },
-        ["queries"],
-    ),
-)
-VISIT = ToolSpec(
-    "visit",
-    "Open a URL and read the page as text with numbered links, keeping the goal in mind.",
-    _obj(
-        {
-            "url": {"type": "string", "minLength": 1},
-            "goal": {"type": "string", "minLength": 1, "description": "what to look for on the page"},
-            "page": {"type": "integer", "minimum": 1, "description": "page of a long document (default 1)"},
-        },
-        ["url", "goal"],
-    ),
-)
-CLICK = ToolSpec(
-    "click",
-    "Follow a link of the page last visited, by its number or by its text.",
-    _obj(
-        {"link": {"type": ["integer", "string"], "description": "the link's number, or its text"}}, ["link"]
-    ),
-)
+def _spec_of(tool: Any) -> ToolSpec:
+    """The spec of a world tool (class or object): its own name, description and schema, one copy."""
+    return ToolSpec(tool.name, tool.description, tool.parameters)
+
+
+# the web tools as the tools package declares them (its tool classes read the same objects)
+SEARCH = _spec_of(tool_schemas.SEARCH)
+VISIT = _spec_of(tool_schemas.VISIT)
+CLICK = _spec_of(tool_schemas.CLICK)
 
 #: The main agent's tools (``reason`` is optional: pass a subset to drop it).
 MAIN_TOOLS: Mapping[str, ToolSpec] = MappingProxyType({t.name: t for t in (DELEGATE, REASON)})
@@ -206,115 +183,20 @@ SUB_TOOLS: Mapping[str, ToolSpec] = MappingProxyType({t.name: t for t in (SEARCH
 SINGLE_TOOLS: Mapping[str, ToolSpec] = SUB_TOOLS
 #: Every built-in spec by name; a bare list of names in ``allowed_tools`` is checked against these.
 ALL_TOOLS: Mapping[str, ToolSpec] = MappingProxyType({**MAIN_TOOLS, **SUB_TOOLS})
+#: Each role's tool names unless a scenario declares its own (``Scenario.role_tools``).
+DEFAULT_ROLE_TOOLS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"main": tuple(MAIN_TOOLS), "sub": tuple(SUB_TOOLS), "single": tuple(SINGLE_TOOLS)})
 
 
-# --------------------------------------------------------------------------- argument checking
-
-_JSON_TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
-
-
-def _is_type(value: Any, name: str) -> bool:
-    # bool is an int subclass in Python but not a JSON integer; floats like 2.0 are refused as
-    # integers so that a tool never receives a float where its schema promised an int.
-    if name == "object":
-        return isinstance(value, dict)
-    if name == "array":
-        return isinstance(value, list)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if name == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if name == "boolean":
-        return isinstance(value, bool)
-    return name == "null" and value is None
-
-
-def _describe(schema: Mapping[str, Any]) -> str:
-    """A short human type: ``string``, ``integer or string``, ``array of 1-3 strings``."""
-    types = schema.get("type", "any")
-    if isinstance(types, list):
-        return " or ".join(str(t) for t in types)
-    if types == "array":
-        item = _describe(schema.get("items", {}))
-        lo, hi = schema.get("minItems"), schema.get("maxItems")
-        count = f"{lo}-{hi} " if lo is not None and hi is not None else f"at least {lo} " if lo else ""
-        count = f"at most {hi} " if lo is None and hi is not None else count
-        return f"array of {count}{item}s"
-    return str(types)
-
-
-def check_arguments(value: Any, schema: Mapping[str, Any], where: str = "") -> str | None:
-    """Check ``value`` against the small JSON-schema subset our tools use.
-
-    ``where`` is the location for messages ("" for the arguments object itself, then
-    ``queries``, ``queries[0]``, ...). ``minLength`` counts characters after stripping whitespace,
-    so that ``"  "`` is empty. Returns None when valid, else one readable message about the first
-    problem found.
-
-    >>> check_arguments({"queries": ["a", "b", "c", "d"]}, SEARCH.parameters)
-    "'queries' must hold at most 3 items, got 4"
-    >>> check_arguments({"link": 3}, CLICK.parameters) is None
-    True
-    """
-    label = f"'{where}'" if where else "the arguments"
-    types = schema.get("type")
-    if types is not None:
-        allowed = types if isinstance(types, list) else [types]
-        if not any(_is_type(value, t) for t in allowed):
-            return f"{label} must be {_describe(schema)}, got {_json_type(value)}"
-    if "enum" in schema and value not in schema["enum"]:
-        return f"{label} must be one of {json.dumps(schema['enum'])}"
-    if isinstance(value, str):
-        if len(value.strip()) < schema.get("minLength", 0):
-            return f"{label} must not be empty" if schema["minLength"] == 1 else f"{label} is too short"
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            return f"{label} is too long ({len(value)} > {schema['maxLength']} characters)"
-    if _is_type(value, "number"):
-        if "minimum" in schema and value < schema["minimum"]:
-            return f"{label} must be >= {schema['minimum']}, got {value}"
-        if "maximum" in schema and value > schema["maximum"]:
-            return f"{label} must be <= {schema['maximum']}, got {value}"
-    if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            return f"{label} must hold at least {schema['minItems']} items, got {len(value)}"
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            return f"{label} must hold at most {schema['maxItems']} items, got {len(value)}"
-        for i, item in enumerate(value):
-            problem = check_arguments(item, schema.get("items", {}), f"{where}[{i}]")
-            if problem:
-                return problem
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        for key in schema.get("required", []):
-            if key not in value:
-                return f"missing required argument '{key}'"
-        if schema.get("additionalProperties", True) is False:
-            extra = sorted(str(k) for k in value if k not in props)
-            if extra:
-                return f"unexpected argument '{extra[0]}' (allowed: {', '.join(props) or 'none'})"
-        for key, sub in props.items():
-            if key in value:
-                problem = check_arguments(value[key], sub, f"{where}.{key}" if where else key)
-                if problem:
-                    return problem
-    return None
-
-
-def _json_type(value: Any) -> str:
-    return next((t for t in _JSON_TYPES if _is_type(value, t)), type(value).__name__)
-
-
-def signature(spec: Any) -> str:
-    """A one-line call signature for messages: ``search(queries: array of 1-3 strings, sites?: ...)``."""
-    params = getattr(spec, "parameters", None) or {}
-    required = set(params.get("required", []))
-    args = [
-        f"{key}{'' if key in required else '?'}: {_describe(sub)}"
-        for key, sub in params.get("properties", {}).items()
-    ]
-    return f"{spec.name}({', '.join(args)})"
+def role_tools(scenario: Any, role: str) -> Mapping[str, ToolSpec]:
+    """The specs of ``role``'s tools in ``scenario``: its ``role_tools`` mapping (role -> tool names)
+    when it declares one, else :data:`DEFAULT_ROLE_TOOLS`; an unknown name raises ValueError."""
+    names = dict(getattr(scenario, "role_tools", None) or DEFAULT_ROLE_TOOLS).get(role, DEFAULT_ROLE_TOOLS[role])
+    unknown = [n for n in names if n not in ALL_TOOLS]
+    if unknown:
+        raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r}: role {role!r} names unknown tools "
+                         f"{unknown}; known: {sorted(ALL_TOOLS)}")
+    return MappingProxyType({n: ALL_TOOLS[n] for n in names})
 
 
 # --------------------------------------------------------------------------- parsing
@@ -482,67 +364,6 @@ def format_error(parsed: ParsedAction) -> str:
     if parsed.ok:
         raise ValueError("format_error needs a ParsedAction of kind 'error'")
     return format_tool_response(f"Error ({parsed.error_kind}): {parsed.error}")
-
-
-_ROLE_INTRO = {
-    "main": (
-        "You are the main agent of a research team. Plan, delegate subtasks to sub-agents with the "
-        "delegate tool, combine their reports, and give the final answer."
-    ),
-    "sub": (
-        "You are a sub-agent of a research team. Carry out the subtask you were given with the web "
-        "tools, then report what you found to the main agent."
-    ),
-    "single": "You are a research agent. Answer the question with the web tools.",
-}
-_FINAL_TEXT = {
-    "main": "<answer>the final answer, short</answer>",
-    "sub": "<result>your report: the facts found, with their sources</result>",
-    "single": "<answer>the final answer, short</answer>",
-}
-
-
-_COMPACT_INTRO = {"main": "Main agent.", "sub": "Sub-agent.", "single": "Research agent."}
-#: System prompt styles: ``full`` (the protocol and the tools' JSON schemas, for real LLMs) and
-#: ``compact`` (a few dozen tokens: the role, the tools' signatures and the final tag, for tiny models).
-PROMPT_STYLES = ("full", "compact")
-
-
-def system_prompt(role: Role, tools: Mapping[str, Any], style: str = "full") -> str:
-    """The role's system prompt: the protocol and the tools with their JSON schemas (deterministic).
-
-    ``style="compact"`` gives a one-line prompt (role, tool signatures, final tag) for small models
-    trained from scratch, whose cost grows with every prompt token and who never read the schemas.
-
-    Raises ValueError for an unknown role or style.
-    """
-    if role not in FINAL_TAGS:
-        raise ValueError(f"unknown role {role!r}; expected one of {sorted(FINAL_TAGS)}")
-    if style not in PROMPT_STYLES:
-        raise ValueError(f"unknown prompt style {style!r}; expected one of {list(PROMPT_STYLES)}")
-    if style == "compact":
-        final = FINAL_TAGS[role]
-        names = ", ".join(spec.name for spec in tools.values()) or "none"
-        return f"{_COMPACT_INTRO[role]} Tools: {names}. End: <{final}>."
-    tool_lines = [json.dumps(_spec_json(spec), ensure_ascii=False) for spec in tools.values()]
-    return "\n".join(
-        [
-            _ROLE_INTRO[role],
-            "",
-            "Each turn, first think inside <think>...</think>, then write exactly one of:",
-            '- a tool call: <tool_call>{"name": "<tool name>", "arguments": {<arguments>}}</tool_call>',
-            f"- {_FINAL_TEXT[role]}",
-            "Tool outputs come back inside <tool_response>...</tool_response>. A malformed turn gets an "
-            "error message instead.",
-            "",
-            "Tools (JSON schemas):",
-            *(tool_lines or ["(none)"]),
-        ]
-    )
-
-
-def _spec_json(spec: Any) -> dict[str, Any]:
-    return {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
 
 
 def require_text(action: object, agent: str) -> str:

@@ -30,6 +30,7 @@ __all__ = [
     "PAPER_SUB_WEIGHTS",
     "main_reward",
     "sub_reward",
+    "paid_sub_reward",
     "main_rewards",
     "sub_rewards",
     "check_weights",
@@ -94,6 +95,15 @@ def sub_reward(
     m = _unit(main_correct, "main_correct")
     e = _unit(expert, "expert")
     return b1 + b2 * m + b3 * e if format_ok else 0.0
+
+
+def paid_sub_reward(format_ok: bool, main_correct: float | bool, expert: float | None,
+                    weights: Sequence[float] = PAPER_SUB_WEIGHTS) -> float:
+    """R_S as it is paid: :func:`sub_reward`, with b3 = 0 when there is no expert score (``None``: no
+    judge, or nothing to judge by). The env pays it at episode end and the sub worker computes it from
+    the store's statistics: one rule for both."""
+    b1, b2, b3 = check_weights(weights, 3, "sub weights")
+    return sub_reward(format_ok, main_correct, 0.0 if expert is None else expert, (b1, b2, 0.0 if expert is None else b3))
 
 
 def _unit_array(values: ArrayLike, name: str) -> np.ndarray:

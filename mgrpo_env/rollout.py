@@ -1,6 +1,7 @@
 """Batched rollout collection: B questions x K rollouts, run concurrently.
 
-Many env instances run at once. At each round every unfinished episode has exactly one selected
+Many env instances run at once, the hierarchy's AEC env or the single agent's Gymnasium env (one
+loop for both: :data:`EPISODES`). At each round every unfinished episode has exactly one selected
 agent; the requests of the same role are gathered into one call of that role's policy (so one
 LLM forward serves many episodes), then the envs step in a thread pool, so tool calls of
 different episodes overlap.
@@ -24,7 +25,7 @@ from mgrpo_scenarios import Scenario, Task
 from .aec import MGRPOEnv
 from .episode import EpisodeRecord
 
-__all__ = ["PolicyRequest", "PolicyResponse", "Policy", "CollectStats", "collect", "collect_single"]
+__all__ = ["PolicyRequest", "PolicyResponse", "Policy", "CollectStats", "EPISODES", "collect"]
 
 
 @dataclass
@@ -88,6 +89,90 @@ class CollectStats:
     by_role_requests: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
+class _HierarchyEpisode:
+    """One rollout of the hierarchy: the AEC env, its selected agent asked in turn."""
+
+    roles = ("main", "sub")
+
+    def __init__(self, scenario: Scenario, tasks: Sequence[Task], task: Task, world: Any, seed: int,
+                 env_kwargs: Mapping[str, Any]) -> None:
+        self.env = MGRPOEnv(scenario, split="", world=world, tasks=tasks, **dict(env_kwargs))
+        self.env.reset(seed=seed, options={"task": task})
+
+    def next_agent(self, release: Callable[[str, str], None]) -> tuple[str, str] | None:
+        """(agent, role) that acts now, or None once the episode is over; finished agents are retired."""
+        env = self.env
+        while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
+            ended = env.agent_selection
+            role = env.infos[ended]["role"]
+            env.step(None)  # pay and retire finished agents
+            release(role, ended)
+        if not env.agents:
+            return None
+        return env.agent_selection, env.infos[env.agent_selection]["role"]
+
+    def request(self, episode: int, agent: str, role: str) -> PolicyRequest:
+        env = self.env
+        turns = env.trajectory(agent).turns
+        return PolicyRequest(episode, agent, role, env.observe(agent)["text"], env.infos[agent]["messages"], env.task,
+                             [t.extra for t in turns])
+
+    def act(self, agent: str, response: PolicyResponse) -> None:
+        self.env.step(response.text)
+        if response.extra:
+            self.env.last_turn(agent).extra.update(response.extra)
+
+    @property
+    def record(self) -> EpisodeRecord:
+        return self.env.record
+
+    def close(self) -> None:
+        self.env.close()  # the shared world stays open: it belongs to the caller
+
+
+class _SingleEpisode:
+    """One rollout of the single-agent baseline: the Gymnasium env, one agent ``single_0``."""
+
+    roles = ("single",)
+
+    def __init__(self, scenario: Scenario, tasks: Sequence[Task], task: Task, world: Any, seed: int,
+                 env_kwargs: Mapping[str, Any]) -> None:
+        from .single import SingleAgentEnv
+
+        self.env = SingleAgentEnv(scenario, split="", world=world, tasks=tasks, **dict(env_kwargs))
+        obs, _ = self.env.reset(seed=seed, options={"task": task})
+        self.observation, self.done, self.released = obs["text"], False, False
+
+    def next_agent(self, release: Callable[[str, str], None]) -> tuple[str, str] | None:
+        if not self.done:
+            return "single_0", "single"
+        if not self.released:
+            release("single", "single_0")
+            self.released = True
+        return None
+
+    def request(self, episode: int, agent: str, role: str) -> PolicyRequest:
+        main = self.env.record.main
+        return PolicyRequest(episode, agent, role, self.observation, main.messages, self.env.task, [t.extra for t in main.turns])
+
+    def act(self, agent: str, response: PolicyResponse) -> None:
+        obs, _, terminated, truncated, _ = self.env.step(response.text)
+        if response.extra:
+            self.env.record.main.turns[-1].extra.update(response.extra)
+        self.observation, self.done = obs["text"], terminated or truncated
+
+    @property
+    def record(self) -> EpisodeRecord:
+        return self.env.record
+
+    def close(self) -> None:
+        self.env.close()
+
+
+#: The env each kind of episode runs in: the hierarchy (AEC) or the single agent (Gymnasium).
+EPISODES: dict[str, Any] = {"hierarchy": _HierarchyEpisode, "single": _SingleEpisode}
+
+
 def collect(
     scenario: Scenario,
     tasks: Sequence[Task],
@@ -101,6 +186,7 @@ def collect(
     stats: CollectStats | None = None,
     on_round: Callable[[int, int], None] | None = None,
     on_episode: Callable[[EpisodeRecord], None] | None = None,
+    env: str = "hierarchy",
 ) -> list[EpisodeRecord]:
     """Run ``k`` rollouts of every task; returns records ordered task-major (task i, rollout j at i*k+j).
 
@@ -108,56 +194,48 @@ def collect(
         scenario: the scenario (verifier and task source).
         tasks: the B questions of this batch.
         k: rollouts per question (the group size of GRPO).
-        policies: {"main": policy, "sub": policy}.
+        policies: one per role of ``env``: {"main", "sub"} for the hierarchy, {"single"} for the single agent.
         world: an open world shared by all episodes (``with scenario.open() as world``).
         seed: episode i resets with ``seed + i``.
         max_workers: threads stepping envs (tool calls) at once.
-        env_kwargs: limits and reward settings for :class:`MGRPOEnv`.
+        env_kwargs: limits and reward settings of the env (:class:`MGRPOEnv`, ``SingleAgentEnv``).
         stats: filled with timings when given.
         on_round: called with (finished episodes, total) after each round (progress bars).
         on_episode: called with each record as soon as its episode ends (an evaluation appends it to
             its JSONL, so an interrupted run keeps what it finished).
+        env: "hierarchy" (the AEC env) or "single" (the single-agent Gymnasium env): :data:`EPISODES`.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    missing = {"main", "sub"} - set(policies)
+    kind = EPISODES[env]
+    missing = set(kind.roles) - set(policies)
     if missing:
-        raise ValueError(f"policies needs the roles main and sub; missing {sorted(missing)}")
+        raise ValueError(f"policies needs the roles {' and '.join(kind.roles)}; missing {sorted(missing)}")
     stats = stats if stats is not None else CollectStats()
     started = time.perf_counter()
-    envs: list[MGRPOEnv] = []
-    for i in range(len(tasks) * k):
-        env = MGRPOEnv(scenario, split="", world=world, tasks=tasks, **dict(env_kwargs or {}))
-        env.reset(seed=seed + i, options={"task": tasks[i // k]})
-        envs.append(env)
-    records: list[EpisodeRecord | None] = [None] * len(envs)
-    active = list(range(len(envs)))
+    episodes = [kind(scenario, tasks, tasks[i // k], world, seed + i, env_kwargs or {}) for i in range(len(tasks) * k)]
+    records: list[EpisodeRecord | None] = [None] * len(episodes)
+    active = list(range(len(episodes)))
     with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
         while active:
             waiting: dict[str, list[tuple[int, str]]] = defaultdict(list)
             still = []
             for i in active:
-                env = envs[i]
-                while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
-                    ended = env.agent_selection
-                    role = env.infos[ended]["role"]
-                    env.step(None)  # pay and retire finished agents
-                    if role in policies:
-                        _release(policies[role], i, ended)
-                if not env.agents:
+                selected = episodes[i].next_agent(lambda role, agent, i=i: _release(policies[role], i, agent)
+                                                  if role in policies else None)
+                if selected is None:
                     if records[i] is None and on_episode is not None:
-                        on_episode(env.record)
-                    records[i] = env.record
+                        on_episode(episodes[i].record)
+                    records[i] = episodes[i].record
                     continue
                 still.append(i)
-                agent = env.agent_selection
-                waiting[env.infos[agent]["role"]].append((i, agent))
+                waiting[selected[1]].append((i, selected[0]))
             active = still
             if not active:
                 break
             actions: dict[int, tuple[str, PolicyResponse]] = {}
             for role, items in waiting.items():
-                requests = [_request(envs[i], i, agent, role) for i, agent in items]
+                requests = [episodes[i].request(i, agent, role) for i, agent in items]
                 t0 = time.perf_counter()
                 responses = policies[role](requests)
                 stats.policy_s += time.perf_counter() - t0
@@ -170,104 +248,16 @@ def collect(
                         response = PolicyResponse(str(response))
                     actions[i] = (agent, response)
             t0 = time.perf_counter()
-            jobs = [(envs[i], *actions[i]) for i in active]
-            list(pool.map(lambda job: _step(*job), jobs))
+            jobs = [(episodes[i], *actions[i]) for i in active]
+            list(pool.map(lambda job: job[0].act(job[1], job[2]), jobs))
             stats.step_s += time.perf_counter() - t0
             stats.env_steps += len(active)
             if on_round is not None:
                 on_round(sum(r is not None for r in records), len(records))
-    for env in envs:
-        env.close()  # the shared world stays open: it belongs to the caller
+    for episode in episodes:
+        episode.close()
     out = [r for r in records if r is not None]
     stats.episodes += len(out)
     stats.tool_s += sum(r.tool_s for r in out)
     stats.wall_s += time.perf_counter() - started
     return out
-
-
-def _request(env: MGRPOEnv, episode: int, agent: str, role: str) -> PolicyRequest:
-    turns = env.trajectory(agent).turns
-    return PolicyRequest(
-        episode, agent, role, env.observe(agent)["text"], env.infos[agent]["messages"], env.task, [t.extra for t in turns]
-    )
-
-
-def _step(env: MGRPOEnv, agent: str, response: PolicyResponse) -> None:
-    env.step(response.text)
-    if response.extra:
-        env.last_turn(agent).extra.update(response.extra)
-
-
-def collect_single(
-    scenario: Scenario,
-    tasks: Sequence[Task],
-    k: int,
-    policy: Policy,
-    *,
-    world: Any,
-    seed: int = 0,
-    max_workers: int = 8,
-    env_kwargs: Mapping[str, Any] | None = None,
-    stats: CollectStats | None = None,
-    on_episode: Callable[[EpisodeRecord], None] | None = None,
-) -> list[EpisodeRecord]:
-    """:func:`collect` for the single-agent baseline: K rollouts of each task in the Gymnasium env.
-
-    Requests have role "single" and agent "single_0"; records are ordered task-major. ``on_episode``
-    gets each record as its episode ends, as in :func:`collect`.
-    """
-    from .single import SingleAgentEnv
-
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    stats = stats if stats is not None else CollectStats()
-    started = time.perf_counter()
-    envs = []
-    observations = []
-    for i in range(len(tasks) * k):
-        env = SingleAgentEnv(scenario, split="", world=world, tasks=tasks, **dict(env_kwargs or {}))
-        obs, _ = env.reset(seed=seed + i, options={"task": tasks[i // k]})
-        envs.append(env)
-        observations.append(obs["text"])
-    active = list(range(len(envs)))
-    with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
-        while active:
-            requests = [
-                PolicyRequest(i, "single_0", "single", observations[i], envs[i].record.main.messages, envs[i].task,
-                              [t.extra for t in envs[i].record.main.turns])
-                for i in active
-            ]
-            t0 = time.perf_counter()
-            responses = policy(requests)
-            stats.policy_s += time.perf_counter() - t0
-            stats.policy_calls += 1
-            stats.by_role_requests["single"] += len(requests)
-            if len(responses) != len(requests):
-                raise ValueError(f"the single policy returned {len(responses)} responses for {len(requests)} requests")
-            responses = [r if isinstance(r, PolicyResponse) else PolicyResponse(str(r)) for r in responses]
-
-            def step(job: tuple[int, PolicyResponse]) -> bool:
-                i, response = job
-                obs, _, terminated, truncated, _ = envs[i].step(response.text)
-                if response.extra:
-                    envs[i].record.main.turns[-1].extra.update(response.extra)
-                observations[i] = obs["text"]
-                return terminated or truncated
-
-            t0 = time.perf_counter()
-            done = list(pool.map(step, list(zip(active, responses, strict=True))))
-            stats.step_s += time.perf_counter() - t0
-            stats.env_steps += len(active)
-            for i, d in zip(active, done, strict=True):
-                if d:
-                    _release(policy, i, "single_0")
-                    if on_episode is not None:
-                        on_episode(envs[i].record)
-            active = [i for i, d in zip(active, done, strict=True) if not d]
-    records = [env.record for env in envs]
-    for env in envs:
-        env.close()
-    stats.episodes += len(records)
-    stats.tool_s += sum(r.tool_s for r in records)
-    stats.wall_s += time.perf_counter() - started
-    return records

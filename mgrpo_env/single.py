@@ -25,8 +25,8 @@ Episode end:
 Arguments:
     scenario, split, seed, scenario_kwargs, world, tasks, limits (the AEC env's :class:`Limits`: the
     turn budget is its ``single_agent_turns``, main x sub turns, 48 by default), max_turns,
-    max_action_chars, max_observation_chars (override the limits), main_weights (the paper's
-    (0.1, 0.9)), render_mode ("ansi": ``render()`` returns the
+    max_action_chars, max_observation_chars (override the limits), rewards (a :class:`RewardConfig`
+    as the hierarchy takes; its ``main_weights``, the paper's (0.1, 0.9) by default), render_mode ("ansi": ``render()`` returns the
     last turn as text; "human": it is printed after every reset and step).
 
 Registration:
@@ -49,17 +49,23 @@ import gymnasium as gym
 from mgrpo_scenarios import Scenario, Task
 
 from . import rewards as reward_fns
-from .core import Limits, WorldHandle, call_tool, pick_task, resolve_scenario, safe_verify, split_tasks
+from .core import (
+    Limits,
+    RewardConfig,
+    call_tool,
+    pick_task,
+    safe_verify,
+    setup_episodes,
+)
 from .episode import AgentTrajectory, EpisodeRecord, Turn
 from .protocol import (
-    SINGLE_TOOLS,
     format_error,
     format_tool_response,
     parse_action,
     require_text,
+    role_tools,
     system_prompt,
 )
-from .rewards import PAPER_MAIN_WEIGHTS
 from .spaces import action_space, observation_space, sanitize
 
 __all__ = ["SingleAgentEnv", "single_agent_env"]
@@ -81,7 +87,7 @@ class SingleAgentEnv(gym.Env):
         max_turns: int | None = None,
         max_action_chars: int | None = None,
         max_observation_chars: int | None = None,
-        main_weights: tuple[float, float] = PAPER_MAIN_WEIGHTS,
+        rewards: RewardConfig | None = None,
         render_mode: str | None = None,
     ) -> None:
         # the hierarchy's Limits object: its single_agent_turns and character limits; keywords override
@@ -91,22 +97,16 @@ class SingleAgentEnv(gym.Env):
         max_observation_chars = self.limits.max_observation_chars if max_observation_chars is None else max_observation_chars
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
-        self.scenario = resolve_scenario(scenario, scenario_kwargs)
-        self.split = split
+        setup_episodes(self, scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
+                       render_mode=render_mode)
         self.max_turns = max_turns
         self.max_action_chars = max_action_chars
         self.max_observation_chars = max_observation_chars
-        self.main_weights = main_weights
-        self.render_mode = render_mode
-        self._tasks = split_tasks(self.scenario, split, tasks)
-        self._world = WorldHandle(self.scenario, world)
-        self._default_seed = seed
-        self._seeded = False
+        self.reward_config = rewards or RewardConfig()
         self.observation_space = observation_space(max_observation_chars)
         self.action_space = action_space(max_action_chars, "single")
-        self._prompt = system_prompt("single", SINGLE_TOOLS, getattr(self.scenario, "prompt_style", "full"))
+        self._tools_spec = role_tools(self.scenario, "single")  # the scenario's set (default: the sub-agent's)
+        self._prompt = system_prompt("single", self._tools_spec, getattr(self.scenario, "prompt_style", "full"))
         self.record: EpisodeRecord | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, str], dict[str, Any]]:
@@ -137,7 +137,7 @@ class SingleAgentEnv(gym.Env):
     def _step(self, action: str) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
         text = require_text(action, "the single agent")
         traj = self._traj
-        parsed = parse_action(text, role="single", allowed_tools=SINGLE_TOOLS, max_chars=self.max_action_chars)
+        parsed = parse_action(text, role="single", allowed_tools=self._tools_spec, max_chars=self.max_action_chars)
         turn = Turn(action=text, kind=parsed.kind, error_kind=parsed.error_kind)
         traj.turns.append(turn)
         traj.messages.append({"role": "assistant", "content": text})
@@ -164,7 +164,7 @@ class SingleAgentEnv(gym.Env):
         verdict, verify_error = safe_verify(self.scenario, self._task, traj.final)
         correct = bool(verdict.correct) if verdict else False
         traj.format_ok = traj.final is not None and traj.format_errors == 0
-        traj.reward = reward_fns.main_reward(traj.format_ok, correct, self.main_weights)
+        traj.reward = reward_fns.main_reward(traj.format_ok, correct, self.reward_config.main_weights)
         components = {"format_ok": traj.format_ok, "correct": correct, "reward": traj.reward}
         if verify_error:
             components["verify_error"] = verify_error

@@ -119,6 +119,10 @@ class Scenario(Protocol):
 
     def verify(self, task: Task, prediction: str) -> Verdict: ...
 
+    # Optional: ``role_tools``, a mapping of role ("main", "sub", "single") to the tool names that role
+    # holds (names of mgrpo_env.protocol.ALL_TOOLS); the envs build each role's prompt and argument
+    # checks from it. Absent: delegate + reason for the main agent, search + visit + click otherwise.
+
 
 def split_parts(split: str) -> list[str]:
     """The splits a split expression names: ``"stage2/test+stage2/heldout"`` -> both, in order."""

@@ -3,7 +3,7 @@
 Description:
     Each row of a table is a task: its question column is what the main agent is asked, its answer
     column the gold answer. The agents work on the open web (``search``, ``visit``, ``click`` through
-    :class:`~mgrpo_scenarios.benchmarks.OpenWebWorld`), as for the paper's benchmarks.
+    :class:`~mgrpo_scenarios.web_qa.OpenWebWorld`), as for the paper's benchmarks.
 
 Data:
     ``.jsonl``, ``.json``, ``.csv``, ``.parquet``, or a Hugging Face ``datasets`` dataset saved with
@@ -17,7 +17,7 @@ Arguments:
     aliases_column: a column of other accepted answers (a list, or one string).
     split: the split name the tasks are given; for a saved ``DatasetDict``, one of its splits
         (default: ``test`` when there is one, else the first), and every split is available.
-    judge, limit, and the world options of :class:`~mgrpo_scenarios.benchmarks.OpenWebWorld`
+    judge, limit, and the world options of :class:`~mgrpo_scenarios.web_qa.OpenWebWorld`
     (``searxng_url``, ``cache_path``, ``allow_origins``, ...).
 
     mgrpo eval --scenario qa-file --data my.parquet --set question_column=prompt \\
@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from .base import Task
-from .benchmarks import _Benchmark
 from .tables import dataset_splits, is_saved_dataset, read_rows
+from .web_qa.common import OpenWebScenario
 
 __all__ = ["QAFile"]
 
 
-class QAFile(_Benchmark):
+class QAFile(OpenWebScenario):
     """A question/answer table as a scenario (see the module docstring)."""
 
     name = "qa-file"

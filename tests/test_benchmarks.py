@@ -19,7 +19,7 @@ import pytest
 import mgrpo_scenarios
 from mgrpo_algo.experiments.evaluate import evaluate
 from mgrpo_scenarios import Scenario, Task
-from mgrpo_scenarios.benchmarks import (
+from mgrpo_scenarios.web_qa import (
     Gaia,
     OpenWebWorld,
     WebWalkerQA,

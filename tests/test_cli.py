@@ -56,9 +56,10 @@ def test_train_bad_config_exits_2_naming_the_field(tmp_path, capsys):
     bad.write_text("mode: mgrpo\nmain: {learnr: {lr: 1}}\n")
     assert main(["train", "--config", str(bad)]) == 2
     assert "main.learnr" in capsys.readouterr().err
-    assert main(["train", "--set", "mode=single-agent", "--placement", "local", "--set", f"out_dir={tmp_path}/x",
-                 "--set", "warm_start.epochs=0", "--set", "scenario_kwargs={num_entities: 50}"]) == 2
-    assert "two-role modes" in capsys.readouterr().err
+    # a cross-field check (every mode runs on every placement now; a served engine still needs in-process)
+    assert main(["train", "--set", "main.served={base_url: 'http://127.0.0.1:9'}", "--placement", "local",
+                 "--set", f"out_dir={tmp_path}/x", "--set", "warm_start.epochs=0"]) == 2
+    assert "placement.kind" in capsys.readouterr().err
 
 
 def _serve(scenario, *extra: str):

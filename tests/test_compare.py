@@ -159,7 +159,7 @@ def test_cli_bad_config_or_mode_exits_2_naming_it(tmp_path, capsys):
 
 def test_evaluate_single_scores_the_single_agent_oracle(small_scenario):
     from mgrpo_algo.experiments.evaluate import evaluate_single
-    from mgrpo_env.policies import OraclePolicy
+    from mgrpo_env.scripted import OraclePolicy
 
     report, records = evaluate_single(small_scenario, "stage2/test", OraclePolicy(small_scenario, "single"), limit=3, k=2,
                                       env_kwargs={"max_turns": 24}, progress=False)
@@ -354,3 +354,36 @@ def test_after_training_evaluates_the_trained_models(small_scenario, tmp_path, m
     for mode, same in (("frozen-sub", True), ("mgrpo", False)):
         final_sub = load_file(str(tmp_path / "out" / "seed0" / mode / "final" / "sub" / "model.safetensors"))
         assert all(torch.equal(final_sub[k], start_sub[k]) for k in start_sub) is same, mode
+
+
+def _numbers(summary: dict) -> dict:
+    """What a comparison measured (not how long it took): per mode and seed, before / after / curve."""
+    keep = ("before", "after", "delta_interval", "curve", "sub_reward", "sub_expert", "train_accuracy", "d_k_mean",
+            "rollouts")
+    return {mode: [{k: row[k] for k in keep} for row in runs["per_seed"]] for mode, runs in summary["results"].items()}
+
+
+@pytest.fixture(scope="module")
+def compared_in_process(small_scenario, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("compare-placements")
+    return tmp, _compare_once(small_scenario, tmp, "in-process")
+
+
+def _compare_once(small_scenario, tmp, placement: str) -> dict:
+    out = tmp / placement
+    args = ["compare", "--seeds", "1", "--out", str(out), "--modes", "mgrpo,frozen-sub,single-agent",
+            "--set", f"placement={{kind: {placement}}}"]
+    for item in _settings(small_scenario, tmp):
+        args += ["--set", item]
+    assert main(args) == 0
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("placement", ["local", "processes"])
+def test_compare_on_role_workers_gives_the_in_process_numbers(placement, small_scenario, compared_in_process):
+    """Training and every evaluation (curve points, after) go through the role handles: a decoupled
+    placement compares, with the numbers of the in-process run."""
+    tmp, reference = compared_in_process
+    summary = _compare_once(small_scenario, tmp, placement)
+    assert _numbers(summary) == _numbers(reference)
+    assert all(row["curve"] for row in summary["results"]["mgrpo"]["per_seed"])  # curve points were evaluated

@@ -13,7 +13,7 @@ import torch
 
 from mgrpo_algo.policies.hf_policy import TransformersPolicy
 from mgrpo_algo.policies.models import build_tiny_model
-from mgrpo_env.rollout import PolicyRequest, collect, collect_single
+from mgrpo_env.rollout import PolicyRequest, collect
 
 SYSTEM = {"role": "system", "content": "You are a research agent."}
 
@@ -107,7 +107,7 @@ def test_collect_single_reuses_and_frees(model, tokenizer, small_scenario, small
 
     def run(kv: float):
         single = policy(model, tokenizer, "single", kv)
-        records = collect_single(small_scenario, tasks, 2, single, world=small_world, env_kwargs={"max_turns": 4})
+        records = collect(small_scenario, tasks, 2, {"single": single}, world=small_world, env_kwargs={"max_turns": 4}, env="single")
         return [(t.extra["completion_ids"], t.extra["logprobs"]) for r in records for t in r.main.turns], single
 
     reused, single = run(64)

@@ -113,11 +113,10 @@ def test_cycle_finder_finds_a_cycle():
 def test_backend_registries_resolve():
     from mgrpo_algo.distributed.placement import PLACEMENT_BACKENDS, PLACEMENTS
     from mgrpo_algo.distributed.store import STORE_BACKENDS
-    from mgrpo_algo.training.trainer import ROLE_BACKENDS
 
     assert set(PLACEMENT_BACKENDS) == set(PLACEMENTS)
     pytest.importorskip("ray")
-    for registry in (PLACEMENT_BACKENDS, STORE_BACKENDS, ROLE_BACKENDS):
+    for registry in (PLACEMENT_BACKENDS, STORE_BACKENDS):
         for target in registry.values():
             assert isinstance(target, type) or isinstance(resolve_name(target), type), target
 

@@ -15,9 +15,9 @@ import pytest
 
 import mgrpo_scenarios
 from mgrpo_algo.cli import main
-from mgrpo_scenarios.benchmarks import Gaia
 from mgrpo_scenarios.qa_file import QAFile
 from mgrpo_scenarios.tables import read_rows
+from mgrpo_scenarios.web_qa import Gaia
 
 GAIA_DIR = Path(__file__).parent / "fixtures" / "gaia"
 ROWS = [

@@ -1,9 +1,10 @@
-"""Role servers' recovery guards (mgrpo_algo.training.roles) with a tiny model and an SQLite store, fast.
+"""Role workers' recovery guards (mgrpo_algo.training.roles) with a tiny model and an SQLite store, fast.
 
-The slow end-to-end runs (tests/test_decoupled.py) kill real server processes; these drive one
-RoleServer object directly: an iteration is applied once, replayed iterations are no-ops, the sub
-side waits for (or, stale, lags behind) the main statistics, and a restarted server resumes.
-Frozen servers (``train=False``) and empty batches keep them free of token data.
+The slow end-to-end runs (tests/test_decoupled.py, tests/test_crash.py) kill real processes; these drive
+one RoleWorker object directly: an iteration is applied once, replayed iterations are no-ops, the sub
+side waits for (or, stale, lags behind) the main statistics and scores its own trajectories from them,
+a restarted worker resumes, and a resumed run rolls back to the loop's commit.
+Frozen workers (``train=False``) and empty batches keep most of them free of token data.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2
 
 from mgrpo_algo.core.scoring import MainSlot, RolloutKey, slot_payload
 from mgrpo_algo.distributed.store import MainStat, StoreTimeout, open_store
-from mgrpo_algo.learning.learner import RoleLearner  # noqa: F401  (RoleServer imports these lazily)
+from mgrpo_algo.learning.learner import RoleLearner  # noqa: F401  (RoleWorker imports these lazily)
 from mgrpo_algo.policies.hf_policy import TransformersPolicy  # noqa: F401
 from mgrpo_algo.policies.models import build_tiny_model, train_tokenizer
-from mgrpo_algo.training.roles import RoleServer
+from mgrpo_algo.training.roles import RoleWorker
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +35,16 @@ def tiny_model(tmp_path_factory):
 
 def _server(tiny_model, tmp_path, role, **kw):
     kw.setdefault("train", False)
-    return RoleServer(role, tiny_model, str(tmp_path / "ck"), f"sqlite:{tmp_path / 'stats.db'}",
+    return RoleWorker(role, tiny_model, str(tmp_path / "ck"), f"sqlite:{tmp_path / 'stats.db'}",
                       store_timeout_s=0.2, **kw)
+
+
+NO_SUBS = [[], []]  # two rollouts that delegated nothing
+SCORING = {"k": 2, "d": 1, "strategy": "duplicate", "step_weight": 0.0, "sub_weights": [0.1, 0.4, 0.5]}
+
+
+def _ck(tmp_path, role, iteration):
+    return tmp_path / "ck" / "workers" / role / "checkpoints" / f"iter-{iteration}"
 
 
 def _steady(metrics):
@@ -47,12 +56,15 @@ def _main_slots(correct=(1.0, 0.0)):
     return slot_payload([MainSlot(RolloutKey(i, 0, i), "main_0", c, 0.0, c, i == 0) for i, c in enumerate(correct)])
 
 
+
+
+
 def test_update_main_publishes_then_applies_once(tiny_model, tmp_path):
     main = _server(tiny_model, tmp_path, "main")
     metrics = main.update_main(0, _main_slots())
     assert main.state["last_applied"] == 0 and metrics["main/store_bytes_written"] > 0
     store = open_store(f"sqlite:{tmp_path / 'stats.db'}")
-    expected = [MainStat(0, 0, 1.0, True), MainStat(0, 1, 0.0, False)]
+    expected = [MainStat(0, 0, 1.0, True, 1.0), MainStat(0, 1, 0.0, False, 0.0)]  # R_M travels too
     assert store.get_main_stats(0, expected=2, timeout_s=0) == expected
     assert store.done_iterations("main") == {0} and store.get_health("main")["step"] == 0
     # a replay (different values even) is a no-op: nothing re-published, nothing re-applied
@@ -76,13 +88,13 @@ def test_update_main_publishes_then_applies_once(tiny_model, tmp_path):
 def test_synchronized_sub_waits_for_the_main_statistics(tiny_model, tmp_path):
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
     with pytest.raises(StoreTimeout):
-        sub.update_sub(0, [], 2)
+        sub.update_sub(0, NO_SUBS, SCORING)
     assert sub.state["last_applied"] == -1 and sub.status()["pending"] == [0]  # kept for the retry
     main.update_main(0, _main_slots())
-    metrics = sub.update_sub(0, [], 2)
+    metrics = sub.update_sub(0, NO_SUBS, SCORING)
     assert metrics["sub/applied_iteration"] == 0.0 and metrics["sub/lag"] == 0.0
     assert sub.state["last_applied"] == 0 and sub.status()["pending"] == []
-    assert sub.update_sub(0, [], 2) == {}  # applied already: not queued again
+    assert sub.update_sub(0, NO_SUBS, SCORING) == {}  # applied already: not queued again
     assert sub.store.done_iterations("sub") == {0}
     main.close()
     sub.close()
@@ -90,12 +102,12 @@ def test_synchronized_sub_waits_for_the_main_statistics(tiny_model, tmp_path):
 
 def test_stale_sub_lags_behind_by_at_most_n(tiny_model, tmp_path):
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
-    assert sub.update_sub(0, [], 2, staleness=1) == {}  # main 0 not in yet: no wait, nothing applied
+    assert sub.update_sub(0, NO_SUBS, SCORING, staleness=1) == {}  # main 0 not in yet: no wait, nothing applied
     assert sub.status()["pending"] == [0]
     with pytest.raises(StoreTimeout):  # iteration 1 may lag by 1, so 0 must be applied now: wait, time out
-        sub.update_sub(1, [], 2, staleness=1)
+        sub.update_sub(1, NO_SUBS, SCORING, staleness=1)
     main.update_main(0, _main_slots())
-    metrics = sub.update_sub(1, [], 2, staleness=1)  # applies 0 (lag 1); 1 is not in yet
+    metrics = sub.update_sub(1, NO_SUBS, SCORING, staleness=1)  # applies 0 (lag 1); 1 is not in yet
     assert (metrics["sub/applied_iteration"], metrics["sub/lag"]) == (0.0, 1.0)
     assert sub.state["last_applied"] == 0 and sub.status()["pending"] == [1]
     main.update_main(1, _main_slots())
@@ -109,8 +121,8 @@ def test_stale_sub_lags_behind_by_at_most_n(tiny_model, tmp_path):
 def test_pending_iteration_already_applied_is_dropped(tiny_model, tmp_path):
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
     main.update_main(0, _main_slots())
-    sub.update_sub(0, [], 2)
-    sub.state["pending"]["0"] = {"slots": [], "rollouts": 2}  # e.g. a state written before a crash
+    sub.update_sub(0, NO_SUBS, SCORING)
+    sub.state["pending"]["0"] = {"facts": NO_SUBS, "scoring": SCORING}  # e.g. a state written before a crash
     metrics = sub.flush(0)
     assert "sub/store_bytes_written" not in metrics  # not applied again
     assert sub.status()["pending"] == [] and sub.state["last_applied"] == 0
@@ -126,8 +138,8 @@ def test_trained_server_checkpoints_before_recording_and_resumes(tiny_model, tmp
         main.update_main(1, [])
     metrics = main.update_main(0, [])  # an empty batch: the learner reports it skipped, no step
     assert metrics["main/skipped"] == 1.0
-    assert (tmp_path / "ck" / "main" / "checkpoint" / "learner.json").exists()
-    assert not (tmp_path / "ck" / "main" / "buffers" / "0.json").exists()  # applied: the buffer is gone
+    assert (_ck(tmp_path, "main", 0) / "learner.json").exists()
+    assert not (tmp_path / "ck" / "workers" / "main" / "buffers" / "0.json").exists()  # applied: the buffer is gone
     main.close()
     again = _server(tiny_model, tmp_path, "main", train=True)
     assert again.restored and again.status()["last_applied"] == 0
@@ -136,20 +148,22 @@ def test_trained_server_checkpoints_before_recording_and_resumes(tiny_model, tmp
 
 
 def test_role_name_checked(tiny_model, tmp_path):
-    with pytest.raises(ValueError, match="role must be 'main' or 'sub', got 'critic'"):
+    with pytest.raises(ValueError, match=r"role must be one of \('main', 'sub', 'single'\), got 'critic'"):
         _server(tiny_model, tmp_path, "critic")
 
 
 def test_committed_buffer_is_compact_and_read_back(tiny_model, tmp_path):
     main = _server(tiny_model, tmp_path, "main")
-    main.buffers[0] = {"3/main_0": [{"prompt_ids": [1, 2], "completion_ids": [3]},
-                                    {"prompt_ids": [1, 2, 3, 4], "completion_ids": [5]}]}
+    main.buffers[0] = {"turns": {"3/main_0": [{"prompt_ids": [1, 2], "completion_ids": [3]},
+                                              {"prompt_ids": [1, 2, 3, 4], "completion_ids": [5]}]},
+                       "states": {"3/main_0": ["a", "b"]}}
     assert main.commit(0) == 1
     main.buffers.clear()  # as after a restart: read from disk
-    assert main._buffer(0) == {"3/main_0": [{"prompt_ids": [1, 2], "completion_ids": [3]},
-                                            {"prompt_shared": 3, "prompt_new_ids": [4], "completion_ids": [5]}]}
+    assert main._buffer(0) == {"turns": {"3/main_0": [{"prompt_ids": [1, 2], "completion_ids": [3]},
+                                                      {"prompt_shared": 3, "prompt_new_ids": [4], "completion_ids": [5]}]},
+                               "states": {"3/main_0": ["a", "b"]}}
     main.discard(0)
-    assert 0 not in main.buffers and not (tmp_path / "ck" / "main" / "buffers" / "0.json").exists()
+    assert 0 not in main.buffers and not (tmp_path / "ck" / "workers" / "main" / "buffers" / "0.json").exists()
     main.close()
 
 
@@ -160,7 +174,7 @@ def test_waits_only_for_what_must_be_applied(tiny_model, tmp_path):
     assert sub.flush(0) == {}  # a fresh server: nothing pending
     sub.store_timeout_s = 3.0
     t = time.monotonic()
-    assert sub.update_sub(0, [], 2, staleness=1) == {}  # may lag: does not wait at all
+    assert sub.update_sub(0, NO_SUBS, SCORING, staleness=1) == {}  # may lag: does not wait at all
     assert time.monotonic() - t < 0.9
     sub.store_timeout_s = 0.5
     t = time.monotonic()
@@ -174,23 +188,23 @@ def test_trained_sub_applies_its_slots(tiny_model, tmp_path):
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub", train=True)
     main.update_main(0, _main_slots())
     sub.commit(0)
-    metrics = sub.update_sub(0, [], 2)
+    metrics = sub.update_sub(0, NO_SUBS, SCORING)
     assert metrics["sub/skipped"] == 1.0 and metrics["sub/applied_iteration"] == 0.0
-    assert (tmp_path / "ck" / "sub" / "checkpoint" / "learner.json").exists()
+    assert (_ck(tmp_path, "sub", 0) / "learner.json").exists()
     main.close()
     sub.close()
 
 
-def test_checkpoint_is_the_commit_point_when_server_json_lags(tiny_model, tmp_path):
-    """A kill between the checkpoint's rename and server.json's write: the restarted server takes
+def test_checkpoint_is_the_commit_point_when_worker_json_lags(tiny_model, tmp_path):
+    """A kill between the checkpoint's rename and worker.json's write: the restarted worker takes
     last_applied and the metrics from the checkpoint, and drops the pending entry it already applied."""
     main = _server(tiny_model, tmp_path, "main", train=True)
     main.commit(0)
     applied = main.update_main(0, [])
     main.close()
-    state_file = tmp_path / "ck" / "main" / "server.json"
+    state_file = tmp_path / "ck" / "workers" / "main" / "worker.json"
     state_file.write_text(json.dumps({"last_applied": -1, "metrics": {}, "pending": {"0": {}, "1": {}}}))  # one behind
-    extra = json.loads((tmp_path / "ck" / "main" / "checkpoint" / "learner.json").read_text())["extra"]
+    extra = json.loads((_ck(tmp_path, "main", 0) / "learner.json").read_text())["extra"]
     assert extra == {"last_applied": 0, "metrics": {"0": _steady(applied)}}
     again = _server(tiny_model, tmp_path, "main", train=True)
     assert again.status()["last_applied"] == 0 and again.status()["pending"] == [1]
@@ -221,8 +235,66 @@ def test_fault_points_are_passed_where_the_crash_tests_kill(tiny_model, tmp_path
     sub = _server(tiny_model, tmp_path / "b", "sub", train=True)
     sub.faults = _Recorder()
     sub.commit(0)
-    sub.update_sub(0, [], 2)
+    sub.update_sub(0, NO_SUBS, SCORING)
     where = {"role": "sub", "iteration": 0}
     assert sub.faults.hits == [("after_update", where), ("after_checkpoint", where)]
     publisher.close()
     sub.close()
+
+
+def test_sub_worker_scores_its_trajectories_from_the_store(tiny_model, tmp_path):
+    """R_S = b1 + b2 * r_correct(main, read from the store) + b3 * expert (b3 = 0 without an expert
+    score, 0 for a bad format), then A_S pooled per query: computed on the sub side, not sent to it."""
+    import numpy as np
+
+    main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
+    main.update_main(0, _main_slots((1.0, 0.0)))  # rollout 0 answered correctly, rollout 1 did not
+    facts = [[{"agent": "sub_0", "format_ok": True, "expert": 0.5, "expert_source": "hops"},
+              {"agent": "sub_1", "format_ok": False, "expert": 1.0, "expert_source": "hops"}],
+             [{"agent": "sub_0", "format_ok": True, "expert": None, "expert_source": "none"}]]
+    metrics = sub.update_sub(0, facts, {**SCORING, "d": 2})
+    rewards = [0.1 + 0.4 * 1.0 + 0.5 * 0.5, 0.0, 0.1 + 0.4 * 0.0, 0.1]  # rollout 1's sub fills both of its slots
+    assert metrics["sub/reward_mean"] == pytest.approx(np.mean(rewards))
+    assert metrics["sub/expert_disabled"] == pytest.approx(1 / 3) and metrics["sub/expert_mean"] == pytest.approx(0.5)
+    expected = (np.array(rewards) - np.mean(rewards)) / np.std(rewards)
+    advantages = metrics["advantages"][0]
+    assert [(i, a) for i, a, _ in advantages] == [(0, "sub_0"), (0, "sub_1"), (1, "sub_0"), (1, "sub_0")]
+    assert [v for _, _, v in advantages] == pytest.approx(expected.tolist())
+    main.close()
+    sub.close()
+
+
+def test_rollback_returns_to_the_loops_commit_and_committed_prunes(tiny_model, tmp_path):
+    """A resumed run: the worker goes back to the newest checkpoint at or before the loop's committed
+    iteration and drops what came after; ``committed`` keeps only the newest checkpoint up to it."""
+    import torch
+
+    main = _server(tiny_model, tmp_path, "main", train=True)
+    for it in range(3):
+        main.commit(it)
+        main.update_main(it, [])
+    assert [p.name for p in main._checkpoints()] == ["iter-0", "iter-1", "iter-2"]
+    main.committed(1)
+    assert [p.name for p in main._checkpoints()] == ["iter-1", "iter-2"]  # iter-2 is not committed yet
+    main.learner.step = 99  # stands for weights that moved after iteration 1
+    assert main.rollback(1) == 1
+    assert main.learner.step == 0 and main.status()["last_applied"] == 1  # the empty batches never stepped
+    assert [p.name for p in main._checkpoints()] == ["iter-1"]
+    saved = RoleLearner.load(_ck(tmp_path, "main", 1))
+    for name, tensor in saved.model.state_dict().items():
+        assert torch.equal(tensor, main.learner.model.state_dict()[name])
+    main.close()
+    again = _server(tiny_model, tmp_path, "main", train=True)  # a restart reads the rolled-back state
+    assert again.status()["last_applied"] == 1
+    again.close()
+
+
+def test_the_learner_shuffles_with_the_run_seed_unless_its_own_is_set(tiny_model, tmp_path):
+    from mgrpo_algo.core.config import LearnerConfig, RoleConfig
+
+    tied = _server(tiny_model, tmp_path / "a", "main", train=True, seed=7)
+    assert tied.learner.config.seed == 7
+    tied.close()
+    own = _server(tiny_model, tmp_path / "b", "main", train=True, seed=7, spec=RoleConfig(learner=LearnerConfig(seed=3)))
+    assert own.learner.config.seed == 3
+    own.close()

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mgrpo_env import align, read_jsonl, write_jsonl
-from mgrpo_env.policies import OraclePolicy, RandomPolicy
 from mgrpo_env.rollout import CollectStats, PolicyResponse, collect
+from mgrpo_env.scripted import OraclePolicy, RandomPolicy
 
 
 def test_oracle_solves_stage2_through_the_protocol(small_scenario, small_world):
@@ -96,7 +96,7 @@ def test_history_carries_the_policy_extras_of_earlier_turns(small_scenario, smal
 
 
 def test_collect_single_agent(small_scenario, small_world):
-    from mgrpo_env.rollout import collect_single
+    from mgrpo_env.rollout import collect
 
     tasks = list(small_scenario.tasks("stage1/test"))[:3]
 
@@ -104,18 +104,18 @@ def test_collect_single_agent(small_scenario, small_world):
         assert all(r.role == "single" and r.agent == "single_0" for r in requests)
         return [PolicyResponse(f"<answer>{r.task.answer}</answer>", {"n": len(r.history)}) for r in requests]
 
-    records = collect_single(small_scenario, tasks, 2, policy, world=small_world)
+    records = collect(small_scenario, tasks, 2, {"single": policy}, world=small_world, env="single")
     assert [r.task["id"] for r in records] == [t.id for t in tasks for _ in range(2)]
     assert all(r.correct and r.rewards == {"single_0": pytest.approx(1.0)} for r in records)
     assert records[0].main.turns[0].extra == {"n": 0}
 
 
 def test_single_agent_oracle_solves_stage2(small_scenario, small_world):
-    from mgrpo_env.rollout import collect_single
+    from mgrpo_env.rollout import collect
 
     tasks = list(small_scenario.tasks("stage2/test"))[:20]
-    records = collect_single(small_scenario, tasks, 1, OraclePolicy(small_scenario, "single"), world=small_world,
-                             env_kwargs={"max_turns": 24})
+    records = collect(small_scenario, tasks, 1, {"single": OraclePolicy(small_scenario, "single")}, world=small_world,
+                      env_kwargs={"max_turns": 24}, env="single")
     accuracy = sum(r.correct for r in records) / len(records)
     assert accuracy >= 0.95
     assert all(r.main.format_ok for r in records if r.correct)

@@ -184,7 +184,7 @@ def test_eval_checks_out_before_any_work(tmp_path, capsys):
 
 
 def test_eval_interrupted_keeps_finished_episodes_and_resume_completes(small_scenario, tmp_path, capsys, monkeypatch):
-    import mgrpo_env.policies as policies
+    import mgrpo_env.scripted as policies
 
     out = tmp_path / "ev"
     args = ["eval", "--agent", "oracle", "--limit", "6", "--quiet", "--out", str(out), *_world(small_scenario)]

@@ -39,7 +39,8 @@ B, K = 2, 3  # queries x rollouts per iteration in most tests
 
 def batch(b: int = B, k: int = K, seed: int = 0) -> list[MainStat]:
     rng = random.Random(seed)
-    return [MainStat(q, r, float(rng.random() < 0.5), rng.random() < 0.8) for q in range(b) for r in range(k)]
+    return [MainStat(q, r, c := float(rng.random() < 0.5), f := rng.random() < 0.8, (0.1 + 0.9 * c) if f else 0.0)
+            for q in range(b) for r in range(k)]
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -143,7 +144,7 @@ def _put_in_child(spec: str, iteration: int, rows: list[tuple], delay_s: float) 
 def test_get_waits_for_a_writer_process(spec, store):
     """Two processes share the SQLite file (or the Redis server); both write the same iteration."""
     stats = batch(b=4, k=8)
-    child_rows = [(s.query, s.rollout, s.correct, s.format_ok) for s in stats[16:]]
+    child_rows = [(s.query, s.rollout, s.correct, s.format_ok, s.reward) for s in stats[16:]]
     proc = multiprocessing.get_context("spawn").Process(target=_put_in_child, args=(spec, 0, child_rows, 0.2))
     proc.start()
     try:
@@ -168,12 +169,14 @@ def test_timeout_names_iteration_and_arrivals(store):
     "field, value, message",
     [
         ("0:0", "oops", "value 'oops'"),
-        ("0:0", "[2.0,true]", r"\[0, 1\]"),
-        ("0:0", "[1.0,1]", "expected"),
+        ("0:0", "[2.0,true,0.0]", r"\[0, 1\]"),
+        ("0:0", "[1.0,1,0.0]", "expected"),
+        ("0:0", "[1.0,true]", "expected"),  # R_M missing: the sub side's group statistics
+        ("0:0", '[1.0,true,"x"]', "reward must be a finite number"),
         ("0:0", '{"correct":1}', "expected"),
-        ("0:0", "[true,true]", "correct must be a number"),
-        ("x:0", "[1.0,true]", "query must be an int"),
-        ("0:-1", "[1.0,true]", "rollout must be an int"),
+        ("0:0", "[true,true,0.0]", "correct must be a number"),
+        ("x:0", "[1.0,true,0.0]", "query must be an int"),
+        ("0:-1", "[1.0,true,0.0]", "rollout must be an int"),
     ],
 )
 def test_malformed_record_raises_store_error_naming_the_key(spec, store, field, value, message):
@@ -211,6 +214,15 @@ def test_corrupted_health_and_done_raise_store_error(spec, store):
         store.get_health("main")
     with pytest.raises(StoreError, match=r"done.*sub.*'seven'"):
         store.done_iterations("sub")
+
+
+def test_main_stat_carries_r_m_checked_and_read_back(store):
+    """R_M travels with each rollout's statistics (the paper's group statistics) and is validated."""
+    store.put_main_stats(0, [MainStat(0, 0, 1.0, True, 1.0), MainStat(0, 1, 0.0, True, 0.1)])
+    assert [s.reward for s in store.get_main_stats(0, expected=2, timeout_s=0)] == [1.0, 0.1]
+    for bad in (float("nan"), float("inf"), True, "0.5"):
+        with pytest.raises(ValueError, match="reward must be a finite number"):
+            MainStat(0, 0, 1.0, True, bad)
 
 
 def test_latest_complete_iteration(store):
@@ -258,7 +270,7 @@ def test_byte_counters_count_payload_consistently(spec, store):
     with open_store(spec) as reader:
         store.put_main_stats(0, batch())
         written = store.bytes_written
-        assert written > B * K * len("0:0[1.0,true]") - B * K  # at least the records
+        assert written > B * K * len("0:0[1.0,true,0.0]") - B * K  # at least the records
         reader.get_main_stats(0, expected=B * K, timeout_s=1)
         assert reader.bytes_read == written and reader.bytes_written == 0  # same payload both ways
         store.put_main_stats(0, batch())  # a re-publish is sent again

@@ -77,8 +77,8 @@ def test_tiny_tools_show_evidence_and_no_snippets(tiny, tiny_world):
 
 
 def test_tiny_oracle_solves_one_hop_questions_by_name(tiny, tiny_world):
-    from mgrpo_env.policies import OraclePolicy
-    from mgrpo_env.rollout import collect, collect_single
+    from mgrpo_env.rollout import collect
+    from mgrpo_env.scripted import OraclePolicy
 
     tasks = list(tiny.tasks("stage1/test"))[:12]
     records = collect(tiny, tasks, 1, {"main": OraclePolicy(tiny, "main"), "sub": OraclePolicy(tiny, "sub")}, world=tiny_world)
@@ -86,7 +86,7 @@ def test_tiny_oracle_solves_one_hop_questions_by_name(tiny, tiny_world):
     visits = [m["content"] for r in records for s in r.subs for m in s.messages if '"visit"' in m["content"]]
     assert visits and all("wiki-hops.test/wiki/" in v and "_" not in v.split("/wiki/")[1].split('"')[0] for v in visits)
     assert records[0].main.messages[0]["content"] == system_prompt("main", MAIN_TOOLS, "compact")
-    singles = collect_single(tiny, tasks, 1, OraclePolicy(tiny, "single"), world=tiny_world, env_kwargs={"max_turns": 24})
+    singles = collect(tiny, tasks, 1, {"single": OraclePolicy(tiny, "single")}, world=tiny_world, env_kwargs={"max_turns": 24}, env="single")
     assert all(r.correct for r in singles)
 
 

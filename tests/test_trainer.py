@@ -9,7 +9,8 @@ import pytest
 
 from mgrpo_algo.core.config import load_config
 from mgrpo_algo.core.scoring import annotate, score_batch
-from mgrpo_algo.training.trainer import InProcessRoles, Trainer
+from mgrpo_algo.core.sequences import slot_sequence
+from mgrpo_algo.training.trainer import Trainer
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, Turn
 
 
@@ -25,21 +26,10 @@ def _record(main_reward: float, sub_rewards: list[float], correct: bool) -> Epis
 
 
 def _sequences(records, batch):
-    """The in-process backend's training sequences of a scored batch (learners not needed)."""
-    roles = InProcessRoles.__new__(InProcessRoles)
-    seqs = {}
-
-    class Capture:
-        def __init__(self, role):
-            self.role = role
-
-        def update(self, sequences):
-            seqs[self.role] = sequences
-            return {}
-
-    roles.learners, roles.policies, roles.syncs = {"main": Capture("main"), "sub": Capture("sub")}, {"main": None, "sub": None}, {}
-    roles.update(0, batch, records)
-    return seqs["main"], seqs["sub"]
+    """The training sequences of a scored batch, built as a role worker builds them (slot_sequence)."""
+    main = [slot_sequence([t.extra for t in records[m.key.index].main.turns], m.advantage, "main") for m in batch.main]
+    sub = [slot_sequence([t.extra for t in records[s.key.index].subs[s.sub].turns], s.advantage, "sub") for s in batch.sub]
+    return main, sub
 
 
 def test_score_batch_by_hand():
@@ -114,14 +104,15 @@ def test_two_iterations_in_each_mode(mode, small_scenario, tmp_path):
     history = trainer.run()
     assert len(history) == 2 and [h["split"] for h in history] == ["stage1/train", "stage2/train"]
     assert all(h["rollouts"] == 4 for h in history)
-    assert set(trainer.learners) == {"single"} if mode == "single-agent" else ({"main"} if mode == "frozen-sub" else {"main", "sub"})
+    learners = {r for r, w in trainer.workers.items() if w.learner is not None}
+    assert learners == ({"single"} if mode == "single-agent" else ({"main"} if mode == "frozen-sub" else {"main", "sub"}))
     assert all(h[f"{role}/samples"] == 4 for h in history)
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2 and json.loads(lines[1])["iteration"] == 1
     assert len((tmp_path / "run" / "episodes.jsonl").read_text().splitlines()) == 8
     assert (tmp_path / "run" / "checkpoints" / "stage2" / role / "learner.json").exists()
     # the learner's model object is the policy's: rollouts always see the current weights
-    assert trainer.policies[role].model is trainer.learners[role].model
+    assert trainer.workers[role].policy.model is trainer.workers[role].learner.model
     # every saved model folder is a complete Hugging Face folder (issue 21): a checkpoint's and the final ones
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -9,8 +9,8 @@ import pytest
 
 from mgrpo_algo.cli import main
 from mgrpo_env import write_jsonl
-from mgrpo_env.policies import OraclePolicy, RandomPolicy
 from mgrpo_env.rollout import collect
+from mgrpo_env.scripted import OraclePolicy, RandomPolicy
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

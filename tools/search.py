@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
+from . import schemas
 from .base import BaseTool, ToolError, ToolResult, require_str_list
 from .cache import ResponseCache
 from .search_common import (
@@ -77,30 +78,9 @@ class SearchTool(BaseTool):
     """
 
     name = "search"
-    description = (
-        "Search the web. Give 1 to 3 short keyword queries; results of all queries are merged into one "
-        "numbered list of title, URL and snippet. Optionally restrict to sites (host names such as "
-        "'example.org', subdomains included). Use visit(url, goal) to read a result."
-    )
-    parameters: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "queries": {
-                "type": "array",
-                "items": {"type": "string"},
-                "minItems": 1,
-                "maxItems": 3,
-                "description": "1 to 3 search queries, e.g. ['Velmora Press founder'].",
-            },
-            "sites": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "Optional host names to restrict results to, e.g. ['example.org'].",
-            },
-        },
-        "required": ["queries"],
-        "additionalProperties": False,
-    }
+    # what the agent is shown and its arguments are checked against: tools/schemas.py, one copy
+    description = schemas.SEARCH.description
+    parameters: dict[str, Any] = schemas.SEARCH.parameters
     MAX_QUERIES = 3
     MAX_SITES = 10
     SNIPPET_CHARS = 300

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import schemas
 from .base import BaseTool, ToolError, ToolResult, optional_int, require_str
 from .browser import BrowserFetcher
 from .fetch import FetchResult, HttpFetcher
@@ -118,23 +119,9 @@ class VisitTool(BaseTool):
     """
 
     name = "visit"
-    description = (
-        "Open a web page and read it as text. Long pages are split into pages; pass page=N to read "
-        "page N. Links in the text are numbered like 'anchor [3]'; follow one with click(link=3)."
-    )
-    parameters = {
-        "type": "object",
-        "properties": {
-            "url": {"type": "string", "description": "The http(s) URL to open."},
-            "goal": {"type": "string", "description": "What you are looking for on this page."},
-            "page": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "Which page of the text to read (default 1).",
-            },
-        },
-        "required": ["url", "goal"],
-    }
+    # what the agent is shown and its arguments are checked against: tools/schemas.py, one copy
+    description = schemas.VISIT.description
+    parameters = schemas.VISIT.parameters
 
     def __init__(
         self,
@@ -224,20 +211,8 @@ class ClickTool(BaseTool):
     """
 
     name = "click"
-    description = (
-        "Follow a link on the page you visited last: give its number (as in 'anchor [3]') or its "
-        "exact anchor text. Shows the first page of the linked page."
-    )
-    parameters = {
-        "type": "object",
-        "properties": {
-            "link": {
-                "type": ["integer", "string"],
-                "description": "The link's number on the current page, or its exact anchor text.",
-            }
-        },
-        "required": ["link"],
-    }
+    description = schemas.CLICK.description
+    parameters = schemas.CLICK.parameters
 
     def __init__(self, visit: VisitTool) -> None:
         self.visit = visit

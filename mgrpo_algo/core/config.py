@@ -27,11 +27,14 @@ __all__ = [
     "Limits",
     "PlacementConfig",
     "PLACEMENTS",
+    "PLACEMENT_HANDLES",
     "ServedConfig",
     "RoleConfig",
     "StageConfig",
     "TrainConfig",
     "TRAIN_MODES",
+    "MODE_TABLE",
+    "ModeSpec",
     "WarmStartConfig",
     "load_config",
     "config_to_dict",
@@ -68,7 +71,11 @@ class LearnerConfig:
     """Clip the global gradient L2 norm to this before each step (paper / verl: 1.0). None disables
     clipping (the norm is still reported as ``grad_norm``)."""
 
-    # --- loss (``mgrpo_algo.core.losses.clipped_pg_loss``) -----------------------------------------------
+    # --- loss (``mgrpo_algo.core.losses``) -----------------------------------------------------------------
+    policy_loss: str = "clipped"
+    """The policy loss, by its name in ``mgrpo_algo.core.losses.POLICY_LOSSES``: "clipped" (the paper's
+    clipped policy gradient with clip-higher, ``clipped_pg_loss``). A new loss is one registered
+    function there; the options below are passed to it."""
     eps_low: float = 0.2
     """Lower clip range: the ratio is clipped below at 1 - eps_low (paper code: 0.2)."""
     eps_high: float = 0.28
@@ -116,9 +123,10 @@ class LearnerConfig:
     ratio is exactly 1). More passes reuse samples (PPO style) and make the clip active."""
     minibatches: int = 1
     """Optimizer steps per epoch: the batch is shuffled and split into this many parts."""
-    seed: int = 0
+    seed: int | None = None
     """Seeds the minibatch shuffle (a generator of its own, keyed by seed, update step and epoch, so
-    resuming reproduces it). Process-global RNGs are the trainer's to seed."""
+    resuming reproduces it). None (default): the run's ``seed`` (a learner built alone: 0).
+    Process-global RNGs are the role worker's to seed."""
 
     # --- placement and numerics -----------------------------------------------------------------
     dtype: str = "float32"
@@ -191,7 +199,7 @@ class LearnerConfig:
             raise ValueError(f"ppo_epochs must be an integer >= 1, got {self.ppo_epochs}")
         if int(self.minibatches) != self.minibatches or self.minibatches < 1:
             raise ValueError(f"minibatches must be an integer >= 1, got {self.minibatches}")
-        if int(self.seed) != self.seed or self.seed < 0:
+        if self.seed is not None and (int(self.seed) != self.seed or self.seed < 0):
             raise ValueError(f"seed must be an integer >= 0, got {self.seed}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
@@ -326,7 +334,10 @@ class JudgeConfig:
                         max_retries=self.max_retries, temperature=self.temperature, max_tokens=self.max_tokens)
 
 
-PLACEMENTS = ("in-process", "local", "processes", "ray")
+#: Every placement in one place: its name and the kind of handle its role workers live behind (a key
+#: of ``mgrpo_algo.distributed.placement.PLACEMENT_BACKENDS``; in-process is a local handle).
+PLACEMENT_HANDLES: dict[str, str] = {"in-process": "local", "local": "local", "processes": "processes", "ray": "ray"}
+PLACEMENTS = tuple(PLACEMENT_HANDLES)
 
 
 @dataclass
@@ -334,9 +345,10 @@ class PlacementConfig:
     """Where the roles run. One iteration loop drives all of them; only this changes underneath."""
 
     kind: str = "in-process"
-    """``in-process``: learners and policies in the trainer's process (every mode). ``local``,
-    ``processes``, ``ray``: decoupled M-GRPO, each role on its own server (in this process, one
-    process per role, or Ray actors), only statistics crossing through ``store``; two-role modes only."""
+    """Where the role workers live (one per role, every mode): ``in-process`` and ``local`` in the
+    trainer's process, ``processes`` one process per role, ``ray`` Ray actors; only statistics cross
+    between roles, through the store. ``in-process`` keeps its store in ``out_dir`` and takes no
+    ``store`` / ``staleness`` (the decoupled settings)."""
     store: str = ""
     """The statistics store of decoupled runs: ``sqlite:PATH`` or ``redis://[:PASSWORD@]host:port``
     (``rediss://`` for TLS). Empty: ``sqlite:<out_dir>/stats.sqlite``."""
@@ -459,7 +471,29 @@ class WarmStartConfig:
 
 
 
-TRAIN_MODES = ("mgrpo", "frozen-sub", "single-agent")
+@dataclass(frozen=True)
+class ModeSpec:
+    """One training mode: the roles it runs, the roles whose learner updates, and the env its
+    episodes run in (a name in ``mgrpo_env.rollout.EPISODES``). Every mode's env gets the same
+    ``RewardConfig`` (the single agent's uses its main weights)."""
+
+    roles: tuple[str, ...]
+    trained: tuple[str, ...]
+    env: str = "hierarchy"
+
+    @property
+    def single(self) -> bool:
+        """One agent holding every tool, no hierarchy (no sub side, no alignment)."""
+        return "sub" not in self.roles
+
+
+#: Every mode, in one place: adding a mode is one entry here (docs/design.md, "Adding things").
+MODE_TABLE: dict[str, ModeSpec] = {
+    "mgrpo": ModeSpec(("main", "sub"), ("main", "sub")),
+    "frozen-sub": ModeSpec(("main", "sub"), ("main",)),
+    "single-agent": ModeSpec(("single",), ("single",), env="single"),
+}
+TRAIN_MODES = tuple(MODE_TABLE)
 
 
 @dataclass
@@ -536,6 +570,12 @@ class TrainConfig:
     It credits the action taken where a group's rollouts diverge, not the whole trajectory: the
     main agent is no longer blamed, at the turns before, for a sub-agent's wrong report. 0 (the
     paper): one advantage per trajectory. GiGPO uses 1."""
+    main_estimator: str = "grpo"
+    """The main (and single) agent's advantage estimator, by its name in
+    ``mgrpo_algo.core.advantages.ESTIMATORS``: "grpo" (the paper: standardised over the K rollouts)."""
+    sub_estimator: str = "grpo_pooled_masked"
+    """The sub-agents' estimator over the aligned [Q, K, d] slots, by name: "grpo_pooled_masked" (the
+    paper: pooled per query over its unmasked slots). A new estimator is one registered function."""
     main_weights: tuple[float, float] = PAPER_MAIN_WEIGHTS
     """(a1, a2) of R_M; the paper's by default (``mgrpo_env.rewards.PAPER_MAIN_WEIGHTS``)."""
     sub_weights: tuple[float, float, float] = PAPER_SUB_WEIGHTS
@@ -571,13 +611,14 @@ class TrainConfig:
     """Supervised stage-1 warm start from oracle demonstrations (``epochs: 0`` disables it). Runs
     before RL when the roles use the built tiny models; cached under ``models_dir``."""
     checkpoint: bool = True
-    """Save each learner (safetensors + optimizer + RNG) at the end of every stage, and (in process)
-    after every iteration under ``checkpoints/iter-<t>`` (only the last committed one is kept), which
-    ``resume`` restarts from."""
+    """Save each learner (safetensors + optimizer + RNG) at the end of every stage under
+    ``checkpoints/stage<n>/<role>``. The per-iteration checkpoints of the commit protocol
+    (``workers/<role>/checkpoints/iter-<t>``, only the last committed one kept) are always written:
+    a restarted worker and ``resume`` need them."""
     resume: bool = False
-    """In process: continue the run in ``out_dir`` after its last committed iteration (``loop_state.json``
-    and ``checkpoints/iter-<t>``), dropping metrics and episodes lines written after it. Role servers
-    always resume from their own checkpoints."""
+    """Continue the run in ``out_dir`` after its last committed iteration (``loop_state.json``; every
+    role worker goes back to its checkpoint of that iteration), dropping metrics and episodes lines
+    written after it. Any placement. False: a fresh run (earlier worker state in ``out_dir`` is removed)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Held-out evaluation (``mgrpo compare``): split, questions, greedy or sampled, curve points."""
 
@@ -592,8 +633,6 @@ class TrainConfig:
         _check(len(self.sub_weights) == 3, "sub_weights", "needs 3 values (b1, b2, b3)")
         _check(self.torch_threads >= 1, "torch_threads", "must be >= 1")
         _check(bool(self.stages), "stages", "needs at least one stage")
-        _check(not self.placement.decoupled or self.mode in ("mgrpo", "frozen-sub"), "placement.kind",
-               f"{self.placement.kind!r} runs the two-role modes (mgrpo, frozen-sub), not {self.mode!r}")
         served = [r for r in ("main", "sub", "single") if getattr(self, r).served.enabled]
         _check(not (served and self.placement.decoupled), "placement.kind",
                f"must be in-process for served engines (roles {served})")

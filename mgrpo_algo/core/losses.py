@@ -17,6 +17,12 @@ Aggregations (registry :data:`AGGREGATIONS`, weights ``w_b`` default 1, ``n_b`` 
 A weight acts as a multiplicity (weight 2 == the sample present twice); weight 0 drops a sample (a
 masked alignment slot). A sample with no masked tokens adds nothing to any numerator or denominator.
 
+Policy losses (registry :data:`POLICY_LOSSES`, chosen by ``LearnerConfig.policy_loss``): a loss is
+one function ``fn(logp, old_logp, advantages, loss_mask, **options) -> (loss, metrics)`` registered
+with :func:`register_policy_loss` under a name, with how its metrics merge across micro-batches
+(token means by default; ``maxima``; ``normalised``: aggregated with the call's own normaliser). The
+learner calls it and merges what it returns; adding a loss is that function and its name.
+
 Gradient accumulation: every numerator is a sum over samples, so for micro-batches split along the
 batch axis, pass ``global_normalizer=loss_normalizer(full_mask, mode, full_weight)`` (the full batch's
 denominator) to each micro-batch call: the micro-batch losses (and their gradients) then sum exactly
@@ -26,6 +32,8 @@ to the full-batch loss. Without it each call normalises by its own micro-batch.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -38,6 +46,10 @@ __all__ = [
     "aggregate",
     "loss_normalizer",
     "clipped_pg_loss",
+    "POLICY_LOSSES",
+    "PolicyLoss",
+    "register_policy_loss",
+    "get_policy_loss",
 ]
 
 #: ``fn(values [B, T], mask [B, T] float 0/1) -> (numerator [B], denominator [B])`` per sample, unweighted.
@@ -48,6 +60,45 @@ AGGREGATIONS: dict[str, Aggregation] = {}
 
 # log-ratios beyond this are clamped before exp: avoids inf (and inf * 0 = NaN) on wild tokens.
 _MAX_LOG_RATIO = 20.0
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registered policy loss and how the learner merges its metrics over micro-batches."""
+
+    fn: Callable[..., tuple[Tensor, dict[str, float]]]
+    maxima: tuple[str, ...] = ()
+    """Metrics merged by max (e.g. ``ratio_max``)."""
+    normalised: tuple[str, ...] = ()
+    """Metrics aggregated like the loss, with the call's own normaliser: merged by normaliser share."""
+
+    def merge_kind(self, key: str) -> str:
+        """"max", "normalised" or "token-mean" (every other metric: a mean over the call's tokens)."""
+        return "max" if key in self.maxima else ("normalised" if key in self.normalised else "token-mean")
+
+
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
+
+
+def register_policy_loss(name: str, *, maxima: tuple[str, ...] = (), normalised: tuple[str, ...] = ()
+                         ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator adding a policy loss under ``name``; a duplicate name raises ValueError."""
+
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if name in POLICY_LOSSES:
+            raise ValueError(f"policy loss {name!r} is already registered")
+        POLICY_LOSSES[name] = PolicyLoss(fn, tuple(maxima), tuple(normalised))
+        return fn
+
+    return decorator
+
+
+def get_policy_loss(name: str) -> PolicyLoss:
+    """The policy loss registered under ``name``; an unknown name raises KeyError listing the valid ones."""
+    try:
+        return POLICY_LOSSES[name]
+    except KeyError:
+        raise KeyError(f"unknown policy loss {name!r}; valid: {sorted(POLICY_LOSSES)}") from None
 
 
 def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
@@ -152,6 +203,7 @@ def aggregate(
     return numerator / safe
 
 
+@register_policy_loss("clipped", maxima=("ratio_max",), normalised=("pg_loss",))
 def clipped_pg_loss(
     logp: Tensor,
     old_logp: Tensor,

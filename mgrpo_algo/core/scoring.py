@@ -16,7 +16,7 @@ Pure: records in, typed slots and metrics out. The caller builds training sequen
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ import numpy as np
 from mgrpo_env import align
 from mgrpo_env.episode import EpisodeRecord
 
-from .advantages import group_stats, main_advantages, step_advantages, sub_advantages
+from .advantages import get_estimator, group_stats, step_advantages
 
 __all__ = [
     "COUNT_WINDOW",
@@ -40,6 +40,10 @@ __all__ = [
     "score_main",
     "score_sub",
     "score_batch",
+    "score_main_side",
+    "score_sub_side",
+    "sub_facts",
+    "alignment_metrics",
     "slot_payload",
     "slot_from_payload",
 ]
@@ -103,22 +107,25 @@ def rollout_keys(n: int, k: int) -> list[RolloutKey]:
     return [RolloutKey(i, i // k, i % k) for i in range(n)]
 
 
-def score_main(rewards: Sequence[float], k: int) -> tuple[list[RolloutKey], list[float], dict[str, float]]:
-    """A_M of task-major rewards R_M: (keys, advantages, group stats)."""
+def score_main(rewards: Sequence[float], k: int, *, estimator: str = "grpo"
+               ) -> tuple[list[RolloutKey], list[float], dict[str, float]]:
+    """A_M of task-major rewards R_M by the estimator named ``estimator``: (keys, advantages, group stats)."""
     keys = rollout_keys(len(rewards), k)
     grid = np.asarray(rewards, dtype=np.float64).reshape(len(rewards) // k, k)
-    adv = main_advantages(grid)
+    adv = get_estimator(estimator)(grid)
     return keys, [float(adv[key.query, key.rollout]) for key in keys], group_stats(grid)
 
 
 def score_sub(
-    sub_rewards: Sequence[Sequence[float]], k: int, d: int, *, strategy: str, rng: np.random.Generator
+    sub_rewards: Sequence[Sequence[float]], k: int, d: int, *, strategy: str, rng: np.random.Generator,
+    estimator: str = "grpo_pooled_masked",
 ) -> tuple[list[tuple[RolloutKey, int, int, float]], list[float], dict[str, float]]:
     """Align each rollout's sub-agents to exactly ``d`` slots, then pool A_S per query.
 
     Args:
         sub_rewards: R_S of each rollout's sub-agents (in delegation order), rollouts task-major.
         k: rollouts per query; d: slots per rollout; strategy, rng: :func:`mgrpo_env.align.plan`'s.
+        estimator: the name of the advantage estimator over the [Q, K, d] slots and their mask.
 
     Returns:
         ``slots``: (rollout key, slot, sub-agent index, R_S) of every unmasked slot, in order (a
@@ -144,7 +151,7 @@ def score_sub(
                     rewards[q, key.rollout, s] = value
                     mask[q, key.rollout, s] = True
                     slots.append((key, s, sub, value))
-    adv = sub_advantages(rewards, mask)
+    adv = get_estimator(estimator)(rewards, mask)
     values = [float(adv[key.query, key.rollout, s]) for key, s, _, _ in slots]
     stats = {"reward_mean": float(rewards[mask].mean()) if mask.any() else 0.0, **{n: float(v) for n, v in totals.items()}}
     return slots, values, stats
@@ -167,15 +174,16 @@ def turn_states(trajectory: Any) -> list[Any]:
     return [tuple((m.get("role"), m.get("content")) for m in messages[:i]) for i in starts]
 
 
-def _step_credit(groups: Iterable[Sequence[tuple[Any, Any, float]]]) -> dict[Any, list[float]]:
-    """Per-turn step advantages: ``groups`` holds, per query, ``(owner, trajectory, return)`` of every
-    trajectory whose turns may share anchor states; the result maps each owner to one value per turn."""
+def _step_credit(groups: Iterable[Sequence[tuple[Any, Sequence[Any], float]]]) -> dict[Any, list[float]]:
+    """Per-turn step advantages: ``groups`` holds, per query, ``(owner, turn states, return)`` of every
+    trajectory whose turns may share anchor states (:func:`turn_states`); the result maps each owner to
+    one value per turn."""
     out: dict[Any, list[float]] = {}
     for group in groups:
         anchors, returns, owners = [], [], []
-        for owner, trajectory, ret in group:
+        for owner, states, ret in group:
             out[owner] = []
-            for key in turn_states(trajectory):
+            for key in states:
                 anchors.append(key)
                 returns.append(float(ret))
                 owners.append(owner)
@@ -189,27 +197,16 @@ def _plus_steps(advantage: float, steps: Sequence[float] | None, weight: float) 
     return None if steps is None else tuple(advantage + weight * v for v in steps)
 
 
-def score_batch(
-    records: Sequence[EpisodeRecord], k: int, d: int, *, strategy: str, rng: np.random.Generator, single: bool = False,
-    step_weight: float = 0.0,
-) -> ScoredBatch:
-    """Records of B x K rollouts (task-major) -> the iteration's :class:`ScoredBatch`.
-
-    Main: A_M per query over its K rollouts. Sub (not for ``single``): each rollout's sub-agents
-    aligned to ``d`` slots, A_S pooled per query over its unmasked slots. Reads the rewards the env
-    paid (``record.rewards``, ``trajectory.reward``); computes none.
-
-    ``step_weight`` w > 0 adds step-level credit (GiGPO): each turn's advantage is the trajectory's
-    plus w x its step advantage (:func:`mgrpo_algo.core.advantages.step_advantages`) over the turns of
-    the query's K rollouts (main) or of all the query's sub-agents (sub) that start from the same
-    state. 0 (the paper): one advantage per trajectory.
-    """
-    agent = "single_0" if single else "main_0"
-    role = "single" if single else "main"
-    keys, a_main, stats = score_main([r.rewards[agent] for r in records], k)
+def score_main_side(records: Sequence[EpisodeRecord], k: int, *, role: str = "main", step_weight: float = 0.0,
+                    estimator: str = "grpo") -> tuple[list[MainSlot], dict[str, float]]:
+    """The main (or single-agent, ``role="single"``) side: A_M per query over its K rollouts, read
+    from the R_M the env paid; with ``step_weight`` w > 0 each turn also gets w x its step advantage
+    over the query's K main trajectories."""
+    agent = f"{role}_0"
+    keys, a_main, stats = score_main([r.rewards[agent] for r in records], k, estimator=estimator)
     queries = [range(q * k, (q + 1) * k) for q in range(len(records) // k)]
-    main_steps = _step_credit([(i, records[i].main, records[i].rewards[agent]) for i in rows] for rows in queries) \
-        if step_weight else {}
+    main_steps = _step_credit([(i, turn_states(records[i].main), records[i].rewards[agent]) for i in rows]
+                              for rows in queries) if step_weight else {}
     main = [
         MainSlot(key, agent, float(records[key.index].rewards[agent]), a, float(records[key.index].correct),
                  bool(records[key.index].main.format_ok), _plus_steps(a, main_steps.get(key.index), step_weight))
@@ -221,28 +218,70 @@ def score_batch(
         f"{role}/format_ok": float(np.mean([s.format_ok for s in main])),
         f"{role}/zero_std_groups": stats["zero_std_frac"],
     }
-    if single:
-        return ScoredBatch(main, [], 0, metrics)
-    placed, a_sub, align_stats = score_sub([[s.reward for s in r.subs] for r in records], k, d, strategy=strategy, rng=rng)
+    return main, metrics
+
+
+def sub_facts(records: Sequence[EpisodeRecord]) -> list[list[dict[str, Any]]]:
+    """What the sub side knows of its own trajectories, per rollout in delegation order: agent,
+    format flag, expert score (None: no judge, b3 = 0) and its source. A few bytes each, no tokens."""
+    out = []
+    for r in records:
+        out.append([{"agent": s.agent, "format_ok": bool(s.format_ok), "expert": s.expert,
+                     "expert_source": r.components.get(s.agent, {}).get("expert_source")} for s in r.subs])
+    return out
+
+
+def score_sub_side(
+    facts: Sequence[Sequence[Mapping[str, Any]]], rewards: Sequence[Sequence[float]], k: int, d: int, *,
+    strategy: str, rng: np.random.Generator, step_weight: float = 0.0,
+    states: Mapping[tuple[int, int], Sequence[Any]] | None = None, estimator: str = "grpo_pooled_masked",
+) -> tuple[list[SubSlot], dict[str, float]]:
+    """The sub side: each rollout's sub-agents (``facts``, :func:`sub_facts`; their R_S ``rewards``)
+    aligned to ``d`` slots, A_S pooled per query; with ``step_weight`` w > 0 each turn also gets w x
+    its step advantage over all the query's sub-agents (``states[(rollout index, sub)]``: the turn
+    states, :func:`turn_states`). Run by the sub worker on R_S it computed from the store's statistics."""
+    placed, a_sub, align_stats = score_sub(rewards, k, d, strategy=strategy, rng=rng, estimator=estimator)
+    queries = [range(q * k, (q + 1) * k) for q in range(len(facts) // k)]
     # a query's sub-agents, of all its rollouts, share anchor states (the same subtask, the same pages)
-    sub_steps = _step_credit([((i, j), t, t.reward) for i in rows for j, t in enumerate(records[i].subs)]
+    sub_steps = _step_credit([((i, j), (states or {})[(i, j)], rewards[i][j]) for i in rows for j in range(len(facts[i]))]
                              for rows in queries) if step_weight else {}
-    sub = [SubSlot(key, s, i, records[key.index].subs[i].agent, reward, a,
+    sub = [SubSlot(key, s, i, facts[key.index][i]["agent"], reward, a,
                    _plus_steps(a, sub_steps.get((key.index, i)), step_weight))
            for (key, s, i, reward), a in zip(placed, a_sub, strict=True)]
-    subs = [s for r in records for s in r.subs]
-    metrics.update({
+    subs = [f for row in facts for f in row]
+    metrics = {
         "sub/reward_mean": align_stats.pop("reward_mean"),
-        "sub/expert_mean": float(np.mean([s.expert or 0.0 for s in subs])) if subs else 0.0,
-        "sub/format_ok": float(np.mean([s.format_ok for s in subs])) if subs else 0.0,
-        "align/d": float(d),
-        "align/d_k_mean": float(np.mean([r.num_subs for r in records])),
+        "sub/expert_mean": float(np.mean([f["expert"] or 0.0 for f in subs])) if subs else 0.0,
+        "sub/format_ok": float(np.mean([f["format_ok"] for f in subs])) if subs else 0.0,
         **{f"align/{name}": value for name, value in align_stats.items()},
-    })
-    sources = [c.get("expert_source") for r in records for a, c in r.components.items() if a.startswith("sub_")]
+    }
+    sources = [f["expert_source"] for f in subs if f.get("expert_source") is not None]
     if sources:
         metrics["sub/expert_disabled"] = sources.count("none") / len(sources)
+    return sub, metrics
+
+
+def score_batch(
+    records: Sequence[EpisodeRecord], k: int, d: int, *, strategy: str, rng: np.random.Generator, single: bool = False,
+    step_weight: float = 0.0,
+) -> ScoredBatch:
+    """Records of B x K rollouts (task-major) -> both sides scored here, from the rewards the env paid
+    (:func:`score_main_side` and :func:`score_sub_side`; the training loop runs the sub side on the
+    sub worker instead, from the store's statistics). ``single``: no sub side."""
+    main, metrics = score_main_side(records, k, role="single" if single else "main", step_weight=step_weight)
+    if single:
+        return ScoredBatch(main, [], 0, metrics)
+    states = {(i, j): turn_states(t) for i, r in enumerate(records) for j, t in enumerate(r.subs)}
+    sub, sub_metrics = score_sub_side(sub_facts(records), [[s.reward for s in r.subs] for r in records], k, d,
+                                      strategy=strategy, rng=rng, step_weight=step_weight, states=states)
+    metrics.update(sub_metrics)
+    metrics.update(alignment_metrics(records, d))
     return ScoredBatch(main, sub, d, metrics)
+
+
+def alignment_metrics(records: Sequence[EpisodeRecord], d: int) -> dict[str, float]:
+    """d and the mean sub-agent count d_k of an iteration (the loop's side of the alignment)."""
+    return {"align/d": float(d), "align/d_k_mean": float(np.mean([r.num_subs for r in records]))}
 
 
 def annotate(records: Sequence[EpisodeRecord], batch: ScoredBatch) -> None:

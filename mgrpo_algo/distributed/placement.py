@@ -4,7 +4,7 @@ In the decoupled pipeline each role (main agent, sub-agent) runs on its own serv
 the role's policy and learner. The controller builds it with :func:`spawn` and talks to it through a
 :class:`RoleHandle`, whatever the placement::
 
-    with spawn(RoleServer, {"role": "main", ...}, placement="processes", name="mgrpo-main") as main:
+    with spawn(RoleWorker, {"role": "main", ...}, placement="processes", name="mgrpo-main") as main:
         status = main.call("status")                          # synchronous
         fut_m = main.submit("update_main", t, rollouts, k)    # concurrent.futures.Future
         fut_s = sub.submit("update_sub", t, sub_rollouts, k)  # ... two roles at once
@@ -86,7 +86,6 @@ from typing import Any
 
 __all__ = ["PLACEMENTS", "RemoteError", "RoleCallTimeout", "RoleHandle", "RoleServerDied", "spawn"]
 
-PLACEMENTS = ("local", "processes", "ray")
 _CLOSE_TIMEOUT_S = 30.0
 
 
@@ -521,3 +520,5 @@ def _close_processes_at_exit() -> None:
 
 
 PLACEMENT_BACKENDS.update({"local": _LocalRole, "processes": _ProcessRole})
+#: The handle kinds ``spawn`` takes (``core.config.PLACEMENT_HANDLES`` maps each run placement to one).
+PLACEMENTS = tuple(sorted(PLACEMENT_BACKENDS))

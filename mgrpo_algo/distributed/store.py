@@ -3,8 +3,9 @@
 M-GRPO trains the main agent and the sub-agents on separate servers; no gradient and no trajectory
 crosses between them (paper section 4, "decoupled pipeline"). What crosses is minimal statistics:
 
-- per (iteration, query, rollout) the main agent's correctness ``correct`` (0..1) and ``format_ok``
-  (:class:`MainStat`); the sub side needs ``correct`` for R_S = b1*format + b2*r_correct^main + b3*expert;
+- per (iteration, query, rollout) the main agent's correctness ``correct`` (0..1), ``format_ok`` and
+  reward R_M (:class:`MainStat`); the sub worker reads ``correct`` to compute R_S = b1*format +
+  b2*r_correct^main + b3*expert of its own trajectories;
 - per role its latest health (step, loss, reward mean, ...), for monitoring and the stale mode;
 - per role the iterations it has already applied (:meth:`StatsStore.mark_done`), so a restarted server
   never applies a statistic twice.
@@ -17,7 +18,7 @@ idempotent (re-publishing the same record stores it once; a different value for 
 
 Byte counters (``bytes_written`` / ``bytes_read``) count *payload*, the same way in both backends: what
 names the iteration once per call (the Redis key ``mgrpo:main:12``; the SQL parameter ``12``) plus each
-record's field (``"query:rollout"``) and encoded value (``[1.0,true]``), UTF-8; for health the role,
+record's field (``"query:rollout"``) and encoded value (``[1.0,true,0.9]``), UTF-8; for health the role,
 step, time stamp and metrics JSON; for done marks the role and iterations. Protocol or SQL framing
 and the count-only polls made while waiting are not counted (a poll is ~20 bytes; how many there are
 depends on how long a reader waits, not on the data).
@@ -83,12 +84,14 @@ class MainStat:
         correct: r_correct of the main trajectory, in [0, 1] (0/1 for exact match, F1 or a judge's
             score otherwise).
         format_ok: whether the main trajectory's format was valid.
+        reward: the main trajectory's R_M (the group statistics the paper shares), a finite number.
     """
 
     query: int
     rollout: int
     correct: float
     format_ok: bool
+    reward: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("query", "rollout"):
@@ -104,6 +107,10 @@ class MainStat:
         if not (isinstance(fmt, bool) or getattr(getattr(fmt, "dtype", None), "kind", None) == "b"):
             raise ValueError(f"MainStat.format_ok must be a bool, got {fmt!r}")
         object.__setattr__(self, "format_ok", bool(fmt))
+        reward = self.reward
+        if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
+            raise ValueError(f"MainStat.reward must be a finite number, got {reward!r}")
+        object.__setattr__(self, "reward", float(reward))
 
 
 def shipped_trajectory_bytes(token_ids: Sequence[Sequence[int]]) -> int:
@@ -120,8 +127,8 @@ def shipped_trajectory_bytes(token_ids: Sequence[Sequence[int]]) -> int:
 
 
 def _encode_stat(stat: MainStat) -> tuple[str, str]:
-    """``(field, value)``: ``"query:rollout"`` and the canonical JSON ``[correct,format_ok]``."""
-    return f"{stat.query}:{stat.rollout}", json.dumps([stat.correct, stat.format_ok], separators=(",", ":"))
+    """``(field, value)``: ``"query:rollout"`` and the canonical JSON ``[correct,format_ok,reward]``."""
+    return f"{stat.query}:{stat.rollout}", json.dumps([stat.correct, stat.format_ok, stat.reward], separators=(",", ":"))
 
 
 def _as_index(raw: Any, where: str, what: str) -> int:
@@ -137,11 +144,11 @@ def _decode_stat(query: Any, rollout: Any, value: Any, where: str) -> MainStat:
     q, r = _as_index(query, where, "query"), _as_index(rollout, where, "rollout")
     try:
         decoded = json.loads(value)
-        if not (isinstance(decoded, list) and len(decoded) == 2 and isinstance(decoded[1], bool)):
-            raise ValueError("expected [correct, format_ok]")
+        if not (isinstance(decoded, list) and len(decoded) == 3 and isinstance(decoded[1], bool)):
+            raise ValueError("expected [correct, format_ok, reward]")
         if isinstance(decoded[0], bool):
             raise ValueError("correct must be a number")
-        return MainStat(query=q, rollout=r, correct=decoded[0], format_ok=decoded[1])
+        return MainStat(query=q, rollout=r, correct=decoded[0], format_ok=decoded[1], reward=decoded[2])
     except (TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
         raise StoreError(f"malformed record at {where}: value {value!r} ({exc})") from exc
 

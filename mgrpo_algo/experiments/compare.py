@@ -37,7 +37,7 @@ from typing import Any
 
 from mgrpo_env.tool_health import backend_failures_in_files
 
-from ..core.config import TRAIN_MODES, TrainConfig, config_to_dict
+from ..core.config import MODE_TABLE, TRAIN_MODES, TrainConfig, config_to_dict
 from . import intervals as iv
 from .report import DIFFERENCES, format_table, history_means, markdown, verdict
 
@@ -50,7 +50,6 @@ MODES = TRAIN_MODES
 AGGREGATED = ("before_em", "before_f1", "after_em", "after_f1", "delta_em", "delta_f1", "before_pass_k",
               "after_pass_k", "before_greedy", "after_greedy", "rollouts", "rollouts_per_minute",
               "train_seconds", "eval_seconds")
-_ROLE_INDEX = {"main": 0, "sub": 1, "single": 2}
 
 
 def check_compare(config: TrainConfig, seeds: int, modes: Sequence[str]) -> Any:
@@ -103,24 +102,19 @@ def log_scalars(writer: Any, metrics: Mapping[str, Any], step: int) -> None:
 
 
 def _roles(mode: str) -> list[str]:
-    return ["single"] if mode == "single-agent" else ["main", "sub"]
+    return list(MODE_TABLE[mode].roles)
 
 
 def evaluation_policies(config: TrainConfig, models: Mapping[str, Any], tokenizers: Mapping[str, str],
                         seed: int) -> dict[str, Any]:
     """Evaluation policies: eval temperature and token budget, the role's top-p and prompt limit."""
-    from ..policies.hf_policy import TransformersPolicy
+    from ..core.seeding import eval_seed
+    from ..policies.factory import make_policy
 
-    out = {}
-    for role, model in models.items():
-        spec = getattr(config, role)
-        g = spec.generation
-        out[role] = TransformersPolicy(
-            model, tokenizers[role], role=role, max_new_tokens=config.eval.max_new_tokens or g.max_new_tokens,
-            temperature=config.eval.temperature, top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens,
-            device=spec.learner.device, dtype=spec.learner.dtype, seed=seed + _ROLE_INDEX[role],
-        )
-    return out
+    return {role: make_policy(role, model, tokenizers[role], getattr(config, role), seed=eval_seed(seed, role),
+                              temperature=config.eval.temperature, max_new_tokens=config.eval.max_new_tokens,
+                              served=False, evaluation=True)
+            for role, model in models.items()}
 
 
 def evaluate_policies(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *, limit: int, seed: int,
@@ -135,17 +129,15 @@ def evaluate_policies(config: TrainConfig, scenario: Any, policies: Mapping[str,
     """
     from mgrpo_env.core import RewardConfig, expert_scorer
 
-    from .evaluate import evaluate_hierarchy, evaluate_single
+    from .evaluate import evaluate_agents
 
     e = config.eval
-    common = {"agent_name": name, "k": e.samples, "limit": limit or None, "seed": seed, "progress": progress,
-              "max_workers": config.max_workers, "on_episode": on_episode, "previous": previous}
-    if "single" in policies:
-        env_kwargs = {"limits": config.limits, "main_weights": config.main_weights}
-        return evaluate_single(scenario, e.split, policies["single"], env_kwargs=env_kwargs, **common)
+    mode = MODE_TABLE["single-agent" if "single" in policies else "mgrpo"]  # the env of the roles given
     rewards = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(None))
-    return evaluate_hierarchy(scenario, e.split, dict(policies), env_kwargs={"limits": config.limits, "rewards": rewards},
-                              **common)
+    return evaluate_agents(scenario, e.split, dict(policies), env=mode.env, agent_name=name, k=e.samples,
+                           limit=limit or None, seed=seed, progress=progress, max_workers=config.max_workers,
+                           on_episode=on_episode, previous=previous,
+                           env_kwargs={"limits": config.limits, "rewards": rewards})
 
 
 def eval_figures(report: Any, records: Sequence[Any], scores: Mapping[str, Sequence[bool]] | None = None
@@ -256,7 +248,7 @@ def run_compare(
     for i in range(seeds):
         seed = config.seed + i
         for mode in modes:
-            paths = starts["single" if mode == "single-agent" else "hierarchy"]
+            paths = starts["single" if MODE_TABLE[mode].single else "hierarchy"]
             run_dir, tb_dir = out / f"seed{seed}" / mode, out / "tb" / f"seed{seed}" / mode
             for folder in (run_dir, tb_dir):
                 shutil.rmtree(folder, ignore_errors=True)
@@ -326,7 +318,7 @@ def _train_and_evaluate(
     cfg.mode, cfg.seed, cfg.out_dir = mode, seed, str(run_dir)
     for role, path in paths.items():
         getattr(cfg, role).model = path
-    role = "single" if mode == "single-agent" else "main"
+    role = MODE_TABLE[mode].roles[0]  # the main (or single) agent
     total = sum(s.iterations for s in cfg.stages)
     writer = SummaryWriter(log_dir=str(tb_dir))
     writer.add_scalar("eval/em", before["em"], 0)
@@ -367,6 +359,8 @@ def _train_and_evaluate(
     finally:
         bar.close()  # closing twice is a no-op
         writer.close()
+        for trainer in holder:  # its role workers (processes, Ray actors) end with it
+            trainer.close()
     after_scores = after.pop("scores")
     before = {k: v for k, v in before.items() if k != "scores"}
     rollouts = sum(int(h["rollouts"]) for h in history)
@@ -409,18 +403,16 @@ def _intervals(scores: Mapping[str, Mapping[str, list[dict[str, list[bool]]]]], 
 
 
 def _trained_policies(cfg: TrainConfig, trainer: Any, paths: Mapping[str, str], seed: int) -> dict[str, Any]:
-    """Evaluation policies over the trainer's current in-memory models (a frozen role keeps its start)."""
-    from ..policies.hf_policy import TransformersPolicy
+    """Evaluation policies over the trainer's current models, through its role handles: each worker
+    builds the evaluation policy over its own model (a frozen role keeps its start), wherever it runs."""
+    from ..core.seeding import eval_seed
+    from ..training.workers import WorkerPolicy
 
-    models: dict[str, Any] = {}
-    for role, policy in trainer.policies.items():
-        if role in trainer.learners:
-            models[role] = trainer.learners[role].model
-        elif isinstance(policy, TransformersPolicy):  # the frozen sub: reuse its loaded model
-            models[role] = policy.model
-        else:
-            models[role] = paths[role]
-    return evaluation_policies(cfg, models, paths, seed)
+    policies: dict[str, Any] = {}
+    for role, handle in trainer.handles.items():
+        handle.call("begin_eval", eval_seed(seed, role), cfg.eval.temperature, cfg.eval.max_new_tokens)
+        policies[role] = WorkerPolicy(handle)
+    return policies
 
 
 def _reproduce(out: Path, seeds: int, modes: Sequence[str]) -> str:

@@ -197,7 +197,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, dict[str, str] | None]:
 
 def _scripted(args: argparse.Namespace, config: Any, scenario: Any) -> dict[str, Any] | None:
     """The policies of ``oracle`` / ``random`` (None for ``scenario-oracle``, which runs without the env)."""
-    from mgrpo_env.policies import OraclePolicy, RandomPolicy
+    from mgrpo_env.scripted import OraclePolicy, RandomPolicy
 
     if args.agent == "scenario-oracle":
         if not hasattr(scenario, "oracle"):

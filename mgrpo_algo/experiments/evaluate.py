@@ -2,11 +2,10 @@
 
 Two ways to run an agent:
 
-* :func:`evaluate_hierarchy` - the multi-agent system through the AEC env (``collect`` with one
-  policy per role, e.g. the scripted :class:`~mgrpo_env.policies.OraclePolicy` or learned ones);
-  the episodes are kept for ``mgrpo view``.
-* :func:`evaluate_single` - the single-agent baseline (one agent with all the tools) through the
-  Gymnasium env (``collect_single``), reported the same way.
+* :func:`evaluate_agents` - policies through one of the envs (``collect``): the multi-agent system
+  in the AEC env (one policy per role, e.g. the scripted :class:`~mgrpo_env.scripted.OraclePolicy`
+  or learned ones) or the single-agent baseline in the Gymnasium env, reported the same way; the
+  episodes are kept for ``mgrpo view``. :func:`evaluate_hierarchy` / :func:`evaluate_single` name the env.
 * :func:`evaluate` - a plain function ``agent(task, tools) -> (answer, steps)``, e.g. the
   scenario's own oracle calling the tools directly.
 """
@@ -29,7 +28,8 @@ from mgrpo_env.tool_health import call_failure
 from mgrpo_scenarios import Scenario, Task, Verdict, split_tasks
 from mgrpo_scenarios.verifiers import token_f1
 
-__all__ = ["TaskOutcome", "EvalReport", "evaluate", "evaluate_hierarchy", "evaluate_single", "oracle_agent", "write_report"]
+__all__ = ["TaskOutcome", "EvalReport", "evaluate", "evaluate_agents", "evaluate_hierarchy", "evaluate_single", "oracle_agent",
+           "write_report"]
 
 # An agent gets a task and a fresh set of tools and returns (answer, trace of tool steps).
 Agent = Callable[[Task, dict[str, Any]], tuple[str, list[dict[str, Any]]]]
@@ -179,11 +179,12 @@ def evaluate(
     return _report(scenario.name, split, agent_name, outcomes, build_seconds, open_seconds, eval_seconds)
 
 
-def evaluate_hierarchy(
+def evaluate_agents(
     scenario: Scenario,
     split: str,
     policies: dict[str, Any],
     *,
+    env: str = "hierarchy",
     agent_name: str = "agent",
     k: int = 1,
     limit: int | None = None,
@@ -195,53 +196,35 @@ def evaluate_hierarchy(
     previous: list[Any] | None = None,
     max_workers: int = 8,
 ) -> tuple[EvalReport, list[Any]]:
-    """Run the hierarchy (``policies`` = {"main": ..., "sub": ...}) on ``split`` through the AEC env.
+    """Run ``policies`` on ``split`` through ``env``: the hierarchy ({"main", "sub"}, the AEC env) or
+    the single agent ({"single"}, the Gymnasium env), one collect loop for both, reported alike.
 
     Returns the report and the episode records (for JSONL and ``mgrpo view``). ``on_episode`` gets
     each record as its episode ends; ``previous`` records (an interrupted run's, read back) count as
     done: their episodes (by seed) are not run again and they are part of the report. ``max_workers``:
-    threads stepping the envs (tool calls); it changes the speed, not the episodes.
+    threads stepping the envs (tool calls); it changes the speed, not the episodes. Pass
+    ``env_kwargs={"limits": limits, "rewards": ...}`` as the trainer does (the single agent's turn
+    budget is ``limits.single_agent_turns``).
     """
     from mgrpo_env.rollout import collect
 
     def run(batch: list[Task], world: Any, batch_seed: int) -> list[Any]:
         return collect(scenario, batch, k, policies, world=world, seed=batch_seed, env_kwargs=env_kwargs,
-                       on_episode=on_episode, max_workers=max_workers)
+                       on_episode=on_episode, max_workers=max_workers, env=env)
 
+    desc = f"{scenario.name} {split}" + (" (single)" if env == "single" else "")
     return _evaluate_records(scenario, split, run, agent_name=agent_name, k=k, limit=limit, batch_size=batch_size,
-                             seed=seed, progress=progress, desc=f"{scenario.name} {split}", previous=previous)
+                             seed=seed, progress=progress, desc=desc, previous=previous)
 
 
-def evaluate_single(
-    scenario: Scenario,
-    split: str,
-    policy: Any,
-    *,
-    agent_name: str = "single-agent",
-    k: int = 1,
-    limit: int | None = None,
-    batch_size: int = 32,
-    seed: int = 0,
-    env_kwargs: dict[str, Any] | None = None,
-    progress: bool = True,
-    on_episode: Callable[[Any], None] | None = None,
-    previous: list[Any] | None = None,
-    max_workers: int = 8,
-) -> tuple[EvalReport, list[Any]]:
-    """Run one single-agent ``policy`` on ``split`` through the Gymnasium env (``collect_single``).
+def evaluate_hierarchy(scenario: Scenario, split: str, policies: dict[str, Any], **kwargs: Any) -> tuple[EvalReport, list[Any]]:
+    """:func:`evaluate_agents` of the hierarchy ({"main": ..., "sub": ...})."""
+    return evaluate_agents(scenario, split, policies, env="hierarchy", **kwargs)
 
-    The same report and records as :func:`evaluate_hierarchy`, so the baseline compares like for like.
-    Pass ``env_kwargs={"limits": limits}`` as the trainer does (the turn budget is ``limits.single_agent_turns``).
-    ``on_episode``, ``previous`` and ``max_workers`` as in :func:`evaluate_hierarchy`.
-    """
-    from mgrpo_env.rollout import collect_single
 
-    def run(batch: list[Task], world: Any, batch_seed: int) -> list[Any]:
-        return collect_single(scenario, batch, k, policy, world=world, seed=batch_seed, env_kwargs=env_kwargs,
-                              on_episode=on_episode, max_workers=max_workers)
-
-    return _evaluate_records(scenario, split, run, agent_name=agent_name, k=k, limit=limit, batch_size=batch_size,
-                             seed=seed, progress=progress, desc=f"{scenario.name} {split} (single)", previous=previous)
+def evaluate_single(scenario: Scenario, split: str, policy: Any, **kwargs: Any) -> tuple[EvalReport, list[Any]]:
+    """:func:`evaluate_agents` of one single-agent ``policy``."""
+    return evaluate_agents(scenario, split, {"single": policy}, env="single", **{"agent_name": "single-agent", **kwargs})
 
 
 def _evaluate_records(

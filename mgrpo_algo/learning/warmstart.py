@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from mgrpo_env.policies import OraclePolicy
-from mgrpo_env.rollout import collect, collect_single
+from mgrpo_env.rollout import collect
+from mgrpo_env.scripted import OraclePolicy
 from mgrpo_env.spaces import ProtocolText
 
 from ..core.config import Limits, WarmStartConfig
@@ -60,7 +60,7 @@ def demonstrations(
         for start in range(0, len(tasks), 50):  # chunks only to move the progress bar
             chunk = tasks[start : start + 50]
             if single:
-                records = collect_single(scenario, chunk, 1, single_policy, world=world, env_kwargs=single_env)
+                records = collect(scenario, chunk, 1, {"single": single_policy}, world=world, env_kwargs=single_env, env="single")
                 chats["single"] += [r.main.messages for r in records if r.correct]
             else:
                 records = collect(scenario, chunk, 1, policies, world=world, env_kwargs={"limits": limits})

@@ -162,7 +162,7 @@ def corpus_texts(scenario: Any, *, max_pages: int | None = None, max_tasks: int 
     are written as agents see them: on the wiki-hops world's stable origin (``http://wiki-hops.test``),
     ``/wiki/<Slug>`` without ``.html``.
     """
-    from mgrpo_env.protocol import MAIN_TOOLS, SINGLE_TOOLS, SUB_TOOLS, format_tool_response, system_prompt
+    from mgrpo_env.protocol import format_tool_response, role_tools, system_prompt
     from mgrpo_scenarios.wiki_hops import ORIGIN
     from mgrpo_tools.html_text import html_to_document, render_page
 
@@ -175,8 +175,8 @@ def corpus_texts(scenario: Any, *, max_pages: int | None = None, max_tasks: int 
         text, _ = render_page(doc, 1, page_chars=max(200, len(doc.text) + 200 * (len(doc.links) + 1)))
         yield format_tool_response(f"Goal: read the page of {doc.title}\n{text}")
     style = getattr(scenario, "prompt_style", "full")
-    for role, tools in (("main", MAIN_TOOLS), ("sub", SUB_TOOLS), ("single", SINGLE_TOOLS)):
-        yield system_prompt(role, tools, style)
+    for role in ("main", "sub", "single"):  # the prompts the envs build: the scenario's tool sets
+        yield system_prompt(role, role_tools(scenario, role), style)
     tasks = []
     for split in scenario.splits():
         split_tasks = list(scenario.tasks(split))[:max_tasks]
@@ -190,7 +190,6 @@ def corpus_texts(scenario: Any, *, max_pages: int | None = None, max_tasks: int 
 
 def _demonstrations(scenario: Any, tasks: list[Any], base: str) -> Iterator[str]:
     """Protocol texts as the scripted oracle writes them (first turns from the real OraclePolicy)."""
-    from mgrpo_env.policies import OraclePolicy
     from mgrpo_env.protocol import (
         MAIN_TOOLS,
         SUB_TOOLS,
@@ -200,6 +199,7 @@ def _demonstrations(scenario: Any, tasks: list[Any], base: str) -> Iterator[str]
         system_prompt,
     )
     from mgrpo_env.rollout import PolicyRequest
+    from mgrpo_env.scripted import OraclePolicy
 
     main = OraclePolicy(scenario, "main") if hasattr(scenario, "oracle_read") else None
     sub = OraclePolicy(scenario, "sub") if main is not None else None

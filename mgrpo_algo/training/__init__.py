@@ -1,4 +1,4 @@
-"""Training: the one iteration loop (``trainer``), its in-process and role-server backends
-(``decoupled``, ``roles``) and the checks run before a run starts (``preflight``).
+"""Training: the one iteration loop (``trainer``), the role worker behind every placement (``roles``)
+and its handles (``workers``), and the checks run before a run starts (``preflight``).
 
 Layer 3: imports the layers below."""

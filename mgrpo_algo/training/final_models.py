@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["export_final_models", "save_model_folder"]
+__all__ = ["export_final_models", "export_role_model", "save_model_folder"]
 
 
 def save_model_folder(model: Any, tokenizer: Any, dest: Path) -> Path:
@@ -31,30 +31,26 @@ def save_model_folder(model: Any, tokenizer: Any, dest: Path) -> Path:
     return dest
 
 
-def export_final_models(roles: Any, paths: Mapping[str, str], out: Path) -> Path:
-    """Write every role's final model under ``out/final/<role>/``; returns ``out/final``.
-
-    ``roles`` is the trainer's role backend: in process it holds the learners and policies; role
-    servers keep theirs in ``out/servers/<role>/checkpoint/model`` (complete folders), copied here.
-    """
+def export_role_model(model: Any, tokenizer: Any, start: str, dest: Path) -> bool:
+    """One role's final folder at ``dest``: its model object (learned or frozen) with its tokenizer,
+    else a copy of its start folder; False when there is nothing to write (a hub name never trained)."""
     from ..policies.hf_policy import load_tokenizer
 
+    if model is not None and hasattr(model, "save_pretrained"):
+        save_model_folder(model, tokenizer or load_tokenizer(start), dest)
+        return True
+    if not Path(start).is_dir():
+        return False
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(start, dest)
+    return True
+
+
+def export_final_models(handles: Mapping[str, Any], out: Path) -> Path:
+    """Every role's final model under ``out/final/<role>/``, written by its worker (wherever it runs:
+    the folder is on the run's disk); returns ``out/final``."""
     final = out / "final"
     final.mkdir(parents=True, exist_ok=True)
-    learners = getattr(roles, "learners", {})
-    policies = getattr(roles, "policies", {})
-    for role, start in paths.items():
-        dest = final / role
-        if role in learners:
-            tokenizer = getattr(policies.get(role), "tokenizer", None) or load_tokenizer(start)
-            save_model_folder(learners[role].model, tokenizer, dest)
-        elif getattr(policies.get(role), "model", None) is not None and hasattr(policies[role].model, "save_pretrained"):
-            save_model_folder(policies[role].model, policies[role].tokenizer, dest)
-        else:  # role servers (or a served role that does not learn): the folder on disk
-            served = out / "servers" / role / "checkpoint" / "model"
-            source = served if (served / "config.json").is_file() else Path(start)
-            if not source.is_dir():
-                continue  # a hub name that was never trained: nothing new to keep
-            shutil.rmtree(dest, ignore_errors=True)
-            shutil.copytree(source, dest)
+    for role, handle in handles.items():
+        handle.call("export", str(final / role))
     return final

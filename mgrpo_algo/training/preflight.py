@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..core.config import TrainConfig
+from ..core.config import MODE_TABLE, TrainConfig
 
 __all__ = ["PreflightError", "preflight", "check_store", "check_writable", "check_scenario", "check_browser_for",
            "check_model", "check_device", "check_models_and_devices"]
@@ -200,7 +200,7 @@ def check_device(device: str, what: str) -> None:
 
 def check_models_and_devices(config: TrainConfig) -> None:
     """The roles this mode uses: their models load (folder or hub name) and their devices exist."""
-    roles = ["single"] if config.mode == "single-agent" else ["main", "sub"]
+    roles = list(MODE_TABLE[config.mode].roles)
     for role in roles:
         rc = getattr(config, role)
         check_device(rc.learner.device, f"config field '{role}.learner.device'")

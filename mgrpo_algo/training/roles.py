@@ -1,186 +1,300 @@
-"""Role servers: one role's policy, learner and token trajectories, on its own server.
+"""The role worker: one role's policy, learner and token trajectories, behind every placement.
 
-This is the paper's deployment (section 4.2): the main agent and the sub-agents are trained on
-separate servers. A :class:`RoleServer` generates its role's actions (``act``), keeps the token
-trajectories it sampled (they never leave it), and updates its learner from the rewards it is
-told. No gradient and no trajectory crosses between roles; what crosses is minimal statistics
-through the shared store (:mod:`mgrpo_algo.distributed.store`): the main server publishes, per rollout, its
-correctness and format flag; the sub server waits for them before it applies an iteration
-(synchronized) or lags behind them (stale). Rewards and advantages are not computed here: the env
-pays R_M and R_S once, the loop scores the batch once (:mod:`mgrpo_algo.core.scoring`), and each server
-gets its slots (keys and advantages).
+A :class:`RoleWorker` holds one role ("main", "sub" or "single"): it generates the role's actions
+(``act``), keeps the token trajectories it sampled, and updates its learner. The iteration loop talks
+to it through a :class:`~mgrpo_algo.distributed.placement.RoleHandle` whatever the placement: in this
+process (``in-process``, ``local``), one process per role (``processes``) or a Ray actor (``ray``).
+No gradient and no trajectory crosses between roles. What crosses is the paper's statistics, through
+the shared store (:mod:`mgrpo_algo.distributed.store`): the main worker publishes per rollout (query,
+rollout, correctness, format flag, R_M); the sub worker waits for them (synchronized) or lags behind
+them (stale(n)), computes R_S of its own trajectories from them
+(:func:`mgrpo_env.rewards.paid_sub_reward`, the env's own rule), aligns them and computes A_S
+(:func:`mgrpo_algo.core.scoring.score_sub_side`).
 
-Fault tolerance, per iteration t:
+The commit protocol, one for every placement, per iteration t:
 
 1. ``begin_collect(t)`` reseeds the policy with ``policy_seed(seed, role, t)`` and drops t's rollouts;
-   ``act`` fills an in-memory buffer; ``commit(t)`` writes it to the server's disk (atomic). A server
-   lost before commit loses only iteration t's rollouts: the controller calls ``begin_collect(t)`` on
-   both servers and re-collects them, drawing the same tokens (sampling is keyed by seed, role,
-   iteration and call, never by what a process sampled before).
-2. ``update_main(t)`` publishes the statistics (idempotent: the same values again are a no-op),
-   updates, checkpoints, records ``last_applied = t``, marks t done. ``update_sub`` applies pending
-   iterations whose main statistics are complete. The checkpoint carries ``last_applied`` itself (its
-   ``learner.json`` ``extra``), so the atomic checkpoint rename is the commit point: a server killed
-   anywhere in 2 restarts from its checkpoint, finds t's committed buffer on disk and redoes exactly
-   the missing work; an iteration at or below ``last_applied`` is never applied twice.
+   ``act`` fills an in-memory buffer; ``commit(t)`` writes it to the worker's folder (atomic).
+2. ``update_main(t)`` publishes the statistics (idempotent), updates and checkpoints
+   ``checkpoints/iter-<t>`` (atomic rename; its ``learner.json`` carries ``last_applied = t``: the
+   worker's commit point), then records it in ``worker.json``. ``update_sub`` queues t and applies
+   the pending iterations whose statistics are complete.
+3. The loop writes ``loop_state.json`` (the run's commit point), then ``committed(t)`` prunes the
+   checkpoints older than the newest one at or before t.
 
-Crash tests kill a server at named points with ``MGRPO_FAULT`` (:mod:`mgrpo_algo.core.faults`; markers
-in the server's folder keep a restarted server from firing the same point again).
+A worker restarted mid-run (its process killed) restores its newest checkpoint and never applies an
+iteration twice. A run resumed after everything died calls ``rollback(c)`` with the loop's last
+committed iteration c: the newest checkpoint at or before c is loaded and later state dropped, so the
+loop redoes c + 1 from the same weights and the same seeds. Kill points: ``MGRPO_FAULT``
+(:mod:`mgrpo_algo.core.faults`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RoleServer"]
+__all__ = ["RoleWorker", "request_state", "state_digest", "write_json"]
+
+ROLES = ("main", "sub", "single")
 
 
-class RoleServer:
-    """One role ("main" or "sub") of a decoupled M-GRPO run.
+class RoleWorker:
+    """One role of a run.
 
     Args:
-        role: "main" or "sub".
-        model: path or name of the role's model (``from_pretrained``); the tokenizer comes from it.
-        checkpoint_dir: this server's own folder (checkpoint, committed buffers, state).
-        store: a store spec for :func:`mgrpo_algo.distributed.store.open_store` (``sqlite:PATH``, ``redis://...``).
-        learner, generation: fields of ``LearnerConfig`` and ``GenerationConfig``.
-        seed: the run's seed (the policy's sampling seed follows :func:`mgrpo_algo.training.trainer.policy_seed`).
+        role: "main", "sub" or "single".
+        model: path or name of the role's start model (``from_pretrained``); the tokenizer comes from it.
+        run_dir: the run's ``out_dir``; the worker's state lives in ``run_dir/workers/<role>``.
+        store: a store spec (:func:`mgrpo_algo.distributed.store.open_store`), "" for none (single agent).
+        spec: the role's :class:`~mgrpo_algo.core.config.RoleConfig` (generation, learner, served engine).
+        seed: the run's seed (:mod:`mgrpo_algo.core.seeding`).
         train: False for a frozen role (generates, never updates).
+        return_extras: ``act`` returns the token extras too (in this process they cost nothing and
+            the episode records keep them; across processes they stay here).
     """
 
     def __init__(
         self,
         role: str,
         model: str,
-        checkpoint_dir: str,
+        run_dir: str,
         store: str,
         *,
-        learner: dict[str, Any] | None = None,
-        generation: dict[str, Any] | None = None,
+        spec: Any = None,
         seed: int = 0,
         torch_threads: int = 1,
         train: bool = True,
         store_timeout_s: float = 120.0,
+        return_extras: bool = False,
     ) -> None:
         import torch
         import transformers
 
-        from ..core.config import GenerationConfig, LearnerConfig
+        from ..core.config import RoleConfig
         from ..core.faults import FaultPoints
-        from ..core.seeding import policy_seed
         from ..distributed.store import open_store
         from ..learning.learner import RoleLearner
-        from ..policies.hf_policy import TransformersPolicy
+        from ..policies.factory import make_policy
 
-        if role not in ("main", "sub"):
-            raise ValueError(f"role must be 'main' or 'sub', got {role!r}")
-        transformers.utils.logging.disable_progress_bar()
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        transformers.utils.logging.disable_progress_bar()  # per-shard bars drown the training log
         torch.set_num_threads(torch_threads)
-        self.role = role
-        self.train = train
-        self.seed = seed
-        self.dir = Path(checkpoint_dir) / role
+        torch.manual_seed(seed)
+        self.role, self.train, self.seed, self.model_path = role, train, seed, model
+        self.spec = spec if spec is not None else RoleConfig()
+        if self.spec.learner.seed is None:  # the minibatch shuffles follow the run's seed
+            self.spec = replace(self.spec, learner=replace(self.spec.learner, seed=seed))
+        self.return_extras = return_extras
+        self.run_dir = Path(run_dir)
+        self.dir = self.run_dir / "workers" / role
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.faults = FaultPoints.from_env(self.dir)  # read once; the markers live with the server's state
-        self.store = open_store(store)
+        self.faults = FaultPoints.from_env(self.dir)  # read once; the markers live with the worker's state
+        self.store = open_store(store) if store else None
         self.store_timeout_s = store_timeout_s
-        state_file = self.dir / "server.json"
+        state_file = self.dir / "worker.json"
         self.state = json.loads(state_file.read_text()) if state_file.exists() else {"last_applied": -1, "metrics": {}}
-        learner_cfg = LearnerConfig(**(learner or {}))
-        checkpoint = self.dir / "checkpoint"
-        RoleLearner.recover(checkpoint)  # a kill inside save leaves the previous checkpoint aside
-        self.restored = (checkpoint / "learner.json").exists()
-        if self.restored:
-            self.learner = RoleLearner.load(checkpoint, config=learner_cfg)
-            # a kill between the checkpoint's rename and server.json's leaves server.json one behind
-            extra = json.loads((checkpoint / "learner.json").read_text()).get("extra") or {}
-            if extra.get("last_applied", -1) > self.state["last_applied"]:
-                self.state["last_applied"] = extra["last_applied"]
-                self.state["metrics"] = extra.get("metrics", {})
-                pending = self.state.get("pending", {})
-                for it in [i for i in pending if int(i) <= extra["last_applied"]]:
-                    del pending[it]
-        else:
-            self.learner = RoleLearner(role, model, learner_cfg)
-        g = GenerationConfig(**(generation or {}))
-        self.policy = TransformersPolicy(self.learner.model, model, role=role, max_new_tokens=g.max_new_tokens,
-                                         temperature=g.temperature, top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens,
-                                         seed=policy_seed(seed, role, self.state["last_applied"] + 1), kv_cache_mb=g.kv_cache_mb,
-                                         decode=g.decode, sampler=g.sampler)
-        if self.learner.tokenizer is None:  # the checkpoint is a complete Hugging Face folder
-            self.learner.tokenizer = self.policy.tokenizer
-        self.buffers: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        self.learner: Any = None
+        self.restored = False
+        if train:
+            newest = self._checkpoints()[-1:] if self._checkpoints() else []
+            for folder in newest:
+                RoleLearner.recover(folder)  # a kill inside save leaves the previous checkpoint aside
+            if newest and (newest[0] / "learner.json").exists():
+                self.learner = RoleLearner.load(newest[0], config=self.spec.learner)
+                self.restored = True
+                self._adopt(newest[0])
+            else:
+                self.learner = RoleLearner(role, model, self.spec.learner)
+        from ..core.seeding import policy_seed
+
+        policy_model = self.learner.model if self.learner is not None else model
+        self.policy = make_policy(role, policy_model, model, self.spec, seed=policy_seed(seed, role, self.state["last_applied"] + 1))
+        self.sync = None
+        if self.spec.served.enabled:
+            from ..policies.weight_sync import WeightSync
+
+            self.sync = WeightSync(self.spec.served.base_url, api_key=self.spec.served.api_key)
+        if self.learner is not None and self.learner.tokenizer is None:  # checkpoints are complete HF folders
+            self.learner.tokenizer = getattr(self.policy, "tokenizer", None)
+        self.buffers: dict[int, dict[str, Any]] = {}
+        self.eval_policy: Any = None
+        self.eval_history: dict[str, list[dict[str, Any]]] = {}
         self._acts = 0  # act calls of the current collection (the ``call`` of the ``act`` kill point)
         last = self.state["last_applied"]
         if last >= 0:  # a kill may have cut the idempotent tail of the last applied iteration: redo it
             self._published(last, dict(self.state["metrics"].get(str(last), {})))
 
-    # -- rollouts -------------------------------------------------------------------------------
+    # -- checkpoints: the worker's commit point ----------------------------------------------------
+
+    def _checkpoints(self) -> list[Path]:
+        """This worker's per-iteration checkpoints, oldest first."""
+        root = self.dir / "checkpoints"
+        found = [p for p in root.glob("iter-*") if p.is_dir()] if root.exists() else []
+        return sorted(found, key=lambda p: int(p.name.split("-", 1)[1]))
+
+    def _adopt(self, folder: Path) -> None:
+        """Take ``last_applied`` from a checkpoint when ``worker.json`` lags behind it (a kill between them)."""
+        extra = json.loads((folder / "learner.json").read_text()).get("extra") or {}
+        if extra.get("last_applied", -1) > self.state["last_applied"]:
+            self.state["last_applied"] = extra["last_applied"]
+            self.state["metrics"] = extra.get("metrics", {})
+            pending = self.state.get("pending", {})
+            for it in [i for i in pending if int(i) <= extra["last_applied"]]:
+                del pending[it]
+
+    def rollback(self, iteration: int) -> int:
+        """Go back to the state after ``iteration`` (the loop's last committed one; -1: the start):
+        the newest checkpoint at or before it, nothing later. Returns ``last_applied``."""
+        later = [p for p in self._checkpoints() if int(p.name.split("-", 1)[1]) > iteration]
+        for folder in later:
+            shutil.rmtree(folder)
+        pending = self.state.setdefault("pending", {})
+        for it in [i for i in pending if int(i) > iteration]:
+            del pending[it]
+        if self.state["last_applied"] > iteration:
+            keep = self._checkpoints()
+            if self.learner is not None:
+                if keep:
+                    self.learner.resume(keep[-1])  # in place: the policy shares the model object
+                    last = int(json.loads((keep[-1] / "learner.json").read_text())["extra"]["last_applied"])
+                else:
+                    raise ValueError(f"{self.role} worker: no checkpoint at or before iteration {iteration} "
+                                     f"under {self.dir / 'checkpoints'}")
+            else:
+                last = iteration
+            self.state["last_applied"] = last
+            self.state["metrics"] = {}
+        for path in (self.dir / "buffers").glob("*.json") if (self.dir / "buffers").exists() else []:
+            if int(path.stem) > iteration:
+                path.unlink()
+        self._save_state()
+        return self.state["last_applied"]
+
+    def committed(self, iteration: int) -> None:
+        """The loop committed ``iteration``: checkpoints older than the newest at or before it can go."""
+        upto = [p for p in self._checkpoints() if int(p.name.split("-", 1)[1]) <= iteration]
+        for folder in upto[:-1]:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def end_stage(self, stage_index: int) -> None:
+        """A stage checkpoint (``checkpoints/stage<n>/<role>``), kept beside the run's results."""
+        if self.learner is not None:
+            self.learner.save(self.run_dir / "checkpoints" / f"stage{stage_index + 1}" / self.role)
+
+    def export(self, dest: str) -> bool:
+        """Write the role's current model as a complete Hugging Face folder at ``dest`` (False: nothing to write)."""
+        from .final_models import export_role_model
+
+        model = self.learner.model if self.learner is not None else getattr(self.policy, "model", None)
+        return export_role_model(model, getattr(self.policy, "tokenizer", None), self.model_path, Path(dest))
+
+    # -- rollouts ---------------------------------------------------------------------------------
 
     def begin_collect(self, iteration: int) -> None:
         """Start (or restart) collecting ``iteration``: its rollouts are dropped and the policy samples
-        with ``policy_seed(seed, role, iteration)`` from call 0, as the in-process loop does."""
+        with ``policy_seed(seed, role, iteration)`` from call 0."""
         from ..core.seeding import policy_seed
 
         self.discard(iteration)
-        self.policy.reseed(policy_seed(self.seed, self.role, iteration))
+        if hasattr(self.policy, "reseed"):
+            self.policy.reseed(policy_seed(self.seed, self.role, iteration))
         self._acts = 0
 
-    def act(self, iteration: int, requests: list[Any]) -> list[str]:
-        """Actions for ``requests`` (``PolicyRequest`` without token history: it is filled here)."""
+    def act(self, iteration: int, requests: list[Any]) -> list[Any]:
+        """Actions for ``requests`` (``PolicyRequest`` without token history: it is filled here); texts,
+        or ``PolicyResponse``s with their token extras when ``return_extras``."""
         self.faults.hit("act", role=self.role, iteration=iteration, call=self._acts)
         self._acts += 1
-        buffer = self.buffers.setdefault(iteration, {})
+        buffer = self.buffers.setdefault(iteration, {"turns": {}, "states": {}})
         for request in requests:
-            request.history = buffer.get(_key(request.episode, request.agent), [])
+            request.history = buffer["turns"].get(_key(request.episode, request.agent), [])
         responses = self.policy(requests)
         for request, response in zip(requests, responses, strict=True):
-            buffer.setdefault(_key(request.episode, request.agent), []).append(response.extra)
-        return [response.text for response in responses]
+            key = _key(request.episode, request.agent)
+            buffer["turns"].setdefault(key, []).append(response.extra)
+            buffer["states"].setdefault(key, []).append(request_state(request.messages))  # step-credit anchors
+        return list(responses) if self.return_extras else [response.text for response in responses]
+
+    def release(self, episode: int, agent: str) -> None:
+        """An agent ended: its KV cache can go."""
+        if hasattr(self.policy, "release"):
+            self.policy.release(episode, agent)
 
     def commit(self, iteration: int) -> int:
         """Write iteration's trajectories to disk (atomic); returns how many trajectories."""
         from mgrpo_env.episode import compact_token_extras
 
-        buffer = self.buffers.get(iteration, {})
+        buffer = self.buffers.get(iteration, {"turns": {}, "states": {}})
         # each turn's new prompt ids only (linear in turns); trajectory_sequence reads the compact form as is
-        _write_json(self.dir / "buffers" / f"{iteration}.json", {key: compact_token_extras(turns) for key, turns in buffer.items()})
-        return len(buffer)
+        data = {"turns": {key: compact_token_extras(turns) for key, turns in buffer["turns"].items()},
+                "states": buffer["states"]}
+        write_json(self.dir / "buffers" / f"{iteration}.json", data)
+        return len(buffer["turns"])
 
     def discard(self, iteration: int) -> None:
-        """Forget an iteration's rollouts (the controller re-collects it after a failure)."""
+        """Forget an iteration's rollouts (the loop re-collects it after a failure)."""
         self.buffers.pop(iteration, None)
         (self.dir / "buffers" / f"{iteration}.json").unlink(missing_ok=True)
 
-    def _buffer(self, iteration: int) -> dict[str, list[dict[str, Any]]]:
+    def _buffer(self, iteration: int) -> dict[str, Any]:
         if iteration in self.buffers:
             return self.buffers[iteration]
         path = self.dir / "buffers" / f"{iteration}.json"
         if not path.exists():
-            raise RuntimeError(f"{self.role} server has no committed rollouts for iteration {iteration}")
+            raise RuntimeError(f"{self.role} worker has no committed rollouts for iteration {iteration}")
         self.buffers[iteration] = json.loads(path.read_text())
         return self.buffers[iteration]
 
-    # -- updates --------------------------------------------------------------------------------
+    # -- evaluation (mgrpo compare: the current weights, wherever they live) ------------------------
+
+    def begin_eval(self, seed: int, temperature: float, max_new_tokens: int) -> None:
+        """An evaluation policy over the current model with the evaluation's settings and seed."""
+        from ..policies.factory import make_policy
+
+        model = self.learner.model if self.learner is not None else getattr(self.policy, "model", None)
+        if not hasattr(model, "generate"):  # a served role's policy names its engine's model: load the start
+            model = self.model_path
+        self.eval_policy = make_policy(self.role, model, self.model_path, self.spec, seed=seed, temperature=temperature,
+                                       max_new_tokens=max_new_tokens, served=False, evaluation=True)
+        self.eval_history = {}
+
+    def eval_act(self, requests: list[Any]) -> list[str]:
+        """Evaluation actions (token history kept here, as ``act`` does)."""
+        for request in requests:
+            request.history = self.eval_history.get(_key(request.episode, request.agent), [])
+        responses = self.eval_policy(requests)
+        for request, response in zip(requests, responses, strict=True):
+            self.eval_history.setdefault(_key(request.episode, request.agent), []).append(response.extra)
+        return [response.text for response in responses]
+
+    def eval_release(self, episode: int, agent: str) -> None:
+        self.eval_history.pop(_key(episode, agent), None)
+        if hasattr(self.eval_policy, "release"):
+            self.eval_policy.release(episode, agent)
+
+    # -- updates ----------------------------------------------------------------------------------
 
     def update_main(self, iteration: int, slots: list[dict[str, Any]]) -> dict[str, float]:
-        """Publish the main statistics of ``iteration`` and update on them.
+        """Publish the main statistics of ``iteration`` (query, rollout, correct, format, R_M) and update.
 
-        ``slots``: :func:`mgrpo_algo.core.scoring.slot_payload` of the iteration's ``MainSlot``s (rollout
-        key, reward, A_M, correctness, format flag), one per rollout.
+        ``slots``: :func:`mgrpo_algo.core.scoring.slot_payload` of the iteration's ``MainSlot``s, one per rollout.
         """
         from ..distributed.store import MainStat
 
         if iteration <= self.state["last_applied"]:  # applied before a crash: finish its idempotent tail only
             metrics = dict(self.state["metrics"].get(str(iteration), {}))
             return {**self._published(iteration, metrics), f"{self.role}/replayed": 1.0}
-        stats = [MainStat(s["key"]["query"], s["key"]["rollout"], float(s["correct"]), bool(s["format_ok"])) for s in slots]
-        self.store.put_main_stats(iteration, stats)  # first: the sub side may be waiting for it
+        if self.store is not None:  # first: the sub side may be waiting for it
+            self.store.put_main_stats(iteration, [MainStat(s["key"]["query"], s["key"]["rollout"], float(s["correct"]),
+                                                           bool(s["format_ok"]), float(s["reward"])) for s in slots])
         self.faults.hit("after_store_write", role=self.role, iteration=iteration)
         metrics: dict[str, float] = {}
         if self.train:
@@ -188,110 +302,167 @@ class RoleServer:
             self.faults.hit("after_update", role=self.role, iteration=iteration)
         return self._applied(iteration, metrics)
 
-    def update_sub(self, iteration: int, slots: list[dict[str, Any]], rollouts: int, *, staleness: int = 0) -> dict[str, float]:
+    def update_sub(self, iteration: int, facts: list[list[dict[str, Any]]], scoring: dict[str, Any], *,
+                   staleness: int = 0) -> dict[str, Any]:
         """Queue ``iteration`` and apply every pending iteration whose main statistics are in the store.
 
-        ``slots``: :func:`mgrpo_algo.core.scoring.slot_payload` of the iteration's aligned ``SubSlot``s
-        (rollout key, agent, A_S); ``rollouts``: how many main statistics complete the iteration.
-        ``staleness`` 0 (synchronized): wait for this iteration's main statistics and apply it now.
-        n > 0 (stale): apply what is complete, and wait only for iterations older than
-        ``iteration - n``, so the sub learner lags at most n iterations.
+        ``facts``: :func:`mgrpo_algo.core.scoring.sub_facts` of the iteration's rollouts (what this side
+        knows of its own trajectories); ``scoring``: ``k``, ``d``, ``strategy``, ``step_weight``,
+        ``sub_weights`` and ``estimator``. ``staleness`` 0 (synchronized): wait for this iteration's statistics and apply
+        it now; n > 0 (stale): apply what is complete and wait only for iterations older than
+        ``iteration - n``. Returns the metrics and, under ``"advantages"``, {iteration: [(rollout index,
+        agent, A_S)]} of the iterations applied (the loop writes them into the episode records).
         """
         pending = self.state.setdefault("pending", {})
         if iteration > self.state["last_applied"]:
-            pending[str(iteration)] = {"slots": slots, "rollouts": rollouts}
+            pending[str(iteration)] = {"facts": facts, "scoring": scoring}
             self._save_state()
         return self._apply_pending(iteration, staleness)
 
-    def _apply_pending(self, iteration: int, staleness: int) -> dict[str, float]:
+    def _apply_pending(self, iteration: int, staleness: int) -> dict[str, Any]:
         from ..distributed.store import StoreTimeout
 
         pending = self.state.setdefault("pending", {})
-        metrics: dict[str, float] = {}
+        metrics: dict[str, Any] = {}
+        advantages: dict[int, list[tuple[int, str, float]]] = {}
         for it in sorted(int(i) for i in pending):
             entry = pending[str(it)]
             must = it <= iteration - staleness  # older than the allowed lag: wait for it
             try:
-                self.store.get_main_stats(it, expected=entry["rollouts"], timeout_s=self.store_timeout_s if must else 0.0)
+                stats = self.store.get_main_stats(it, expected=len(entry["facts"]),
+                                                  timeout_s=self.store_timeout_s if must else 0.0)
             except StoreTimeout:
                 if must:
                     raise
                 break  # stale mode: not in yet; later iterations cannot be either (main publishes in order)
-            metrics = self._apply_sub(it, entry["slots"])
+            metrics, advantages[it] = self._apply_sub(it, entry, [s.correct for s in stats])
             metrics["sub/applied_iteration"] = float(it)
             metrics["sub/lag"] = float(iteration - it)
-        return metrics
+        return {**metrics, "advantages": advantages} if advantages else metrics
 
-    def flush(self, last_iteration: int) -> dict[str, float]:
+    def flush(self, last_iteration: int) -> dict[str, Any]:
         """Apply every pending iteration (end of a stale run)."""
         return self._apply_pending(last_iteration, 0)
 
-    def _apply_sub(self, iteration: int, slots: list[dict[str, Any]]) -> dict[str, float]:
+    def _apply_sub(self, iteration: int, entry: dict[str, Any], correct: list[float]
+                   ) -> tuple[dict[str, float], list[tuple[int, str, float]]]:
+        """R_S from the store's correctness, aligned, A_S pooled; then the update."""
+        import numpy as np
+
+        from mgrpo_env.rewards import paid_sub_reward
+
+        from ..core.scoring import score_sub_side
+        from ..core.seeding import iteration_rngs
+
         pending = self.state.setdefault("pending", {})
         if iteration <= self.state["last_applied"]:
             pending.pop(str(iteration), None)
-            return {}
-        metrics: dict[str, float] = {}
-        if self.train:  # an empty batch too: the learner reports it skipped, as in process
-            metrics = self.learner.update(self._sequences(iteration, slots))
+            return {}, []
+        facts, sc = entry["facts"], entry["scoring"]
+        rewards = [[paid_sub_reward(f["format_ok"], correct[i], f["expert"], sc["sub_weights"]) for f in row]
+                   for i, row in enumerate(facts)]
+        states = None
+        if sc["step_weight"]:
+            saved = self._buffer(iteration)["states"]
+            states = {(i, j): saved.get(_key(i, f["agent"]), []) for i, row in enumerate(facts) for j, f in enumerate(row)}
+        rng = iteration_rngs(self.seed, iteration)[1]  # the alignment draws of (seed, iteration), as everywhere
+        slots, metrics = score_sub_side(facts, rewards, sc["k"], sc["d"], strategy=sc["strategy"], rng=rng,
+                                        step_weight=sc["step_weight"], states=states,
+                                        estimator=sc.get("estimator", "grpo_pooled_masked"))
+        scored = set(metrics)  # the iteration's scoring figures: logged, not sent to the store's health
+        if self.train:  # an empty batch too: the learner reports it skipped
+            metrics.update(self.learner.update(self._sequences(iteration, [
+                {"key": {"index": s.key.index}, "agent": s.agent, "advantage": s.advantage,
+                 "turn_advantages": s.turn_advantages} for s in slots])))
             self.faults.hit("after_update", role=self.role, iteration=iteration)
         pending.pop(str(iteration), None)
-        return self._applied(iteration, metrics)
+        metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float, np.floating))}
+        return self._applied(iteration, metrics, scored), [(s.key.index, s.agent, s.advantage) for s in slots]
 
     def _sequences(self, iteration: int, slots: list[dict[str, Any]]) -> list[Any]:
-        """The training sequences of ``slots``, from the trajectories this server kept."""
+        """The training sequences of ``slots``, from the trajectories this worker kept."""
         from ..core.sequences import slot_sequence
 
-        buffer = self._buffer(iteration)
-        return [slot_sequence(buffer[_key(s["key"]["index"], s["agent"])], s["advantage"], self.role,
+        turns = self._buffer(iteration)["turns"]
+        return [slot_sequence(turns[_key(s["key"]["index"], s["agent"])], s["advantage"], self.role,
                               turn_advantages=s.get("turn_advantages")) for s in slots]
 
-    def _applied(self, iteration: int, metrics: dict[str, float]) -> dict[str, float]:
-        """Checkpoint (carrying ``last_applied``: the atomic rename commits the iteration), record it in
-        ``server.json``, then publish. A crash before the rename redoes the iteration from the previous
-        checkpoint; after it, the restarted server reads ``last_applied`` from the checkpoint and never
-        applies the iteration twice."""
+    def _applied(self, iteration: int, metrics: dict[str, float], scored: set[str] = frozenset()) -> dict[str, float]:
+        """Checkpoint (carrying ``last_applied``: the atomic rename commits the iteration), push the
+        weights to a served engine, record it in ``worker.json``, then publish."""
         self.state["last_applied"] = iteration
         self.state["metrics"] = {str(iteration): metrics}
         if self.train:
-            self.learner.save(self.dir / "checkpoint", extra={"last_applied": iteration, "metrics": self.state["metrics"]})
+            self.learner.save(self.dir / "checkpoints" / f"iter-{iteration}",
+                              extra={"last_applied": iteration, "metrics": self.state["metrics"]})
             self.faults.hit("after_checkpoint", role=self.role, iteration=iteration)
+            if self.sync is not None:
+                metrics = {**metrics, **self._push_weights()}
         self._save_state()
-        return self._published(iteration, metrics)
+        return self._published(iteration, metrics, scored)
 
-    def _published(self, iteration: int, metrics: dict[str, float]) -> dict[str, float]:
-        """The idempotent tail of an applied iteration: health, done mark, its buffer dropped."""
-        self.store.put_health(self.role, iteration, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
-        self.store.mark_done(self.role, iteration)
+    def _push_weights(self) -> dict[str, float]:
+        """After an update: the served engine samples from the new weights (LoRA adapter or full reload)."""
+        t0 = time.perf_counter()
+        if self.learner.config.lora_rank > 0:
+            name = f"{self.role}-step{self.learner.step}"
+            folder = self.learner.save_adapter(self.run_dir / "adapters" / name)
+            self.policy.model = self.sync.sync_lora(folder, name)
+        else:
+            weights = self.spec.served.weights_dir
+            if not weights:
+                raise ValueError(f"config field '{self.role}.served.weights_dir' is needed to push full weights")
+            self.learner.model.save_pretrained(weights)
+            self.sync.sync_full()
+        return {f"{self.role}/weight_sync_s": time.perf_counter() - t0}
+
+    def _published(self, iteration: int, metrics: dict[str, float], scored: set[str] = frozenset()) -> dict[str, float]:
+        """The idempotent tail of an applied iteration: health (the learner's figures), done mark, its
+        buffer dropped."""
         self.discard(iteration)
+        if self.store is None:
+            return metrics
+        self.store.put_health(self.role, iteration, {k: v for k, v in metrics.items()
+                                                     if isinstance(v, (int, float)) and k not in scored})
+        self.store.mark_done(self.role, iteration)
         metrics[f"{self.role}/store_bytes_written"] = float(self.store.bytes_written)
         metrics[f"{self.role}/store_bytes_read"] = float(self.store.bytes_read)
         return metrics
 
     def _save_state(self) -> None:
-        _write_json(self.dir / "server.json", self.state)
+        write_json(self.dir / "worker.json", self.state)
 
-    # -- introspection --------------------------------------------------------------------------
+    # -- introspection ----------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         return {"role": self.role, "pid": os.getpid(), "last_applied": self.state["last_applied"], "restored": self.restored,
-                "step": self.learner.step, "pending": sorted(int(i) for i in self.state.get("pending", {}))}
+                "step": self.learner.step if self.learner is not None else 0,
+                "pending": sorted(int(i) for i in self.state.get("pending", {}))}
 
     def close(self) -> None:
-        self.store.close()
+        if self.store is not None:
+            self.store.close()
 
 
 def _key(episode: int, agent: str) -> str:
     return f"{episode}/{agent}"
 
 
-def _write_json(path: Path, data: Any) -> None:
+def request_state(messages: list[dict[str, str]]) -> str:
+    """The anchor state of the turn a request asks for: the chat it carries (every message before
+    the assistant's answer), as :func:`state_digest`."""
+    return state_digest([(m.get("role"), m.get("content")) for m in messages])
+
+
+def state_digest(chat: Any) -> str:
+    """A turn's anchor state as a digest: the (role, content) pairs it had read, as
+    :func:`mgrpo_algo.core.scoring.turn_states` keys them (equal chats, equal digests)."""
+    return hashlib.sha256(json.dumps([list(m) for m in chat]).encode()).hexdigest()
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON at ``path`` atomically (a temporary file renamed over it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
-
-
-def remove_server_state(checkpoint_dir: str | Path) -> None:
-    """Delete every role server's folder under ``checkpoint_dir`` (a fresh run)."""
-    shutil.rmtree(checkpoint_dir, ignore_errors=True)

@@ -17,7 +17,7 @@ __all__ = ["RUN_FILES", "used_run_files", "check_fresh_run_folder", "clear_run_f
 
 #: What a training run writes in its ``out_dir`` (files and folders).
 RUN_FILES = ("loop_state.json", "metrics.jsonl", "episodes.jsonl", "config.json", "checkpoints", "final", "tb",
-             "adapters", "stats.sqlite", "servers", "eval_before.jsonl", "eval_after.jsonl", "view.html")
+             "adapters", "stats.sqlite", "workers", "eval_before.jsonl", "eval_after.jsonl", "view.html")
 
 
 def used_run_files(out_dir: str | Path) -> list[str]:

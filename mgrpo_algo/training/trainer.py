@@ -12,38 +12,45 @@ One iteration::
 Modes: ``mgrpo`` (both roles learn), ``frozen-sub`` (only the main agent learns), ``single-agent``
 (one agent with all the tools; GRPO with R = a1*format + a2*correct).
 
-Placement (``TrainConfig.placement``) only changes what is underneath ``roles``: ``in-process``
-(:class:`InProcessRoles`: learners and policies here; policies share their learner's model object,
-so rollouts always use the current weights without a copy) or a decoupled one
-(:class:`mgrpo_algo.training.decoupled.RoleServers`: each role on its own server). The loop, the scoring, the
-seeds and the metrics are the same code in both, so the same seed gives the same run.
+Placement (``TrainConfig.placement``) only changes where the role workers
+(:class:`mgrpo_algo.training.roles.RoleWorker`, one per role, :class:`~mgrpo_algo.training.workers.RoleWorkers`)
+live: in this process (``in-process``, ``local``; a worker's policy shares its learner's model object),
+one process per role, or Ray actors. The loop, the workers, the scoring, the seeds and the commit
+protocol are the same code in all of them, so the same seed gives the same run.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from pkgutil import resolve_name
 from typing import Any
 
 import mgrpo_scenarios
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
-from mgrpo_env.rollout import CollectStats, collect, collect_single
+from mgrpo_env.rollout import CollectStats, collect
 from mgrpo_env.tool_health import backend_failures
 
-from ..core.config import TrainConfig, config_to_dict
+from ..core.config import MODE_TABLE, TrainConfig, config_to_dict
 from ..core.faults import FaultPoints
-from ..core.scoring import COUNT_WINDOW, ScoredBatch, alignment_width, annotate, score_batch
-from ..core.seeding import iteration_rngs, policy_seed
-from ..core.sequences import slot_sequence
+from ..core.scoring import (
+    COUNT_WINDOW,
+    RolloutKey,
+    ScoredBatch,
+    SubSlot,
+    alignment_metrics,
+    alignment_width,
+    annotate,
+    score_main_side,
+)
+from ..core.seeding import episode_seed, iteration_rngs
 from .final_models import export_final_models
-from .roles import _write_json  # the role servers' atomic JSON write: one copy
+from .roles import write_json
+from .workers import RoleWorkers
 
-__all__ = ["Trainer", "InProcessRoles", "ROLE_BACKENDS", "role_model_paths", "trained_roles"]
+__all__ = ["Trainer", "role_model_paths", "trained_roles"]
 
 def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> dict[str, str]:
     """The model path of each role: the configured one, or the tiny model built (and warm-started
@@ -74,168 +81,19 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
 
 def trained_roles(config: TrainConfig) -> list[str]:
     """The roles whose learner updates in ``config.mode``."""
-    return {"mgrpo": ["main", "sub"], "frozen-sub": ["main"], "single-agent": ["single"]}[config.mode]
-
-
-class InProcessRoles:
-    """Learners and policies in this process (placement ``in-process``; every mode).
-
-    With ``config.checkpoint`` every learner is saved after each iteration (:meth:`commit`, before the
-    loop commits ``loop_state.json``); with ``config.resume`` the learners restart from the checkpoint
-    of the last committed iteration."""
-
-    def __init__(self, config: TrainConfig, paths: dict[str, str], out: Path) -> None:
-        import torch
-        import transformers
-
-        from ..learning.learner import RoleLearner
-        from ..policies.hf_policy import TransformersPolicy
-
-        transformers.utils.logging.disable_progress_bar()  # per-shard bars drown the training log
-        torch.set_num_threads(config.torch_threads)
-        torch.manual_seed(config.seed)
-        self.config, self.out = config, out
-        self.learners: dict[str, Any] = {}
-        self.policies: dict[str, Any] = {}
-        self.syncs: dict[str, Any] = {}
-        for role in paths:
-            spec = getattr(config, role)
-            model: Any = paths[role]
-            if role in trained_roles(config):
-                self.learners[role] = RoleLearner(role, paths[role], spec.learner)
-                model = self.learners[role].model
-            g = spec.generation
-            if spec.served.enabled:
-                self.policies[role] = self._served_policy(role, paths[role])
-                continue
-            self.policies[role] = TransformersPolicy(
-                model, paths[role], role=role, max_new_tokens=g.max_new_tokens, temperature=g.temperature,
-                top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens, seed=policy_seed(config.seed, role, 0),
-                kv_cache_mb=g.kv_cache_mb, decode=g.decode, sampler=g.sampler,
-            )
-            if role in self.learners and self.learners[role].tokenizer is None:
-                # checkpoints are complete Hugging Face folders (tokenizer and chat template with the weights)
-                self.learners[role].tokenizer = self.policies[role].tokenizer
-        self.start_iteration = 0
-        state = out / "loop_state.json"
-        if config.resume and state.exists():
-            last = int(json.loads(state.read_text())["iteration"])
-            folder = self._checkpoint(last)
-            missing = [role for role in self.learners if not (folder / role / "learner.json").exists()]
-            if missing:
-                raise ValueError(f"cannot resume {out}: no checkpoint of iteration {last} for {missing} "
-                                 f"under {folder} (a run with checkpoint: false cannot be resumed)")
-            for role, learner in self.learners.items():
-                learner.resume(folder / role)  # in place: the policy shares the model object
-            self.start_iteration = last + 1
-
-    def _checkpoint(self, iteration: int) -> Path:
-        return self.out / "checkpoints" / f"iter-{iteration}"
-
-    def _served_policy(self, role: str, model_path: str) -> Any:
-        """An OpenAI-compatible policy on the role's served engine, and the weight sync that keeps it current."""
-        from ..policies.http_policy import OpenAICompatiblePolicy
-        from ..policies.weight_sync import WeightSync
-
-        spec = getattr(self.config, role)
-        served, g = spec.served, spec.generation
-        self.syncs[role] = WeightSync(served.base_url, api_key=served.api_key)
-        return OpenAICompatiblePolicy(
-            served.base_url, served.model or model_path, role=role, tokenizer=model_path,
-            max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
-            max_prompt_tokens=g.max_prompt_tokens, api_key=served.api_key,
-        )
-
-    def collect(self, iteration: int, run: Callable[[dict[str, Any]], list[EpisodeRecord]]) -> list[EpisodeRecord]:
-        for role, policy in self.policies.items():  # sampling keyed by (seed, role, iteration, call), as on role servers
-            if hasattr(policy, "reseed"):
-                policy.reseed(policy_seed(self.config.seed, role, iteration))
-        return run(self.policies)
-
-    def update(self, iteration: int, batch: ScoredBatch, records: list[EpisodeRecord]) -> dict[str, float]:
-        metrics: dict[str, float] = {}
-        main_role = "single" if "single" in self.policies else "main"
-        if main_role in self.learners:
-            metrics.update(self.learners[main_role].update([
-                slot_sequence([t.extra for t in records[m.key.index].main.turns], m.advantage, main_role,
-                              turn_advantages=m.turn_advantages, episode=records[m.key.index].episode_id,
-                              agent=m.agent, reward=m.reward)
-                for m in batch.main
-            ]))
-        if "sub" in self.learners:
-            metrics.update(self.learners["sub"].update([
-                slot_sequence([t.extra for t in records[s.key.index].subs[s.sub].turns], s.advantage, "sub",
-                              turn_advantages=s.turn_advantages, episode=records[s.key.index].episode_id,
-                              agent=s.agent, reward=s.reward)
-                for s in batch.sub
-            ]))
-        for role in self.syncs:
-            if role in self.learners:
-                metrics.update(self._push_weights(role))
-        return metrics
-
-    def _push_weights(self, role: str) -> dict[str, float]:
-        """After an update: the served engine samples from the new weights (LoRA adapter or full reload)."""
-        learner, sync = self.learners[role], self.syncs[role]
-        t0 = time.perf_counter()
-        if learner.config.lora_rank > 0:
-            name = f"{role}-step{learner.step}"
-            folder = learner.save_adapter(self.out / "adapters" / name)
-            self.policies[role].model = sync.sync_lora(folder, name)
-        else:
-            weights = getattr(self.config, role).served.weights_dir
-            if not weights:
-                raise ValueError(f"config field '{role}.served.weights_dir' is needed to push full weights")
-            learner.model.save_pretrained(weights)
-            sync.sync_full()
-        return {f"{role}/weight_sync_s": time.perf_counter() - t0}
-
-    def commit(self, iteration: int) -> None:
-        """Checkpoint every learner for ``iteration`` (each save atomic), before the loop commits it."""
-        if self.config.checkpoint:
-            for role, learner in self.learners.items():
-                learner.save(self._checkpoint(iteration) / role)
-
-    def committed(self, iteration: int) -> None:
-        """``iteration`` is committed: older per-iteration checkpoints can go."""
-        root = self.out / "checkpoints"
-        for folder in root.glob("iter-*") if root.exists() else []:
-            if folder.name != f"iter-{iteration}":
-                shutil.rmtree(folder, ignore_errors=True)
-
-    def end_stage(self, stage_index: int) -> None:
-        if self.config.checkpoint:
-            for role, learner in self.learners.items():
-                learner.save(self.out / "checkpoints" / f"stage{stage_index + 1}" / role)
-
-    def finish(self, last_iteration: int) -> None:
-        """Nothing is pending in process."""
-
-    def placement_metrics(self) -> dict[str, float]:
-        return {}
-
-    def close(self) -> None:
-        """Nothing to stop in process."""
-
-
-#: What the loop runs on, per ``placement.kind``: a class, or "module:class" imported on first use
-#: (the decoupled backend imports this module for the loop, never the reverse: no import cycle).
-ROLE_BACKENDS: dict[str, Any] = {
-    "in-process": InProcessRoles,
-    **{kind: "mgrpo_algo.training.decoupled:RoleServers" for kind in ("local", "processes", "ray")},
-}
+    return list(MODE_TABLE[config.mode].trained)
 
 
 class Trainer:
-    """Runs a :class:`TrainConfig`: builds the roles where ``config.placement`` says, then every
-    stage's iterations. A decoupled placement resumes after the last iteration its servers applied; in
-    process, ``config.resume`` resumes after the last committed iteration (``loop_state.json``).
+    """Runs a :class:`TrainConfig`: builds the role workers where ``config.placement`` says, then every
+    stage's iterations; ``config.resume`` resumes after the last committed iteration (``loop_state.json``).
 
-    An iteration commits in this order: update, append its ``episodes.jsonl`` and ``metrics.jsonl``
-    lines, checkpoint the in-process learners (``checkpoints/iter-<t>``), then write ``loop_state.json``
-    (atomic: the commit point; it records the two files' sizes, so a resumed run cuts lines of an
-    iteration that was not committed). A kill anywhere redoes at most the uncommitted iteration, with
-    the same seeds, so a resumed run ends with the parameters of an uninterrupted one (tested)."""
+    An iteration commits in this order: each worker applies it and checkpoints (its own atomic commit
+    point, ``workers/<role>/checkpoints/iter-<t>``), the loop appends its ``episodes.jsonl`` and
+    ``metrics.jsonl`` lines, then writes ``loop_state.json`` (atomic: the run's commit point; it records
+    the two files' sizes, so a resumed run cuts lines of an iteration that was not committed), then the
+    workers prune older checkpoints. A kill anywhere redoes at most the uncommitted iteration, with the
+    same seeds, so a resumed run ends with the parameters of an uninterrupted one (tested)."""
 
     def __init__(self, config: TrainConfig, *, log: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.config = config
@@ -245,21 +103,26 @@ class Trainer:
         self._log_extra = log
         self.faults = FaultPoints.from_env(self.out)  # MGRPO_FAULT, read once (crash tests)
         placement = config.placement
-        if placement.decoupled and not placement.store:
-            placement.store = f"sqlite:{self.out / 'stats.sqlite'}"
+        store = placement.store or f"sqlite:{self.out / 'stats.sqlite'}"
         (self.out / "config.json").write_text(json.dumps(config_to_dict(config), indent=2, default=str) + "\n")
         # the env pays R_M and R_S once, with the judge wherever the roles run
         self.reward_config = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(config.expert_judge.make()))
         self._warned_no_expert = False
-        roles = ["single"] if config.mode == "single-agent" else ["main", "sub"]
-        paths = self.model_paths = role_model_paths(config, self.scenario, roles)
-        backend = ROLE_BACKENDS[placement.kind]
-        self.roles: Any = (resolve_name(backend) if isinstance(backend, str) else backend)(config, paths, self.out)
+        self.mode = MODE_TABLE[config.mode]
+        paths = self.model_paths = role_model_paths(config, self.scenario, list(self.mode.roles))
+        state = self.out / "loop_state.json"
+        saved = json.loads(state.read_text()) if config.resume and state.exists() else None
+        committed = int(saved["iteration"]) if saved else -1
+        self.roles = RoleWorkers(config, paths, self.out, store=store, committed=committed)
+        behind = {role: s["last_applied"] for role in self.mode.trained
+                  if (s := self.roles.handles[role].call("status"))["last_applied"] < committed - placement.staleness}
+        if behind:
+            self.roles.close()
+            raise ValueError(f"cannot resume {self.out}: no checkpoint of iteration {committed} for {sorted(behind)} "
+                             f"under {self.out / 'workers'}")
         self.iteration = self.roles.start_iteration
         self.observed_counts: list[int] = []
-        state = self.out / "loop_state.json"
-        if self.iteration and state.exists():  # a resumed run chooses d from the counts seen before
-            saved = json.loads(state.read_text())
+        if saved:  # a resumed run chooses d from the counts seen before
             self.observed_counts = saved["observed_counts"]
             # a kill between appending an iteration's lines and committing it left lines to drop
             for name in ("metrics.jsonl", "episodes.jsonl"):
@@ -269,13 +132,19 @@ class Trainer:
                         fh.truncate(size)
 
     @property
-    def learners(self) -> dict[str, Any]:
-        """The in-process learners by role (empty when the roles run on servers)."""
-        return getattr(self.roles, "learners", {})
+    def workers(self) -> dict[str, Any]:
+        """The role workers by role, when they live in this process (``in-process``, ``local``)."""
+        return self.roles.workers
 
     @property
-    def policies(self) -> dict[str, Any]:
-        return getattr(self.roles, "policies", {})
+    def handles(self) -> dict[str, Any]:
+        """The handle on each role worker, whatever the placement."""
+        return self.roles.handles
+
+    @property
+    def restarts(self) -> list[dict[str, Any]]:
+        """The workers restarted after a failure (role, during what, recovery time, status)."""
+        return self.roles.restarts
 
     def run(self) -> list[dict[str, Any]]:
         history = []
@@ -288,43 +157,41 @@ class Trainer:
                         history.append(self.train_iteration(world, tasks, stage.split))
                     done += 1
                 self.roles.end_stage(stage_index)
-        self.roles.finish(self.iteration - 1)
-        export_final_models(self.roles, self.model_paths, self.out)  # OUT_DIR/final/<role>/: loadable as is
+        self.roles.finish(self.iteration - 1)  # a stale run's last sub iterations
+        export_final_models(self.roles.handles, self.out)  # OUT_DIR/final/<role>/: loadable as is
         return history
 
     def train_iteration(self, world: Any, tasks: list[Any], split: str) -> dict[str, Any]:
         cfg, t = self.config, self.iteration
         t_start = time.perf_counter()
-        task_rng, align_rng = iteration_rngs(cfg.seed, t)
+        task_rng, _ = iteration_rngs(cfg.seed, t)  # the alignment draws are the sub worker's (same seeds)
         batch = [tasks[i] for i in task_rng.choice(len(tasks), size=min(cfg.questions_per_iteration, len(tasks)), replace=False)]
         stats = CollectStats()
-        seed = cfg.seed + t * 10_000
-        single = cfg.mode == "single-agent"
+        seed = episode_seed(cfg.seed, t)
+        single = self.mode.single
 
         def run(policies: dict[str, Any]) -> list[EpisodeRecord]:
-            if single:
-                return collect_single(
-                    self.scenario, batch, cfg.group_size, policies["single"], world=world, seed=seed,
-                    max_workers=cfg.max_workers, env_kwargs={"limits": cfg.limits, "main_weights": cfg.main_weights},
-                    stats=stats,
-                )
             return collect(self.scenario, batch, cfg.group_size, policies, world=world, seed=seed, max_workers=cfg.max_workers,
-                           env_kwargs={"limits": cfg.limits, "rewards": self.reward_config}, stats=stats)
+                           env_kwargs={"limits": cfg.limits, "rewards": self.reward_config}, stats=stats, env=self.mode.env)
 
         records = self.roles.collect(t, run)
         t_collected = time.perf_counter()
         self.observed_counts = (self.observed_counts + [r.num_subs for r in records])[-COUNT_WINDOW:]
         d = 0 if single else alignment_width(self.observed_counts, cfg.align_d, cfg.align_quantile)
-        scored = score_batch(records, cfg.group_size, d, strategy=cfg.align_strategy, rng=align_rng, single=single,
-                             step_weight=cfg.step_advantage_weight)
-        annotate(records, scored)
-        metrics: dict[str, Any] = dict(scored.metrics)
+        main, metrics = score_main_side(records, cfg.group_size, role=self.mode.roles[0], step_weight=cfg.step_advantage_weight,
+                                        estimator=cfg.main_estimator)
+        if not single:
+            metrics.update(alignment_metrics(records, d))
+        t_scored = time.perf_counter()
+        worker_metrics, sub_advantages = self.roles.update(t, main, records, d)  # the sub side scores itself
+        metrics.update(worker_metrics)
+        k = cfg.group_size  # the sub worker's A_S of this iteration (none yet when it lags: stale mode)
+        subs = [SubSlot(RolloutKey(i, i // k, i % k), 0, 0, agent, 0.0, adv) for i, agent, adv in sub_advantages.get(t, [])]
+        annotate(records, ScoredBatch(main, subs, d))
         if metrics.get("sub/expert_disabled") and not self._warned_no_expert:
             print("note: r_expert is off (b3 = 0) for sub-agents of tasks without per-hop gold answers; "
                   "set expert_judge to score them with an LLM judge", flush=True)
             self._warned_no_expert = True
-        t_scored = time.perf_counter()
-        metrics.update(self.roles.update(t, scored, records))
         t_updated = time.perf_counter()
         self.faults.hit("loop_after_update", role="loop", iteration=t)
         write_jsonl(self.out / "episodes.jsonl", records, append=True)
@@ -347,10 +214,9 @@ class Trainer:
         with (self.out / "metrics.jsonl").open("a") as fh:
             fh.write(json.dumps(metrics) + "\n")
         self.faults.hit("loop_before_commit", role="loop", iteration=t)
-        # commit: checkpoints first, then loop_state.json (atomic) names t and the file sizes that go with it
-        self.roles.commit(t)
+        # commit: the workers checkpointed t when they applied it; loop_state.json (atomic) names t and the sizes
         sizes = {name: (self.out / name).stat().st_size for name in ("metrics.jsonl", "episodes.jsonl")}
-        _write_json(self.out / "loop_state.json", {"iteration": t, "observed_counts": self.observed_counts, "bytes": sizes})
+        write_json(self.out / "loop_state.json", {"iteration": t, "observed_counts": self.observed_counts, "bytes": sizes})
         self.roles.committed(t)
         if self._log_extra is not None:
             self._log_extra(metrics)

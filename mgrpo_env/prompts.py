@@ -1,0 +1,73 @@
+"""The agents' system prompts: the role, the protocol, and the tools with their JSON schemas."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["FINAL_TAGS", "PROMPT_STYLES", "system_prompt"]
+
+#: The final-action tag of each role.
+FINAL_TAGS: Mapping[str, str] = MappingProxyType({"main": "answer", "sub": "result", "single": "answer"})
+
+_ROLE_INTRO = {
+    "main": (
+        "You are the main agent of a research team. Plan, delegate subtasks to sub-agents with the "
+        "delegate tool, combine their reports, and give the final answer."
+    ),
+    "sub": (
+        "You are a sub-agent of a research team. Carry out the subtask you were given with the web "
+        "tools, then report what you found to the main agent."
+    ),
+    "single": "You are a research agent. Answer the question with the web tools.",
+}
+_FINAL_TEXT = {
+    "main": "<answer>the final answer, short</answer>",
+    "sub": "<result>your report: the facts found, with their sources</result>",
+    "single": "<answer>the final answer, short</answer>",
+}
+
+
+_COMPACT_INTRO = {"main": "Main agent.", "sub": "Sub-agent.", "single": "Research agent."}
+#: System prompt styles: ``full`` (the protocol and the tools' JSON schemas, for real LLMs) and
+#: ``compact`` (a few dozen tokens: the role, the tools' signatures and the final tag, for tiny models).
+PROMPT_STYLES = ("full", "compact")
+
+
+def system_prompt(role: str, tools: Mapping[str, Any], style: str = "full") -> str:
+    """The role's system prompt: the protocol and the tools with their JSON schemas (deterministic).
+
+    ``style="compact"`` gives a one-line prompt (role, tool signatures, final tag) for small models
+    trained from scratch, whose cost grows with every prompt token and who never read the schemas.
+
+    Raises ValueError for an unknown role or style.
+    """
+    if role not in FINAL_TAGS:
+        raise ValueError(f"unknown role {role!r}; expected one of {sorted(FINAL_TAGS)}")
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"unknown prompt style {style!r}; expected one of {list(PROMPT_STYLES)}")
+    if style == "compact":
+        final = FINAL_TAGS[role]
+        names = ", ".join(spec.name for spec in tools.values()) or "none"
+        return f"{_COMPACT_INTRO[role]} Tools: {names}. End: <{final}>."
+    tool_lines = [json.dumps(_spec_json(spec), ensure_ascii=False) for spec in tools.values()]
+    return "\n".join(
+        [
+            _ROLE_INTRO[role],
+            "",
+            "Each turn, first think inside <think>...</think>, then write exactly one of:",
+            '- a tool call: <tool_call>{"name": "<tool name>", "arguments": {<arguments>}}</tool_call>',
+            f"- {_FINAL_TEXT[role]}",
+            "Tool outputs come back inside <tool_response>...</tool_response>. A malformed turn gets an "
+            "error message instead.",
+            "",
+            "Tools (JSON schemas):",
+            *(tool_lines or ["(none)"]),
+        ]
+    )
+
+
+def _spec_json(spec: Any) -> dict[str, Any]:
+    return {"name": spec.name, "description": spec.description, "parameters": spec.parameters}

@@ -1,0 +1,81 @@
+"""Modes are one table (roles, trained roles, env); both envs take a RewardConfig; one collect loop."""
+
+from __future__ import annotations
+
+import pytest
+
+from mgrpo_algo.core.config import MODE_TABLE, TRAIN_MODES
+from mgrpo_env.core import RewardConfig
+from mgrpo_env.rollout import EPISODES, collect
+from mgrpo_env.scripted import OraclePolicy
+
+
+def test_every_mode_is_one_entry_of_the_table():
+    assert tuple(MODE_TABLE) == TRAIN_MODES
+    for name, mode in MODE_TABLE.items():
+        assert mode.env in EPISODES, name
+        assert set(mode.trained) <= set(mode.roles) == set(EPISODES[mode.env].roles), name
+    assert MODE_TABLE["single-agent"].single and not MODE_TABLE["frozen-sub"].single
+
+
+def test_the_single_agent_env_pays_with_its_reward_config(small_scenario, small_world):
+    tasks = list(small_scenario.tasks("stage2/test"))[:4]
+    rewards = RewardConfig(main_weights=(0.5, 0.25))
+    records = collect(small_scenario, tasks, 1, {"single": OraclePolicy(small_scenario, "single")}, world=small_world,
+                      env_kwargs={"max_turns": 24, "rewards": rewards}, env="single")
+    assert any(r.correct for r in records)
+    for r in records:
+        assert r.rewards["single_0"] == pytest.approx((0.5 + 0.25 * r.correct) if r.main.format_ok else 0.0)
+
+
+def test_one_collect_loop_checks_the_roles_of_its_env(small_scenario, small_world):
+    tasks = list(small_scenario.tasks("stage2/test"))[:1]
+    with pytest.raises(ValueError, match="needs the roles single; missing"):
+        collect(small_scenario, tasks, 1, {"main": None, "sub": None}, world=small_world, env="single")
+    with pytest.raises(ValueError, match="needs the roles main and sub; missing"):
+        collect(small_scenario, tasks, 1, {"single": None}, world=small_world)
+
+
+def test_single_agent_runs_on_a_role_worker_placement(small_scenario, tmp_path):
+    """Every mode on every placement: the single agent's worker on a local handle, no store needed."""
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.training.trainer import Trainer
+
+    cfg = load_config(None, [
+        "mode=single-agent", f"out_dir={tmp_path / 'run'}", f"models_dir={tmp_path / 'models'}", "warm_start.epochs=0",
+        f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}}}", "questions_per_iteration=2",
+        "group_size=2", "stages=[{split: stage1/train, iterations: 1}]", "placement={kind: local}",
+        "model_sizes={single: {hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1}}",
+        "single.generation.max_new_tokens=8", "limits={max_main_turns: 2, max_sub_turns: 1, max_delegations: 1}",
+    ])
+    with Trainer(cfg) as trainer:
+        history = trainer.run()
+        assert set(trainer.handles) == {"single"} and trainer.workers["single"].store is None
+    assert history[0]["single/samples"] == 4
+    assert (tmp_path / "run" / "final" / "single" / "config.json").exists()
+
+
+def test_a_tool_schema_lives_once_and_a_scenario_declares_each_roles_tools(small_scenario, small_world):
+    """The prompt and the argument check read the tools package's own objects; a scenario that holds
+    back ``click`` from its sub-agents gets a prompt without it and a refused call."""
+    from mgrpo_env.aec import MGRPOEnv
+    from mgrpo_env.protocol import SEARCH, parse_action, role_tools
+    from mgrpo_tools.search import SearchTool
+    from mgrpo_tools.visit import ClickTool
+
+    assert SEARCH.parameters is SearchTool.parameters and SEARCH.description is SearchTool.description
+    assert list(role_tools(small_scenario, "sub")) == ["search", "visit", "click"]
+
+    class NoClick:
+        role_tools = {"sub": ("search", "visit")}
+
+        def __getattr__(self, name):
+            return getattr(small_scenario, name)
+
+    scenario = NoClick()
+    env = MGRPOEnv(scenario, "stage2/test", world=small_world)
+    assert ClickTool.description not in env._prompts["sub"] and SearchTool.description in env._prompts["sub"]
+    assert not parse_action('<tool_call>{"name": "click", "arguments": {"link": 1}}</tool_call>', role="sub",
+                            allowed_tools=env._tools_of["sub"]).ok
+    with pytest.raises(ValueError, match="unknown tools"):
+        role_tools(type("Bad", (), {"role_tools": {"sub": ("teleport",)}})(), "sub")
