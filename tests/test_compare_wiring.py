@@ -58,6 +58,7 @@ class World:
     evals: list = field(default_factory=list)  # one dict per evaluation call
     scalars: dict = field(default_factory=dict)  # tb folder -> [(tag, value, step)]
     curves: dict = field(default_factory=dict)
+    closed: list = field(default_factory=list)  # out_dir of each trainer compare closed
 
 
 def answers(states: tuple, questions: int, k: int, temperature: float, seed: int) -> list[list[bool]]:
@@ -118,10 +119,26 @@ def fake(monkeypatch, tmp_path):
 
     class Policy:
         def __init__(self, model, tokenizer, *, role, max_new_tokens, temperature, top_p, max_prompt_tokens,
-                     device, dtype, seed):
+                     seed, **placed):
             self.model = model if isinstance(model, Model) else Model(str(model))
             self.tokenizer, self.role, self.max_new_tokens, self.temperature = tokenizer, role, max_new_tokens, temperature
             self.seed = seed
+
+    class Handle:
+        """A role worker's handle as compare sees it: ``begin_eval`` builds the evaluation policy over the
+        worker's current model (the learner's, or the start for a frozen role), as RoleWorker does."""
+
+        def __init__(self, cfg, role, model):
+            self.cfg, self.role, self.model, self.eval_policy = cfg, role, model, None
+
+        def call(self, name, *args):
+            assert name == "begin_eval", name
+            from mgrpo_algo.policies.factory import make_policy
+
+            seed, temperature, max_new_tokens = args
+            spec = getattr(self.cfg, self.role)
+            self.eval_policy = make_policy(self.role, self.model, spec.model, spec, seed=seed, temperature=temperature,
+                                           max_new_tokens=max_new_tokens, served=False, evaluation=True)
 
     class Learner:
         def __init__(self, path):
@@ -137,9 +154,14 @@ def fake(monkeypatch, tmp_path):
             self.policies = {r: Policy(self.learners[r].model if r in self.learners else getattr(cfg, r).model,
                                        None, role=r, max_new_tokens=0, temperature=1.0, top_p=1.0,
                                        max_prompt_tokens=0, device="cpu", dtype=None, seed=0) for r in roles}
+            self.handles = {r: Handle(cfg, r, self.learners[r].model if r in self.learners else getattr(cfg, r).model)
+                            for r in roles}
             self.snapshot = {"seed": cfg.seed, "mode": cfg.mode, "out_dir": cfg.out_dir,
                              "models": {r: getattr(cfg, r).model for r in roles}}
             world.trainers.append(self.snapshot)
+
+        def close(self):
+            world.closed.append(self.snapshot["out_dir"])
 
         def run(self):
             history = []
@@ -152,10 +174,13 @@ def fake(monkeypatch, tmp_path):
                 self.log(dict(metrics))
             return history
 
-    def fake_eval(kind):
-        def run(scenario, split, policies, *, agent_name, k, limit, seed, progress, max_workers, on_episode,
+    def fake_eval():
+        def run(scenario, split, policies, *, env, agent_name, k, limit, seed, progress, max_workers, on_episode,
                 previous, env_kwargs):
-            policies = {"single": policies} if kind == "single" else policies
+            kind = {"hierarchy": "hierarchy", "single": "single"}[env]
+            assert sorted(policies) == (["single"] if kind == "single" else ["main", "sub"])
+            # a trained model is evaluated through its worker's handle: read the policy it built
+            policies = {r: p.handle.eval_policy if hasattr(p, "handle") else p for r, p in policies.items()}
             states = tuple((r, p.model.state()) for r, p in sorted(policies.items()))
             temperature = {p.temperature for p in policies.values()}
             assert len(temperature) == 1
@@ -186,8 +211,7 @@ def fake(monkeypatch, tmp_path):
     monkeypatch.setattr(trainer_module, "role_model_paths", role_model_paths)
     monkeypatch.setattr(trainer_module, "Trainer", Trainer)
     monkeypatch.setattr(hf_policy, "TransformersPolicy", Policy)
-    monkeypatch.setattr(evaluate, "evaluate_hierarchy", fake_eval("hierarchy"))
-    monkeypatch.setattr(evaluate, "evaluate_single", fake_eval("single"))
+    monkeypatch.setattr(evaluate, "evaluate_agents", fake_eval())
     monkeypatch.setattr(torch.utils.tensorboard, "SummaryWriter", Writer)
     monkeypatch.setattr(plots, "plot_curves", lambda curves, path: world.curves.update(curves))
     return world, tmp_path
@@ -224,10 +248,10 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
          "models": {r: starts[r] for r in (("single",) if m == "single-agent" else ("main", "sub"))}}
         for s in (3, 4) for m in compare.MODES]
 
+    assert sorted(world.closed) == sorted(t["out_dir"] for t in world.trainers)  # every run's workers stopped
     starts_evaluated = [e for e in world.evals if e["name"].startswith("start")]
     for e in world.evals:  # every evaluation: the config's split, the eval budget, the role's tokenizer and seed
-        assert e["split"] == "stage2/test" and e["env_kwargs"] == (
-            ["limits", "main_weights"] if e["kind"] == "single" else ["limits", "rewards"])
+        assert e["split"] == "stage2/test" and e["env_kwargs"] == ["limits", "rewards"]  # both envs take a RewardConfig
         greedy_pass = e["name"].endswith("greedy")
         assert (e["temperature"], e["k"]) == ((0.0, 1) if greedy_pass else (temperature, k)), e["name"]
         assert e["limit"] == (2 if e["name"].endswith("curve") else 3), e["name"]
