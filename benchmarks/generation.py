@@ -75,9 +75,9 @@ def record(tmp: Path, b: int, k: int) -> tuple[Any, list[tuple[str, list[Any], l
     trainer = Trainer(load_config(ROOT / "configs" / "demo.yaml", overrides))
     seeds = {role: policy_seed(0, role, 0) for role in ("main", "sub")}
     for role, seed in seeds.items():
-        trainer.policies[role].reseed(seed)
+        trainer.workers[role].policy.reseed(seed)
     calls: list[tuple[str, list[Any], list[tuple[list[int], list[float]]]]] = []
-    policies = {role: Recording(trainer.policies[role], calls) for role in ("main", "sub")}
+    policies = {role: Recording(trainer.workers[role].policy, calls) for role in ("main", "sub")}
     tasks = list(trainer.scenario.tasks("stage2/train"))[:b]
     cfg = trainer.config
     with trainer.scenario.open() as world:
@@ -94,7 +94,7 @@ def replay(trainer: Any, calls: list[tuple[str, list[Any], list[tuple[list[int],
     policies = {}
     decode, sampler = (mode.split("+") + ["multinomial"])[:2]
     for role in ("main", "sub"):
-        source, g = trainer.policies[role], getattr(trainer.config, role).generation
+        source, g = trainer.workers[role].policy, getattr(trainer.config, role).generation
         policies[role] = TransformersPolicy(
             source.model, source.tokenizer, role=role, max_new_tokens=g.max_new_tokens, temperature=g.temperature,
             top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens, seed=seeds[role], kv_cache_mb=g.kv_cache_mb,
