@@ -29,6 +29,12 @@ ITERATIONS = 3  # per run; iteration i reports 4 + i rollouts (any count: the ro
 ROLLOUTS = 4 + 5 + 6
 INIT_S, ITER_S, EVAL_S = 5.0, 60.0, 10.0  # fake clock: trainer start, one iteration, one evaluation call
 MAX_NEW = {"main": 12, "sub": 13, "single": 14}
+# per role, distinct, so a setting passed from another role, or left out, shows
+TOP_P = {"main": 0.91, "sub": 0.92, "single": 0.93}
+MAX_PROMPT = {"main": 301, "sub": 302, "single": 303}
+DEVICE = {"main": "cpu:0", "sub": "cpu:1", "single": "cpu:2"}
+DTYPE = {"main": "float32", "sub": "bfloat16", "single": "float16"}
+MAX_WORKERS = 5
 MODE_INDEX = {"mgrpo": 0, "frozen-sub": 1, "single-agent": 2}
 
 
@@ -122,6 +128,7 @@ def fake(monkeypatch, tmp_path):
             self.model = model if isinstance(model, Model) else Model(str(model))
             self.tokenizer, self.role, self.max_new_tokens, self.temperature = tokenizer, role, max_new_tokens, temperature
             self.seed = seed
+            self.settings = (role, top_p, max_prompt_tokens, device, dtype)
 
     class Learner:
         def __init__(self, path):
@@ -167,7 +174,10 @@ def fake(monkeypatch, tmp_path):
             world.evals.append({"name": agent_name, "kind": kind, "states": states, "k": k, "limit": limit,
                                 "seed": seed, "split": split, "temperature": temperature,
                                 "policies": {r: (p.tokenizer, p.max_new_tokens, p.seed) for r, p in policies.items()},
-                                "env_kwargs": sorted(env_kwargs)})
+                                "settings": {r: p.settings for r, p in policies.items()},
+                                "scenario": getattr(scenario, "data_dir", None), "progress": progress,
+                                "passed": (max_workers, on_episode, previous), "env_kwargs": sorted(env_kwargs),
+                                "env_values": dict(env_kwargs)})
             clock.now += EVAL_S
             return types.SimpleNamespace(exact_match=em, f1=f1_of(em), num_tasks=limit), records
         return run
@@ -198,7 +208,10 @@ def config(small_scenario, *extra):
         f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}}}",
         f"stages=[{{split: stage2/train, iterations: {ITERATIONS}}}]", "questions_per_iteration=2", "group_size=2",
         "seed=3", "eval.limit=3", "eval.every=2", "eval.curve_limit=2",
-        *(f"{r}.generation.max_new_tokens={n}" for r, n in MAX_NEW.items()), *extra])
+        *(f"{r}.generation.max_new_tokens={n}" for r, n in MAX_NEW.items()),
+        *(f"{r}.generation.top_p={TOP_P[r]}" for r in TOP_P), *(f"{r}.generation.max_prompt_tokens={MAX_PROMPT[r]}" for r in TOP_P),
+        *(f"{r}.learner.device={DEVICE[r]}" for r in TOP_P), *(f"{r}.learner.dtype={DTYPE[r]}" for r in TOP_P),
+        f"max_workers={MAX_WORKERS}", *extra])
 
 
 def expected(states, limit, k, temperature, seed):
@@ -214,7 +227,8 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
     extra = ["eval.temperature=0.5", "eval.samples=2", "eval.max_new_tokens=9"] if sampled else []
     cfg = config(small_scenario, *extra)
     temperature, k = (0.5, 2) if sampled else (0.0, 1)
-    summary = compare.run_compare(cfg, seeds=2, out_dir=tmp / "out", progress=False, command="mgrpo compare x")
+    progress = sampled  # the bars on in one case, off in the other: each evaluation's own setting shows
+    summary = compare.run_compare(cfg, seeds=2, out_dir=tmp / "out", progress=progress, command="mgrpo compare x")
     assert cfg.seed == 3 and cfg.mode == "mgrpo" and cfg.out_dir != str(tmp / "out")  # the caller's config untouched
     starts = {r: str(tmp / "starts" / r) for r in ("main", "sub", "single")}
 
@@ -234,6 +248,21 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
         assert e["policies"] == {r: (starts[r], 9 if sampled else MAX_NEW[r], e["seed"] + {"main": 0, "sub": 1,
                                                                                           "single": 2}[r])
                                  for r in e["policies"]}
+        # each role's policy with its own top-p, prompt limit, device and dtype
+        assert e["settings"] == {r: (r, TOP_P[r], MAX_PROMPT[r], DEVICE[r], DTYPE[r]) for r in e["policies"]}
+        assert sorted(e["policies"]) == (["single"] if e["kind"] == "single" else ["main", "sub"])
+        # the config's scenario (its world), the bars only where the caller asked and not on the extra
+        # passes, the config's workers, no episode callback or earlier episodes
+        assert e["scenario"] == small_scenario.data_dir, e["name"]
+        assert e["progress"] is (progress and not e["name"].endswith(("greedy", "curve"))), e["name"]
+        assert e["passed"] == (MAX_WORKERS, None, None), e["name"]
+        assert e["env_values"]["limits"] == cfg.limits
+        if e["kind"] == "single":
+            assert e["env_values"]["main_weights"] == cfg.main_weights
+        else:
+            rewards = e["env_values"]["rewards"]
+            assert (rewards.main_weights, rewards.sub_weights) == (cfg.main_weights, cfg.sub_weights)
+            assert rewards.expert is not None  # the hop-answer expert (no judge in compare)
     # the start is evaluated once per start group when greedy (the same episodes for every seed), else per
     # seed; its greedy pass runs once per start group either way
     assert sorted((e["name"], e["kind"], e["seed"]) for e in starts_evaluated) == sorted(

@@ -19,12 +19,14 @@ SYSTEM = {"role": "system", "content": "You are a research agent."}
 
 
 @pytest.fixture(scope="module")
-def model(tokenizer, tmp_path_factory):
+def model(tokenizer, keep):
     from transformers import AutoModelForCausalLM
 
-    path = tmp_path_factory.mktemp("model")
-    build_tiny_model(tokenizer, path, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, seed=0)
-    return AutoModelForCausalLM.from_pretrained(path)
+    def build(path):
+        build_tiny_model(tokenizer, path, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, seed=0)
+        return AutoModelForCausalLM.from_pretrained(path)
+
+    return keep("kv-model", build)
 
 
 def policy(model, tokenizer, role: str, kv_cache_mb: float, **kwargs) -> TransformersPolicy:
