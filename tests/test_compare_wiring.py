@@ -116,9 +116,11 @@ def fake(monkeypatch, tmp_path):
         for role in roles:
             folder = starts / role
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "warm_start.json").write_text(json.dumps(
-                {"key": {"config": {"epochs": 1, "role": role}}, "counts": {"sequences": len(role)},
-                 "metrics": {"loss": 0.5}}))
+            record = {"key": {"config": {"epochs": 1, "role": role}}, "counts": {"sequences": len(role)},
+                      "metrics": {"loss": 0.5}}
+            if role == "single":  # a record without the warm start's key (its config not known)
+                del record["key"]
+            (folder / "warm_start.json").write_text(json.dumps(record))
             out[role] = str(folder)
         return out
 
@@ -375,9 +377,13 @@ def test_a_rerun_replaces_the_seed_folders_and_one_mode_runs_alone(fake, small_s
     stale = tmp / "out" / "seed3" / "single-agent" / "episodes.jsonl"
     stale.parent.mkdir(parents=True)
     stale.write_text("from an earlier run\n")
-    summary = compare.run_compare(config(small_scenario, "eval.greedy=false", "eval.temperature=0.5"), seeds=1,
-                                  out_dir=tmp / "out", modes=["single-agent"], progress=False)
+    cfg = config(small_scenario, "eval.greedy=false", "eval.temperature=0.5")
+    summary = compare.run_compare(cfg, seeds=1, out_dir=tmp / "out", modes=["single-agent"])  # bars on by default
     assert not stale.exists() and (stale.parent / "eval_after.jsonl").is_file()
+    assert [(e["name"], e["progress"]) for e in world.evals] == [
+        ("start seed3", True), ("single-agent curve", False), ("single-agent seed3", True)]
+    assert summary["warm_start"]["single"]["single"] == {
+        "path": str(tmp / "starts" / "single"), "config": None, "counts": {"sequences": 6}, "metrics": {"loss": 0.5}}
     assert [t["mode"] for t in world.trainers] == ["single-agent"] and summary["modes"] == ["single-agent"]
     assert summary["start_models"] == {"single": {"single": str(tmp / "starts" / "single")}}
     row = summary["results"]["single-agent"]["per_seed"][0]
@@ -385,3 +391,27 @@ def test_a_rerun_replaces_the_seed_folders_and_one_mode_runs_alone(fake, small_s
     assert not any(e["name"].endswith("greedy") for e in world.evals)
     assert list(summary["intervals"]) == ["single-agent: after - start"]
     assert row["curve"] == [{"step": 2, "em": row["curve"][0]["em"], "f1": f1_of(row["curve"][0]["em"])}]
+    # an output folder whose parents do not exist yet is made with them
+    nested = tmp / "out" / "new" / "nested"
+    again = compare.run_compare(cfg, seeds=1, out_dir=nested, modes=["single-agent"], progress=False)
+    assert json.loads((nested / "summary.json").read_text())["seeds"] == again["seeds"] == [3]
+
+
+def test_a_greedy_pass_is_cached_under_its_key_only(fake, small_scenario):
+    """``_full_evaluation``'s greedy cache: one greedy pass per key; without a key, every call runs its own
+    and nothing is stored."""
+    world, _ = fake
+    cfg = config(small_scenario, "eval.temperature=0.5")
+    scenario = compare.check_compare(cfg, 1, ["mgrpo"])
+    paths = {"main": "m", "sub": "s"}
+    cache: dict = {}
+
+    def evaluate(key):
+        return compare._full_evaluation(cfg, scenario, lambda c: compare.evaluation_policies(c, paths, paths, 3),
+                                        seed=3, progress=False, name="x", greedy_cache=cache, greedy_key=key)[0]
+
+    greedy = expected((("main", ("m", 0)), ("sub", ("s", 0))), 3, 1, 0.0, 3)[0]
+    assert [evaluate(None)["greedy_em"] for _ in range(2)] == [greedy, greedy]
+    assert cache == {} and [e["name"] for e in world.evals] == ["x", "x greedy"] * 2
+    assert [evaluate("k")["greedy_em"] for _ in range(2)] == [greedy, greedy]
+    assert cache == {"k": greedy} and [e["name"] for e in world.evals[4:]] == ["x", "x greedy", "x"]
