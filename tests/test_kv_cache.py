@@ -339,6 +339,11 @@ def test_manager_evicts_least_recently_used_and_drops_everything_when_any_weight
     layout = exact.prepare(model, [None, "x", "y", "z"], [[1, 2]] * 4, pad_id=0)
     exact.store(layout, _cache(4, 3), [[1, 2]] * 4, [[7, 8]] * 4)
     assert list(exact.entries) == ["z"] and exact.stats.evictions == 3 and exact.nbytes == per_entry
+    # a row over the budget is skipped, not the end of the batch: the row after it (exactly the budget) is kept
+    fresh = KVCacheManager(per_entry)
+    both = fresh.prepare(model, ["big", "fits"], [[1, 2, 3], [1, 2]], pad_id=0)
+    fresh.store(both, _cache(2, 5), [[1, 2, 3], [1, 2]], [[7, 8], [7]])  # 3 + 2 and 2 + 1 positions
+    assert list(fresh.entries) == ["fits"] and fresh.entries["fits"].ids == [1, 2, 7] and fresh.nbytes == per_entry
     exact.store(layout, None, [[1, 2]] * 4, [[7, 8]] * 4)  # generate returned no cache: nothing to keep
     assert list(exact.entries) == ["z"]
     nothing = KVCacheManager(0)
