@@ -229,16 +229,23 @@ def patterns(paths: list[str]) -> list[str]:
     return out
 
 
-def run_mutmut(max_children: int, paths: list[str] | None = None) -> float:
+RUN_FILE = "mutmut-run.json"  # in mutants/: how its verdicts were obtained, for --no-run
+
+
+def run_mutmut(max_children: int, paths: list[str] | None = None, command: str = "make mutation") -> dict:
     """A fresh ``mutmut run`` from ROOT (of ``paths``' mutants only, when given; scoped modules run only
-    their scope's mutants either way); returns its wall time in seconds."""
+    their scope's mutants either way); returns (and writes to ``mutants/mutmut-run.json``) the run: its
+    wall time in seconds, the parallel workers, the command and the modules."""
     shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     mutmut = Path(sys.executable).with_name("mutmut")
     start = time.perf_counter()
     subprocess.run([str(mutmut), "run", "--max-children", str(max_children), *patterns(paths or list(TARGETS))],
                    cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    run = {"wall_s": round(time.perf_counter() - start, 1), "max_children": max_children, "command": command,
+           "modules": paths or list(TARGETS), "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    (ROOT / "mutants" / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n")
+    return run
 
 
 def _diff(name: str, path: str) -> str:
@@ -291,7 +298,15 @@ def _natural(name: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
-def write(modules: dict, wall_s: float | None, out: Path, note: str = "") -> bool:
+def _run_line(run: dict) -> str:
+    wall = "wall time not measured" if run.get("wall_s") is None else f"wall time {run['wall_s'] / 60:.1f} min"
+    workers = f"{run['max_children']} worker" + ("s" if run["max_children"] > 1 else "")
+    when = f", finished {run['finished']}" if run.get("finished") else ""
+    return (f"- `{run['command']}` ({workers}, {wall}{when}): "
+            + ", ".join(f"`{path}`" for path in run["modules"]))
+
+
+def write(modules: dict, out: Path, note: str = "") -> bool:
     out.mkdir(parents=True, exist_ok=True)
     ok = True
     for m in modules.values():
@@ -299,18 +314,24 @@ def write(modules: dict, wall_s: float | None, out: Path, note: str = "") -> boo
         ok &= m["meets_target"] and all(s["reason"] for s in m["survivors"])
     import mutmut
 
-    data = {"tool": f"mutmut {mutmut.__version__}", "wall_s": None if wall_s is None else round(wall_s, 1),
-            "command": "make mutation", "note": note, "modules": modules,
+    runs: list[dict] = []  # the distinct runs the modules' verdicts come from, in module order
+    for m in modules.values():
+        if m.get("run") and m["run"] not in runs:
+            runs.append(m["run"])
+    data = {"tool": f"mutmut {mutmut.__version__}", "runs": runs, "note": note, "modules": modules,
             "first_run": {p: dict(zip(("killed", "survived", "no_tests", "total"), b, strict=True))
                           for p, b in BEFORE.items()}}
     (out / "mutation.json").write_text(json.dumps(data, indent=1) + "\n")
     lines = [
         "# Mutation testing",
         "",
-        f"`make mutation` ({data['tool']}, one worker; wall time "
-        f"{'not measured (--no-run)' if wall_s is None else f'{wall_s / 60:.1f} min'}). Detected = killed + "
-        "timed out, over all mutants (a mutant no selected test reaches counts as not detected).",
-        *([note, ""] if note else [""]),
+        f"`make mutation` ({data['tool']}). Detected = killed + "
+        "timed out, over all mutants (a mutant no selected test reaches counts as not detected). "
+        "The verdicts come from these runs:",
+        "",
+        *(_run_line(r) for r in runs),
+        "",
+        *([note, ""] if note else []),
         "Why mutmut 3 and not cosmic-ray 8: both mutate a module and run a test command, but cosmic-ray "
         "starts that command once per mutant, and on these 2 shared cores a pytest start that imports torch "
         "costs 8-10 s, about 3 h for the 1,240 mutants of the five target modules alone. mutmut 3 imports the tests once, learns which "
@@ -358,18 +379,27 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     previous_file = args.out / "mutation.json"
     previous = json.loads(previous_file.read_text()) if previous_file.exists() else {}
-    # --no-run keeps the wall time of the last run, if there is one
-    wall_s = previous.get("wall_s") if args.no_run else run_mutmut(args.max_children, args.only)
-    fresh = collect(args.only)
+    command = "make mutation" if argv is None and len(sys.argv) == 1 else " ".join(
+        ["benchmarks/mutation.py", *(sys.argv[1:] if argv is None else argv)])
+    if args.no_run:  # the run that produced mutants/, as it recorded itself
+        run_file = ROOT / "mutants" / RUN_FILE
+        run = json.loads(run_file.read_text()) if run_file.exists() else None
+    else:
+        run = run_mutmut(args.max_children, args.only, command)
+    fresh = {path: {**m, "run": run} for path, m in collect(args.only).items()}
     if args.only:  # every module in TARGETS order: the fresh ones, the others as the previous report has them
         kept = previous.get("modules", {})
         missing = [path for path in TARGETS if path not in fresh and path not in kept]
         if missing:
             raise SystemExit(f"no previous verdicts for {', '.join(missing)}: run them (or all) first")
-        modules = {path: fresh.get(path) or {**kept[path], "from_previous_run": True} for path in TARGETS}
+        # a report written before runs were recorded per module: its one run, one worker
+        old_run = {"wall_s": previous.get("wall_s"), "max_children": 1, "command": previous.get("command", "make mutation"),
+                   "modules": [p for p in kept if p not in fresh]}
+        modules = {path: fresh.get(path) or {"run": old_run, **kept[path], "target": TARGETS[path], "from_previous_run": True}
+                   for path in TARGETS}
     else:
         modules = fresh
-    ok = write(modules, wall_s, args.out, args.note)
+    ok = write(modules, args.out, args.note)
     for path, m in modules.items():
         unexplained = sum(not s["reason"] for s in m["survivors"])
         print(f"{path:34s} {m['killed']:4d} killed {m['survived']:3d} survived {m['no_tests']:3d} no test "

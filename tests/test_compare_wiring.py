@@ -64,6 +64,7 @@ class World:
     evals: list = field(default_factory=list)  # one dict per evaluation call
     scalars: dict = field(default_factory=dict)  # tb folder -> [(tag, value, step)]
     curves: dict = field(default_factory=dict)
+    bars: list = field(default_factory=list)  # one per training run
 
 
 def answers(states: tuple, questions: int, k: int, temperature: float, seed: int) -> list[list[bool]]:
@@ -101,6 +102,7 @@ def metrics_of(seed: int, mode: str, i: int) -> dict:
 @pytest.fixture()
 def fake(monkeypatch, tmp_path):
     import torch.utils.tensorboard
+    import tqdm
 
     import mgrpo_algo.experiments.evaluate as evaluate
     import mgrpo_algo.experiments.plots as plots
@@ -161,6 +163,24 @@ def fake(monkeypatch, tmp_path):
                 self.log(dict(metrics))
             return history
 
+    class Bar:
+        """tqdm's bar by its arguments and calls. A real one is not used: tqdm's lock is a multiprocessing
+        lock shared by forked processes, and a mutation run forks one process per mutant (one killed while
+        holding it would leave every later one blocked)."""
+
+        def __init__(self, *, total, desc, unit, disable):
+            self.args, self.updates, self.postfix, self.closed = (total, desc, unit, disable), 0, [], 0
+            world.bars.append(self)
+
+        def set_postfix(self, **values):
+            self.postfix.append(values)
+
+        def update(self, n):
+            self.updates += n
+
+        def close(self):
+            self.closed += 1
+
     def fake_eval(kind):
         def run(scenario, split, policies, *, agent_name, k, limit, seed, progress, max_workers, on_episode,
                 previous, env_kwargs):
@@ -195,6 +215,7 @@ def fake(monkeypatch, tmp_path):
             pass
 
     monkeypatch.setattr(compare, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
     monkeypatch.setattr(trainer_module, "role_model_paths", role_model_paths)
     monkeypatch.setattr(trainer_module, "Trainer", Trainer)
     monkeypatch.setattr(hf_policy, "TransformersPolicy", Policy)
@@ -265,6 +286,14 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
             rewards = e["env_values"]["rewards"]
             assert (rewards.main_weights, rewards.sub_weights) == (cfg.main_weights, cfg.sub_weights)
             assert rewards.expert is not None  # the hop-answer expert (no judge in compare)
+    # one bar per run, on when the caller asked, ticked per iteration with the run's own reward and accuracy
+    assert [b.args for b in world.bars] == [(ITERATIONS, f"seed {s} {m}", "iter", not progress)
+                                            for s in (3, 4) for m in compare.MODES]
+    for bar, (s, m) in zip(world.bars, [(s, m) for s in (3, 4) for m in compare.MODES], strict=True):
+        role = "single" if m == "single-agent" else "main"
+        assert bar.updates == ITERATIONS and bar.closed >= 1
+        assert bar.postfix == [{"reward": f"{metrics_of(s, m, i)[f'{role}/reward_mean']:.3f}",
+                                "acc": f"{metrics_of(s, m, i)[f'{role}/accuracy']:.3f}"} for i in range(ITERATIONS)]
     # the start is evaluated once per start group when greedy (the same episodes for every seed), else per
     # seed; its greedy pass runs once per start group either way
     assert sorted((e["name"], e["kind"], e["seed"]) for e in starts_evaluated) == sorted(
