@@ -19,15 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from mgrpo_algo.core.config import load_config
-from mgrpo_algo.experiments import compare
+from mgrpo_algo.core.config import config_to_dict, load_config
+from mgrpo_algo.experiments import compare, report
 from mgrpo_algo.experiments import intervals as iv
 from mgrpo_algo.experiments.report import history_means
-from mgrpo_env.episode import EpisodeRecord
+from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 
 ITERATIONS = 3  # per run; iteration i reports 4 + i rollouts (any count: the row sums them)
 ROLLOUTS = 4 + 5 + 6
 INIT_S, ITER_S, EVAL_S = 5.0, 60.0, 10.0  # fake clock: trainer start, one iteration, one evaluation call
+START_S = 7.0  # fake clock: resolving one group's start models
 MAX_NEW = {"main": 12, "sub": 13, "single": 14}
 # per role, distinct, so a setting passed from another role, or left out, shows
 TOP_P = {"main": 0.91, "sub": 0.92, "single": 0.93}
@@ -65,6 +66,9 @@ class World:
     scalars: dict = field(default_factory=dict)  # tb folder -> [(tag, value, step)]
     curves: dict = field(default_factory=dict)
     bars: list = field(default_factory=list)  # one per training run
+    starts: list = field(default_factory=list)  # role_model_paths calls: (seed, data dir, roles)
+    plots: list = field(default_factory=list)  # the curves.png paths
+    bootstrap_seeds: list = field(default_factory=list)  # the seed of every paired difference
 
 
 def answers(states: tuple, questions: int, k: int, temperature: float, seed: int) -> list[list[bool]]:
@@ -114,6 +118,8 @@ def fake(monkeypatch, tmp_path):
     starts = tmp_path / "starts"
 
     def role_model_paths(config, scenario, roles):
+        world.starts.append((config.seed, getattr(scenario, "data_dir", None), list(roles)))
+        clock.now += START_S
         out = {}
         for role in roles:
             folder = starts / role
@@ -153,6 +159,10 @@ def fake(monkeypatch, tmp_path):
             world.trainers.append(self.snapshot)
 
         def run(self):
+            # the run's episodes: one with a browser that failed to render (a backend failure, counted)
+            Path(self.cfg.out_dir).mkdir(parents=True, exist_ok=True)
+            (Path(self.cfg.out_dir) / "episodes.jsonl").write_text(json.dumps({"main": {"turns": [{"tool_call": {
+                "tool": "visit", "ok": True, "meta": {"browser_error": "timeout: 30 s"}}}]}}) + "\n")
             history = []
             for i in range(sum(s.iterations for s in self.cfg.stages)):
                 for learner in self.learners.values():
@@ -192,6 +202,10 @@ def fake(monkeypatch, tmp_path):
             verdicts = answers(states, limit, k, temperature, seed)
             records = [EpisodeRecord(episode_id=f"{q}-{j}", task={"id": f"q{q}"}, seed=seed, correct=c)
                        for q, row in enumerate(verdicts) for j, c in enumerate(row)]
+            # one search backend failure in a start's episodes, one of the fetcher in any other's
+            tool = "search" if agent_name.startswith("start") else "fetch"
+            records[0].main = AgentTrajectory("main", "main", turns=[Turn("", "tool_call", tool_call=ToolCall(
+                tool, {}, ok=False, error="backend: down"))])
             em = sum(r.correct for r in records) / len(records)
             world.evals.append({"name": agent_name, "kind": kind, "states": states, "k": k, "limit": limit,
                                 "seed": seed, "split": split, "temperature": temperature,
@@ -216,13 +230,21 @@ def fake(monkeypatch, tmp_path):
 
     monkeypatch.setattr(compare, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
     monkeypatch.setattr(tqdm, "tqdm", Bar)
+    paired_difference = iv.paired_difference
+
+    def recorded_paired_difference(a, b, *, seed, **kwargs):
+        # over these few questions the bootstrap's interval hardly depends on its seed: record the seed
+        world.bootstrap_seeds.append(seed)
+        return paired_difference(a, b, seed=seed, **kwargs)
+
+    monkeypatch.setattr(iv, "paired_difference", recorded_paired_difference)
     monkeypatch.setattr(trainer_module, "role_model_paths", role_model_paths)
     monkeypatch.setattr(trainer_module, "Trainer", Trainer)
     monkeypatch.setattr(hf_policy, "TransformersPolicy", Policy)
     monkeypatch.setattr(evaluate, "evaluate_hierarchy", fake_eval("hierarchy"))
     monkeypatch.setattr(evaluate, "evaluate_single", fake_eval("single"))
     monkeypatch.setattr(torch.utils.tensorboard, "SummaryWriter", Writer)
-    monkeypatch.setattr(plots, "plot_curves", lambda curves, path: world.curves.update(curves))
+    monkeypatch.setattr(plots, "plot_curves", lambda curves, path: (world.curves.update(curves), world.plots.append(path)))
     return world, tmp_path
 
 
@@ -251,8 +273,16 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
     cfg = config(small_scenario, *extra)
     temperature, k = (0.5, 2) if sampled else (0.0, 1)
     progress = sampled  # the bars on in one case, off in the other: each evaluation's own setting shows
+    given = config_to_dict(cfg)
     summary = compare.run_compare(cfg, seeds=2, out_dir=tmp / "out", progress=progress, command="mgrpo compare x")
     assert cfg.seed == 3 and cfg.mode == "mgrpo" and cfg.out_dir != str(tmp / "out")  # the caller's config untouched
+    assert config_to_dict(cfg) == given  # its role models too (each run pins the start models in its own copy)
+    # the start models resolved once per group, with the caller's seed and the config's scenario, timed
+    assert world.starts == [(3, small_scenario.data_dir, ["main", "sub"]), (3, small_scenario.data_dir, ["single"])]
+    assert summary["start_seconds"] == 2 * START_S
+    # each row's interval bootstraps with its run's seed, the pooled ones with the config's (before the
+    # checks below compute their own)
+    assert world.bootstrap_seeds == [3, 3, 3, 4, 4, 4] + [3] * len(report.DIFFERENCES)
     starts = {r: str(tmp / "starts" / r) for r in ("main", "sub", "single")}
 
     # each (seed, mode) trained once, with its own seed and folder, from the pinned start models
@@ -392,10 +422,15 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
                                        "single": {"single": starts["single"]}}
     assert summary["warm_start"]["hierarchy"]["sub"] == {"path": starts["sub"], "config": {"epochs": 1, "role": "sub"},
                                                          "counts": {"sequences": 3}, "metrics": {"loss": 0.5}}
-    assert summary["command"] == "mgrpo compare x" and summary["tool_backend_failures"] == {}
+    # backend failures counted over every run's start, training and after episodes (6 runs each)
+    assert summary["command"] == "mgrpo compare x" and summary["tool_backend_failures"] == {
+        "browser timeout": 6, "fetch backend": 6, "search backend": 6}
+    assert world.plots == [tmp / "out" / "curves.png"]
+    text = (tmp / "out" / "summary.json").read_text()
+    assert text == json.dumps(summary, indent=2, default=str) + "\n"  # indented, paths and the like as text
     assert summary["reproduce"] == (f"mgrpo compare --config {tmp / 'out' / 'config.yaml'} --seeds 2 "
                                     f"--out {tmp / 'out'} --modes mgrpo,frozen-sub,single-agent")
-    assert json.loads((tmp / "out" / "summary.json").read_text())["results"]["mgrpo"]["mean"]["after_em"] == \
+    assert json.loads(text)["results"]["mgrpo"]["mean"]["after_em"] == \
         pytest.approx(summary["results"]["mgrpo"]["mean"]["after_em"])
     assert load_config(str(tmp / "out" / "config.yaml")).eval.temperature == temperature
     assert summary["verdict"]["text"] in (tmp / "out" / "report.md").read_text()
@@ -403,7 +438,7 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
 
 def test_a_rerun_replaces_the_seed_folders_and_one_mode_runs_alone(fake, small_scenario):
     world, tmp = fake
-    stale = tmp / "out" / "seed3" / "single-agent" / "episodes.jsonl"
+    stale = tmp / "out" / "seed3" / "single-agent" / "from_an_earlier_run.jsonl"
     stale.parent.mkdir(parents=True)
     stale.write_text("from an earlier run\n")
     cfg = config(small_scenario, "eval.greedy=false", "eval.temperature=0.5")
