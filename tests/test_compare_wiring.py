@@ -61,6 +61,8 @@ class Clock:
 @dataclass
 class World:
     clock: Clock = field(default_factory=Clock)
+    init_s: float = INIT_S  # the fake trainer's start and iteration times (a test may change them)
+    iter_s: float = ITER_S
     trainers: list = field(default_factory=list)
     evals: list = field(default_factory=list)  # one dict per evaluation call
     scalars: dict = field(default_factory=dict)  # tb folder -> [(tag, value, step)]
@@ -146,7 +148,7 @@ def fake(monkeypatch, tmp_path):
 
     class Trainer:
         def __init__(self, cfg, *, log):
-            clock.now += INIT_S
+            clock.now += world.init_s
             self.cfg, self.log = cfg, log
             roles = ["single"] if cfg.mode == "single-agent" else ["main", "sub"]
             trained = ["main"] if cfg.mode == "frozen-sub" else roles
@@ -154,6 +156,8 @@ def fake(monkeypatch, tmp_path):
             self.policies = {r: Policy(self.learners[r].model if r in self.learners else getattr(cfg, r).model,
                                        None, role=r, max_new_tokens=0, temperature=1.0, top_p=1.0,
                                        max_prompt_tokens=0, device="cpu", dtype=None, seed=0) for r in roles}
+            if cfg.mode == "frozen-sub" and cfg.seed == 4:  # a served frozen sub (not in-process): its start path
+                self.policies["sub"] = types.SimpleNamespace(role="sub")
             self.snapshot = {"seed": cfg.seed, "mode": cfg.mode, "out_dir": cfg.out_dir,
                              "models": {r: getattr(cfg, r).model for r in roles}}
             world.trainers.append(self.snapshot)
@@ -167,7 +171,7 @@ def fake(monkeypatch, tmp_path):
             for i in range(sum(s.iterations for s in self.cfg.stages)):
                 for learner in self.learners.values():
                     learner.model.step += 1  # in place, as an optimizer step is
-                clock.now += ITER_S
+                clock.now += world.iter_s
                 metrics = metrics_of(self.cfg.seed, self.cfg.mode, i)
                 history.append(metrics)
                 self.log(dict(metrics))
@@ -455,10 +459,25 @@ def test_a_rerun_replaces_the_seed_folders_and_one_mode_runs_alone(fake, small_s
     assert not any(e["name"].endswith("greedy") for e in world.evals)
     assert list(summary["intervals"]) == ["single-agent: after - start"]
     assert row["curve"] == [{"step": 2, "em": row["curve"][0]["em"], "f1": f1_of(row["curve"][0]["em"])}]
-    # an output folder whose parents do not exist yet is made with them
+    # an output folder whose parents do not exist yet is made with them; a run of no iterations that took
+    # no time: no rate, no d_k
     nested = tmp / "out" / "new" / "nested"
-    again = compare.run_compare(cfg, seeds=1, out_dir=nested, modes=["single-agent"], progress=False)
+    world.init_s = 0.0
+    none = config(small_scenario, "eval.greedy=false", "eval.temperature=0.5",
+                  "stages=[{split: stage2/train, iterations: 0}]")
+    again = compare.run_compare(none, seeds=1, out_dir=nested, modes=["single-agent"], progress=False)
     assert json.loads((nested / "summary.json").read_text())["seeds"] == again["seeds"] == [3]
+    row = again["results"]["single-agent"]["per_seed"][0]
+    assert (row["iterations"], row["rollouts"], row["train_seconds"], row["rollouts_per_minute"], row["d_k_mean"]) == (
+        0, 0, 0.0, 0.0, 0.0)
+    # under a second of training, a curve point every iteration: each point's time is evaluation time
+    world.init_s, world.iter_s = 0.2, 0.1
+    every = config(small_scenario, "eval.greedy=false", "eval.temperature=0.5", "eval.every=1")
+    row = compare.run_compare(every, seeds=1, out_dir=tmp / "out" / "every", modes=["single-agent"],
+                              progress=False)["results"]["single-agent"]["per_seed"][0]
+    assert [c["step"] for c in row["curve"]] == [1, 2, 3]
+    assert row["train_seconds"] == pytest.approx(0.5) and row["rollouts_per_minute"] == pytest.approx(ROLLOUTS / 0.5 * 60)
+    assert row["eval_seconds"] == pytest.approx(5 * EVAL_S)  # the start, three curve points, the after
 
 
 def test_a_greedy_pass_is_cached_under_its_key_only(fake, small_scenario):

@@ -157,6 +157,9 @@ def test_models_with_sliding_window_layers_do_not_reuse(tokenizer, tmp_path):
                          max_window_layers=0)
     model = AutoModelForCausalLM.from_config(config)
     assert policy(model, tokenizer, "main", 64).kv is None
+    from mgrpo_algo.policies.kv_cache import supports_reuse
+
+    assert supports_reuse(types.SimpleNamespace(config=object())) is False  # a config the cache cannot map
 
 
 def _two_turns(reusing: TransformersPolicy) -> tuple[PolicyRequest, PolicyRequest]:
