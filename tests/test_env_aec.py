@@ -291,6 +291,7 @@ def test_delegations_are_recorded_with_the_sub_agent_they_started(make_env, smal
     calls = env.unwrapped.record.main.tool_calls
     assert [(c.tool, c.ok, c.meta.get("agent")) for c in calls] == [("delegate", True, "sub_0"), ("delegate", False, None)]
     assert calls[0].arguments == {"task": "first", "context": "c"} and calls[1].error.startswith("limit:")
+    assert calls[1].arguments == {"task": "second"}  # the refused call is recorded with what was asked
 
 
 # -- reward edge cases, by hand-computed values (issue 22) ------------------------------------------------
