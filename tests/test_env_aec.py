@@ -510,7 +510,7 @@ def test_call_tool_records_and_texts_by_hand():
 
 
 def test_turn_records_format_errors_and_truncation_of_both_agents(make_env, small_scenario):
-    env = make_env(max_main_turns=4, max_sub_turns=3, max_action_chars=200)
+    env = make_env(max_main_turns=4, max_sub_turns=4, max_action_chars=200)
     task = first_chain_task(small_scenario)
     env.reset(seed=1, options={"task": task})
     env.step("no tags")  # main: two malformed turns, counted one by one
@@ -525,12 +525,14 @@ def test_turn_records_format_errors_and_truncation_of_both_agents(make_env, smal
     assert (sub.task, sub.context) == ("find it", None)
     too_long = "<result>" + "x" * 300 + "</result>"  # over the action limit: a sub's format failure too
     env.step(too_long)
+    env.step("no tags")
     env.step(call("search", queries=[task.hops[0].entity]))
-    env.step(call("search", queries=[task.hops[1].entity]))  # third sub turn: its limit, back to main
-    assert [(t.action, t.kind, t.error_kind) for t in sub.turns][0] == (too_long, "error", "too_long")
-    assert [t.kind for t in sub.turns] == ["error", "tool_call", "tool_call"] and sub.format_errors == 1
+    env.step(call("search", queries=[task.hops[1].entity]))  # fourth sub turn: its limit, back to main
+    assert [(t.action, t.kind, t.error_kind) for t in sub.turns][:2] == [
+        (too_long, "error", "too_long"), ("no tags", "error", "no_tag")]
+    assert [t.kind for t in sub.turns] == ["error", "error", "tool_call", "tool_call"] and sub.format_errors == 2
     assert sub.truncated is True and env.agent_selection == "main_0"
-    latencies = [t.tool_call.latency_s for t in sub.turns[1:]]
+    latencies = [t.tool_call.latency_s for t in sub.turns[2:]]
     assert all(s > 0 for s in latencies) and env.unwrapped.record.tool_s == pytest.approx(sum(latencies))
     env.step("<think>one more</think>")  # main's fourth turn: its limit
     rec = env.unwrapped.record
