@@ -65,11 +65,12 @@ bench-quick: chromium $(STAMP)
 	$(PY) benchmarks/bench.py --quick
 
 # Mutation testing of the math, the scoring, the rewards and the alignment, and of the wiring (compare's
-# orchestration, the env's reward path, the KV cache) (mutmut 3, one worker; not part of `make test`):
-# benchmarks/results/mutation.{json,md}. `benchmarks/mutation.py --only MODULE...` reruns some modules.
+# orchestration, the env's reward path, the KV cache) (mutmut 3, two workers; not part of `make test`):
+# benchmarks/results/mutation.{json,md}. `benchmarks/mutation.py --max-children 2 --only MODULE...` reruns
+# some modules and keeps the others' verdicts.
 mutation: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[mutation]'
-	$(PY) benchmarks/mutation.py
+	$(PY) benchmarks/mutation.py --max-children 2
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -6,8 +6,15 @@ the mutants killed / survived / without a covering test / timed out, the share d
 and every survivor with its diff and the reason it is kept (:data:`KEPT`). A survivor that is not in
 :data:`KEPT` is listed as "unexplained" and makes the script exit 1, as does a module under its target.
 
-    .venv/bin/python benchmarks/mutation.py               # fresh run (about 10 min on 2 busy cores)
-    .venv/bin/python benchmarks/mutation.py --no-run      # report the verdicts already in mutants/
+    .venv/bin/python benchmarks/mutation.py --max-children 2            # fresh run of every module
+    .venv/bin/python benchmarks/mutation.py --max-children 2 --only M...  # rerun some, keep the others'
+    .venv/bin/python benchmarks/mutation.py --no-run [--only M...]      # report the verdicts in mutants/
+
+The wiring modules (compare.py, aec.py, core.py, kv_cache.py: 1,646 mutants) take about 14 min with two
+workers on 2 shared cores. Each mutant is one pytest session; the fixtures' world, tokenizer and tiny
+model are built once per mutation run, not per mutant (tests/_kept.py). mutmut's per-mutant limit is
+its default, (estimated test time + 1 s) x 15 wall seconds (``timeout_multiplier`` / ``timeout_constant``
+in ``[tool.mutmut]``); the tests stay far below it.
 
 mutmut imports the copies in ``mutants/`` (it puts that folder first on sys.path and removes the
 checkout), runs the selected tests once in process to learn which tests reach which function, then
@@ -46,13 +53,20 @@ TARGETS = {
 }
 
 #: The first run (commit 04f434e, before the tests it prompted), same mutants: killed, survived, no test,
-#: total. roles.py had no fast test then (tests/test_decoupled.py is slow); compare.py was not mutated.
+#: total. roles.py had no fast test then (tests/test_decoupled.py is slow); compare.py was not mutated. The
+#: wiring modules: their first complete run (below).
 BEFORE = {
     "mgrpo_algo/core/advantages.py": (154, 14, 0, 168),
     "mgrpo_algo/core/scoring.py": (79, 14, 218, 311),
     "mgrpo_algo/core/losses.py": (297, 55, 0, 352),
     "mgrpo_env/rewards.py": (140, 22, 0, 162),
     "mgrpo_env/align.py": (219, 28, 0, 247),
+    # the wiring's first complete run (commit 1826326: the partial run's fake gaps closed, not yet the
+    # tests its survivors prompted)
+    "mgrpo_algo/experiments/compare.py": (931, 41, 0, 972),
+    "mgrpo_env/aec.py": (318, 56, 0, 374),
+    "mgrpo_env/core.py": (51, 3, 0, 54),
+    "mgrpo_algo/policies/kv_cache.py": (223, 23, 0, 246),
 }
 
 #: Modules scored on some functions only (only their mutants are run; the others are left to the
@@ -151,6 +165,76 @@ KEPT: dict[str, str] = {
         "format 'F' instead of 'f': identical for finite numbers (only inf / nan are spelled INF / NAN)"),
     "mgrpo_algo.experiments.compare.x__pm__mutmut_9": (
         "format 'F' instead of 'f': identical for finite numbers (only inf / nan are spelled INF / NAN)"),
+    # compare's orchestration (issue 22)
+    **{f"mgrpo_algo.experiments.compare.x__full_evaluation__mutmut_{n}": (
+        "eval_figures given None for the records, or no scores: with scores given the records are not read, "
+        "and without them it recomputes the same per_question(records) that _full_evaluation passes")
+       for n in (22, 23, 26)},
+    "mgrpo_algo.experiments.compare.x_eval_figures__mutmut_3": (
+        "always recompute the scores from the records: every caller passes per_question(records) of those same "
+        "records (or nothing), so the scores are the same"),
+    "mgrpo_algo.experiments.compare.x__full_evaluation__mutmut_62": 'float("NAN") is the same NaN as float("nan")',
+    "mgrpo_algo.experiments.compare.x_aggregate__mutmut_19": 'float("NAN") is the same NaN as float("nan")',
+    "mgrpo_algo.experiments.compare.x_evaluate_policies__mutmut_45": (
+        "RewardConfig's default expert (hop_expert_score) instead of expert_scorer(None): without a judge the "
+        "scorer returns hop_expert_score's value and is named 'hops' like it, so every reward and record agree"),
+    **{f"mgrpo_algo.experiments.compare.x_run_compare__mutmut_{n}": (
+        "summary.json without json.dumps' default=str: every value of the summary is a str, number, bool, "
+        "None, list or dict already (paths are str), so the fallback is never called and the text is the same")
+       for n in (254, 257)},
+    # the env's reward path (issue 22)
+    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_expert__mutmut_{n}": (
+        "b3 = 1.0 instead of 0.0 where the expert term is dropped: r_expert is None there, and _finish pays "
+        "sub_reward(..., expert or 0.0, weights), so b3 multiplies 0 either way") for n in (4, 21)},
+    "mgrpo_env.aec.xǁMGRPOEnvǁ_expert__mutmut_19": (
+        "sub.task or 'XXXX': a sub-agent's task is the delegate call's task, which the protocol's schema "
+        "requires with minLength 1, so it is never empty and the fallback is never used"),
+    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_step_main__mutmut_{n}": (
+        "the delegate task's fallback when the call has none: the protocol's schema requires 'task' (a "
+        "non-empty string), so a parsed delegate call always has it") for n in (76, 78, 81)},
+    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_finish__mutmut_{n}": (
+        "infos.get(agent, None) instead of (agent, {}): every agent's infos are set when it starts "
+        "(_start_agent -> _set_observation), so the default is never used") for n in (94, 96)},
+    "mgrpo_env.aec.xǁMGRPOEnvǁ_return_to_main__mutmut_1": (
+        "the note's default: _return_to_main is called without a note only with a sub's result text (a str), "
+        "and the note is read only when the result is None"),
+    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_step_sub__mutmut_{n}": (
+        "_return_to_main(None, ...): its agent argument is not read (the main agent's pending delegate turn "
+        "receives the report)") for n in (37, 59)},
+    # kv_cache (issue 22)
+    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_18": (
+        "entries.pop(None, None) for an unkeyed row: store never keeps a row without a key, so there is no "
+        "entry under None and the pop returns None, as the branch does"),
+    **{f"mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_{n}": (
+        "zip(strict=...) over the prompts and their cached lengths: cached is built one per prompt (from a "
+        "zip(keys, prompts, strict=True) that raises on a mismatch, tested), the lengths are always equal")
+       for n in (44, 47, 48, 67, 70, 71)},
+    **{f"mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_{n}": (
+        "torch.full without dtype=torch.long: the fill value pad_id is a Python int, so torch infers int64 "
+        "(long) anyway (the layout's dtype is tested)") for n in (53, 56)},
+    **{f"mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_{n}": (
+        "torch.tensor of a list of token ids without dtype=torch.long: a non-empty list of Python ints is "
+        "int64 already; the list is never empty (an entry is used only when it leaves at least one id to "
+        "feed, and the cached part is only copied when c > 0)") for n in (74, 76, 88, 90)},
+    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_4": (
+        "budget_bytes == 1 instead of == 0 for the early return: with a budget of 0 every entry (at least "
+        "one float per layer) is over it and skipped, so nothing is kept either way; a budget of exactly 1 "
+        "byte likewise keeps nothing (the budget is whole megabytes in practice)"),
+    **{f"mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_{n}": (
+        "the length (or device) read from layer 1's keys or from layer 0's values instead of layer 0's keys: "
+        "only models whose layers are all plain full-attention DynamicLayers are served (supports_reuse), "
+        "and their keys and values all have the same length and device") for n in (7, 8, 38, 39)},
+    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_25": (
+        "device only: index.to(None) keeps the column index on the CPU, identical on CPU where these tests "
+        "run (on CUDA PyTorch moves a CPU index tensor to the indexed tensor's device; not run here)"),
+    "mgrpo_algo.policies.kv_cache.x_supports_reuse__mutmut_9": (
+        "getattr(cache, 'layers') without a default: the DynamicCache of the installed transformers always "
+        "has .layers (only an older one without it would raise instead of answering False)"),
+    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁ__init____mutmut_8": (
+        "'' instead of None as the weights version before the first batch: any value that is not a tuple of "
+        "versions differs from the first model's, and there are no entries to invalidate then"),
+    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_65": (
+        "popitem(last=None): OrderedDict reads a falsy last as False, the least recently used end"),
     # scoring
     "mgrpo_algo.core.scoring.x_score_main__mutmut_12": _F64,
     "mgrpo_algo.core.scoring.x_score_main__mutmut_14": _F64,
@@ -229,16 +313,23 @@ def patterns(paths: list[str]) -> list[str]:
     return out
 
 
-def run_mutmut(max_children: int, paths: list[str] | None = None) -> float:
+RUN_FILE = "mutmut-run.json"  # in mutants/: how its verdicts were obtained, for --no-run
+
+
+def run_mutmut(max_children: int, paths: list[str] | None = None, command: str = "make mutation") -> dict:
     """A fresh ``mutmut run`` from ROOT (of ``paths``' mutants only, when given; scoped modules run only
-    their scope's mutants either way); returns its wall time in seconds."""
+    their scope's mutants either way); returns (and writes to ``mutants/mutmut-run.json``) the run: its
+    wall time in seconds, the parallel workers, the command and the modules."""
     shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     mutmut = Path(sys.executable).with_name("mutmut")
     start = time.perf_counter()
     subprocess.run([str(mutmut), "run", "--max-children", str(max_children), *patterns(paths or list(TARGETS))],
                    cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    run = {"wall_s": round(time.perf_counter() - start, 1), "max_children": max_children, "command": command,
+           "modules": paths or list(TARGETS), "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    (ROOT / "mutants" / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n")
+    return run
 
 
 def _diff(name: str, path: str) -> str:
@@ -291,7 +382,17 @@ def _natural(name: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
-def write(modules: dict, wall_s: float | None, out: Path, note: str = "") -> bool:
+def _run_line(run: dict, modules: dict) -> str:
+    """One run and the modules whose verdicts come from it (a later --only run may have replaced others)."""
+    wall = "wall time not measured" if run.get("wall_s") is None else f"wall time {run['wall_s'] / 60:.1f} min"
+    workers = f"{run['max_children']} worker" + ("s" if run["max_children"] > 1 else "")
+    when = f", finished {run['finished']}" if run.get("finished") else ""
+    used = [path for path, m in modules.items() if m.get("run") == run]
+    return (f"- `{run['command']}` ({workers}, {wall}{when}), the verdicts of "
+            + ", ".join(f"`{path}`" for path in used))
+
+
+def write(modules: dict, out: Path, note: str = "") -> bool:
     out.mkdir(parents=True, exist_ok=True)
     ok = True
     for m in modules.values():
@@ -299,18 +400,24 @@ def write(modules: dict, wall_s: float | None, out: Path, note: str = "") -> boo
         ok &= m["meets_target"] and all(s["reason"] for s in m["survivors"])
     import mutmut
 
-    data = {"tool": f"mutmut {mutmut.__version__}", "wall_s": None if wall_s is None else round(wall_s, 1),
-            "command": "make mutation", "note": note, "modules": modules,
+    runs: list[dict] = []  # the distinct runs the modules' verdicts come from, in module order
+    for m in modules.values():
+        if m.get("run") and m["run"] not in runs:
+            runs.append(m["run"])
+    data = {"tool": f"mutmut {mutmut.__version__}", "runs": runs, "note": note, "modules": modules,
             "first_run": {p: dict(zip(("killed", "survived", "no_tests", "total"), b, strict=True))
                           for p, b in BEFORE.items()}}
     (out / "mutation.json").write_text(json.dumps(data, indent=1) + "\n")
     lines = [
         "# Mutation testing",
         "",
-        f"`make mutation` ({data['tool']}, one worker; wall time "
-        f"{'not measured (--no-run)' if wall_s is None else f'{wall_s / 60:.1f} min'}). Detected = killed + "
-        "timed out, over all mutants (a mutant no selected test reaches counts as not detected).",
-        *([note, ""] if note else [""]),
+        f"`make mutation` ({data['tool']}). Detected = killed + "
+        "timed out, over all mutants (a mutant no selected test reaches counts as not detected). "
+        "The verdicts come from these runs:",
+        "",
+        *(_run_line(r, modules) for r in runs),
+        "",
+        *([note, ""] if note else []),
         "Why mutmut 3 and not cosmic-ray 8: both mutate a module and run a test command, but cosmic-ray "
         "starts that command once per mutant, and on these 2 shared cores a pytest start that imports torch "
         "costs 8-10 s, about 3 h for the 1,240 mutants of the five target modules alone. mutmut 3 imports the tests once, learns which "
@@ -331,7 +438,8 @@ def write(modules: dict, wall_s: float | None, out: Path, note: str = "") -> boo
     for path, scope in SCOPE.items():
         lines += ["", f"`{path}` is scored on {', '.join(f'`{f}`' for f in sorted(scope))} only."]
     lines += ["", "First run: killed / survived / no test before the tests it prompted (commit 04f434e; the "
-              "selected tests were test_advantages, test_losses, test_rewards and test_align)."]
+              "selected tests were test_advantages, test_losses, test_rewards and test_align); for the wiring "
+              "modules, their first complete run (commit 1826326), before the tests its survivors prompted."]
     lines += ["", "## Survivors kept", "",
               "Each is equivalent to the original, or differs only on a CUDA device; the reason is given "
               "under its diff.", ""]
@@ -358,18 +466,30 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     previous_file = args.out / "mutation.json"
     previous = json.loads(previous_file.read_text()) if previous_file.exists() else {}
-    # --no-run keeps the wall time of the last run, if there is one
-    wall_s = previous.get("wall_s") if args.no_run else run_mutmut(args.max_children, args.only)
-    fresh = collect(args.only)
+    command = "make mutation" if argv is None and len(sys.argv) == 1 else " ".join(
+        ["benchmarks/mutation.py", *(sys.argv[1:] if argv is None else argv)])
+    if args.no_run:  # the run that produced mutants/, as it recorded itself
+        run_file = ROOT / "mutants" / RUN_FILE
+        run = json.loads(run_file.read_text()) if run_file.exists() else None
+    else:
+        run = run_mutmut(args.max_children, args.only, command)
+    fresh = {path: {**m, "run": run} for path, m in collect(args.only).items()}
     if args.only:  # every module in TARGETS order: the fresh ones, the others as the previous report has them
         kept = previous.get("modules", {})
         missing = [path for path in TARGETS if path not in fresh and path not in kept]
         if missing:
             raise SystemExit(f"no previous verdicts for {', '.join(missing)}: run them (or all) first")
-        modules = {path: fresh.get(path) or {**kept[path], "from_previous_run": True} for path in TARGETS}
+        # a report written before runs were recorded per module: its one run, one worker
+        old_run = {"wall_s": previous.get("wall_s"), "max_children": 1, "command": previous.get("command", "make mutation"),
+                   "modules": [p for p in kept if p not in fresh]}
+        for m in kept.values():  # the reasons as KEPT has them now (a reason may have been added since)
+            for survivor in m.get("survivors", []):
+                survivor["reason"] = KEPT.get(survivor["mutant"], survivor.get("reason"))
+        modules = {path: fresh.get(path) or {"run": old_run, **kept[path], "target": TARGETS[path], "from_previous_run": True}
+                   for path in TARGETS}
     else:
         modules = fresh
-    ok = write(modules, wall_s, args.out, args.note)
+    ok = write(modules, args.out, args.note)
     for path, m in modules.items():
         unexplained = sum(not s["reason"] for s in m["survivors"])
         print(f"{path:34s} {m['killed']:4d} killed {m['survived']:3d} survived {m['no_tests']:3d} no test "

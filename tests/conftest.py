@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from _kept import kept as _kept  # tests/_kept.py: builds kept across a mutation run's sessions
 
 
 def pytest_configure(config):
@@ -16,13 +17,22 @@ def pytest_configure(config):
 
 
 @pytest.fixture(scope="session")
+def keep(tmp_path_factory):
+    """``keep(name, build)``: ``build(folder)`` once per mutation run (tests/_kept.py), else per call."""
+    return lambda name, build: _kept(name, build, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def small_scenario(tmp_path_factory):
     """A 300-entity wiki-hops world built in a temporary data dir (about a second)."""
     from mgrpo_scenarios.wiki_hops import WikiHops
 
-    scenario = WikiHops(seed=0, num_entities=300, data_dir=tmp_path_factory.mktemp("mgrpo-data"))
-    scenario.build()
-    return scenario
+    def build(folder):
+        scenario = WikiHops(seed=0, num_entities=300, data_dir=folder)
+        scenario.build()
+        return scenario
+
+    return _kept("mgrpo-data", build, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -37,5 +47,5 @@ def tokenizer(small_scenario, tmp_path_factory):
     """A byte-level BPE trained on the small world's pages and tasks (policy and KV-cache tests)."""
     from mgrpo_algo.policies.models import corpus_texts, train_tokenizer
 
-    return train_tokenizer(corpus_texts(small_scenario, max_pages=120, max_tasks=100),
-                           tmp_path_factory.mktemp("tok"), vocab_size=1024)
+    return _kept("tok", lambda folder: train_tokenizer(corpus_texts(small_scenario, max_pages=120, max_tasks=100),
+                                                       folder, vocab_size=1024), tmp_path_factory)

@@ -19,16 +19,23 @@ from pathlib import Path
 
 import pytest
 
-from mgrpo_algo.core.config import load_config
-from mgrpo_algo.experiments import compare
+from mgrpo_algo.core.config import config_to_dict, load_config
+from mgrpo_algo.experiments import compare, report
 from mgrpo_algo.experiments import intervals as iv
 from mgrpo_algo.experiments.report import history_means
-from mgrpo_env.episode import EpisodeRecord
+from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 
 ITERATIONS = 3  # per run; iteration i reports 4 + i rollouts (any count: the row sums them)
 ROLLOUTS = 4 + 5 + 6
 INIT_S, ITER_S, EVAL_S = 5.0, 60.0, 10.0  # fake clock: trainer start, one iteration, one evaluation call
+START_S = 7.0  # fake clock: resolving one group's start models
 MAX_NEW = {"main": 12, "sub": 13, "single": 14}
+# per role, distinct, so a setting passed from another role, or left out, shows
+TOP_P = {"main": 0.91, "sub": 0.92, "single": 0.93}
+MAX_PROMPT = {"main": 301, "sub": 302, "single": 303}
+DEVICE = {"main": "cpu:0", "sub": "cpu:1", "single": "cpu:2"}
+DTYPE = {"main": "float32", "sub": "bfloat16", "single": "float16"}
+MAX_WORKERS = 5
 MODE_INDEX = {"mgrpo": 0, "frozen-sub": 1, "single-agent": 2}
 
 
@@ -54,11 +61,17 @@ class Clock:
 @dataclass
 class World:
     clock: Clock = field(default_factory=Clock)
+    init_s: float = INIT_S  # the fake trainer's start and iteration times (a test may change them)
+    iter_s: float = ITER_S
     trainers: list = field(default_factory=list)
     evals: list = field(default_factory=list)  # one dict per evaluation call
     scalars: dict = field(default_factory=dict)  # tb folder -> [(tag, value, step)]
     curves: dict = field(default_factory=dict)
     closed: list = field(default_factory=list)  # out_dir of each trainer compare closed
+    bars: list = field(default_factory=list)  # one per training run
+    starts: list = field(default_factory=list)  # role_model_paths calls: (seed, data dir, roles)
+    plots: list = field(default_factory=list)  # the curves.png paths
+    bootstrap_seeds: list = field(default_factory=list)  # the seed of every paired difference
 
 
 def answers(states: tuple, questions: int, k: int, temperature: float, seed: int) -> list[list[bool]]:
@@ -96,6 +109,7 @@ def metrics_of(seed: int, mode: str, i: int) -> dict:
 @pytest.fixture()
 def fake(monkeypatch, tmp_path):
     import torch.utils.tensorboard
+    import tqdm
 
     import mgrpo_algo.experiments.evaluate as evaluate
     import mgrpo_algo.experiments.plots as plots
@@ -107,22 +121,27 @@ def fake(monkeypatch, tmp_path):
     starts = tmp_path / "starts"
 
     def role_model_paths(config, scenario, roles):
+        world.starts.append((config.seed, getattr(scenario, "data_dir", None), list(roles)))
+        clock.now += START_S
         out = {}
         for role in roles:
             folder = starts / role
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "warm_start.json").write_text(json.dumps(
-                {"key": {"config": {"epochs": 1, "role": role}}, "counts": {"sequences": len(role)},
-                 "metrics": {"loss": 0.5}}))
+            record = {"key": {"config": {"epochs": 1, "role": role}}, "counts": {"sequences": len(role)},
+                      "metrics": {"loss": 0.5}}
+            if role == "single":  # a record without the warm start's key (its config not known)
+                del record["key"]
+            (folder / "warm_start.json").write_text(json.dumps(record))
             out[role] = str(folder)
         return out
 
     class Policy:
         def __init__(self, model, tokenizer, *, role, max_new_tokens, temperature, top_p, max_prompt_tokens,
-                     seed, **placed):
+                     device, dtype, seed):
             self.model = model if isinstance(model, Model) else Model(str(model))
             self.tokenizer, self.role, self.max_new_tokens, self.temperature = tokenizer, role, max_new_tokens, temperature
             self.seed = seed
+            self.settings = (role, top_p, max_prompt_tokens, device, dtype)
 
     class Handle:
         """A role worker's handle as compare sees it: ``begin_eval`` builds the evaluation policy over the
@@ -146,7 +165,7 @@ def fake(monkeypatch, tmp_path):
 
     class Trainer:
         def __init__(self, cfg, *, log):
-            clock.now += INIT_S
+            clock.now += world.init_s
             self.cfg, self.log = cfg, log
             roles = ["single"] if cfg.mode == "single-agent" else ["main", "sub"]
             trained = ["main"] if cfg.mode == "frozen-sub" else roles
@@ -154,6 +173,7 @@ def fake(monkeypatch, tmp_path):
             self.policies = {r: Policy(self.learners[r].model if r in self.learners else getattr(cfg, r).model,
                                        None, role=r, max_new_tokens=0, temperature=1.0, top_p=1.0,
                                        max_prompt_tokens=0, device="cpu", dtype=None, seed=0) for r in roles}
+            # the workers' handles: a trained role evaluates its learner's model, a frozen one its start
             self.handles = {r: Handle(cfg, r, self.learners[r].model if r in self.learners else getattr(cfg, r).model)
                             for r in roles}
             self.snapshot = {"seed": cfg.seed, "mode": cfg.mode, "out_dir": cfg.out_dir,
@@ -164,21 +184,42 @@ def fake(monkeypatch, tmp_path):
             world.closed.append(self.snapshot["out_dir"])
 
         def run(self):
+            # the run's episodes: one with a browser that failed to render (a backend failure, counted)
+            Path(self.cfg.out_dir).mkdir(parents=True, exist_ok=True)
+            (Path(self.cfg.out_dir) / "episodes.jsonl").write_text(json.dumps({"main": {"turns": [{"tool_call": {
+                "tool": "visit", "ok": True, "meta": {"browser_error": "timeout: 30 s"}}}]}}) + "\n")
             history = []
             for i in range(sum(s.iterations for s in self.cfg.stages)):
                 for learner in self.learners.values():
                     learner.model.step += 1  # in place, as an optimizer step is
-                clock.now += ITER_S
+                clock.now += world.iter_s
                 metrics = metrics_of(self.cfg.seed, self.cfg.mode, i)
                 history.append(metrics)
                 self.log(dict(metrics))
             return history
 
+    class Bar:
+        """tqdm's bar by its arguments and calls. A real one is not used: tqdm's lock is a multiprocessing
+        lock shared by forked processes, and a mutation run forks one process per mutant (one killed while
+        holding it would leave every later one blocked)."""
+
+        def __init__(self, *, total, desc, unit, disable):
+            self.args, self.updates, self.postfix, self.closed = (total, desc, unit, disable), 0, [], 0
+            world.bars.append(self)
+
+        def set_postfix(self, **values):
+            self.postfix.append(values)
+
+        def update(self, n):
+            self.updates += n
+
+        def close(self):
+            self.closed += 1
+
     def fake_eval():
         def run(scenario, split, policies, *, env, agent_name, k, limit, seed, progress, max_workers, on_episode,
                 previous, env_kwargs):
             kind = {"hierarchy": "hierarchy", "single": "single"}[env]
-            assert sorted(policies) == (["single"] if kind == "single" else ["main", "sub"])
             # a trained model is evaluated through its worker's handle: read the policy it built
             policies = {r: p.handle.eval_policy if hasattr(p, "handle") else p for r, p in policies.items()}
             states = tuple((r, p.model.state()) for r, p in sorted(policies.items()))
@@ -188,11 +229,18 @@ def fake(monkeypatch, tmp_path):
             verdicts = answers(states, limit, k, temperature, seed)
             records = [EpisodeRecord(episode_id=f"{q}-{j}", task={"id": f"q{q}"}, seed=seed, correct=c)
                        for q, row in enumerate(verdicts) for j, c in enumerate(row)]
+            # one search backend failure in a start's episodes, one of the fetcher in any other's
+            tool = "search" if agent_name.startswith("start") else "fetch"
+            records[0].main = AgentTrajectory("main", "main", turns=[Turn("", "tool_call", tool_call=ToolCall(
+                tool, {}, ok=False, error="backend: down"))])
             em = sum(r.correct for r in records) / len(records)
             world.evals.append({"name": agent_name, "kind": kind, "states": states, "k": k, "limit": limit,
                                 "seed": seed, "split": split, "temperature": temperature,
                                 "policies": {r: (p.tokenizer, p.max_new_tokens, p.seed) for r, p in policies.items()},
-                                "env_kwargs": sorted(env_kwargs)})
+                                "settings": {r: p.settings for r, p in policies.items()},
+                                "scenario": getattr(scenario, "data_dir", None), "progress": progress,
+                                "passed": (max_workers, on_episode, previous), "env_kwargs": sorted(env_kwargs),
+                                "env_values": dict(env_kwargs)})
             clock.now += EVAL_S
             return types.SimpleNamespace(exact_match=em, f1=f1_of(em), num_tasks=limit), records
         return run
@@ -208,12 +256,21 @@ def fake(monkeypatch, tmp_path):
             pass
 
     monkeypatch.setattr(compare, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    paired_difference = iv.paired_difference
+
+    def recorded_paired_difference(a, b, *, seed, **kwargs):
+        # over these few questions the bootstrap's interval hardly depends on its seed: record the seed
+        world.bootstrap_seeds.append(seed)
+        return paired_difference(a, b, seed=seed, **kwargs)
+
+    monkeypatch.setattr(iv, "paired_difference", recorded_paired_difference)
     monkeypatch.setattr(trainer_module, "role_model_paths", role_model_paths)
     monkeypatch.setattr(trainer_module, "Trainer", Trainer)
     monkeypatch.setattr(hf_policy, "TransformersPolicy", Policy)
     monkeypatch.setattr(evaluate, "evaluate_agents", fake_eval())
     monkeypatch.setattr(torch.utils.tensorboard, "SummaryWriter", Writer)
-    monkeypatch.setattr(plots, "plot_curves", lambda curves, path: world.curves.update(curves))
+    monkeypatch.setattr(plots, "plot_curves", lambda curves, path: (world.curves.update(curves), world.plots.append(path)))
     return world, tmp_path
 
 
@@ -222,7 +279,10 @@ def config(small_scenario, *extra):
         f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}}}",
         f"stages=[{{split: stage2/train, iterations: {ITERATIONS}}}]", "questions_per_iteration=2", "group_size=2",
         "seed=3", "eval.limit=3", "eval.every=2", "eval.curve_limit=2",
-        *(f"{r}.generation.max_new_tokens={n}" for r, n in MAX_NEW.items()), *extra])
+        *(f"{r}.generation.max_new_tokens={n}" for r, n in MAX_NEW.items()),
+        *(f"{r}.generation.top_p={TOP_P[r]}" for r in TOP_P), *(f"{r}.generation.max_prompt_tokens={MAX_PROMPT[r]}" for r in TOP_P),
+        *(f"{r}.learner.device={DEVICE[r]}" for r in TOP_P), *(f"{r}.learner.dtype={DTYPE[r]}" for r in TOP_P),
+        f"max_workers={MAX_WORKERS}", *extra])
 
 
 def expected(states, limit, k, temperature, seed):
@@ -238,8 +298,17 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
     extra = ["eval.temperature=0.5", "eval.samples=2", "eval.max_new_tokens=9"] if sampled else []
     cfg = config(small_scenario, *extra)
     temperature, k = (0.5, 2) if sampled else (0.0, 1)
-    summary = compare.run_compare(cfg, seeds=2, out_dir=tmp / "out", progress=False, command="mgrpo compare x")
+    progress = sampled  # the bars on in one case, off in the other: each evaluation's own setting shows
+    given = config_to_dict(cfg)
+    summary = compare.run_compare(cfg, seeds=2, out_dir=tmp / "out", progress=progress, command="mgrpo compare x")
     assert cfg.seed == 3 and cfg.mode == "mgrpo" and cfg.out_dir != str(tmp / "out")  # the caller's config untouched
+    assert config_to_dict(cfg) == given  # its role models too (each run pins the start models in its own copy)
+    # the start models resolved once per group, with the caller's seed and the config's scenario, timed
+    assert world.starts == [(3, small_scenario.data_dir, ["main", "sub"]), (3, small_scenario.data_dir, ["single"])]
+    assert summary["start_seconds"] == 2 * START_S
+    # each row's interval bootstraps with its run's seed, the pooled ones with the config's (before the
+    # checks below compute their own)
+    assert world.bootstrap_seeds == [3, 3, 3, 4, 4, 4] + [3] * len(report.DIFFERENCES)
     starts = {r: str(tmp / "starts" / r) for r in ("main", "sub", "single")}
 
     # each (seed, mode) trained once, with its own seed and folder, from the pinned start models
@@ -258,6 +327,26 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
         assert e["policies"] == {r: (starts[r], 9 if sampled else MAX_NEW[r], e["seed"] + {"main": 0, "sub": 1,
                                                                                           "single": 2}[r])
                                  for r in e["policies"]}
+        # each role's policy with its own top-p, prompt limit, device and dtype
+        assert e["settings"] == {r: (r, TOP_P[r], MAX_PROMPT[r], DEVICE[r], DTYPE[r]) for r in e["policies"]}
+        assert sorted(e["policies"]) == (["single"] if e["kind"] == "single" else ["main", "sub"])
+        # the config's scenario (its world), the bars only where the caller asked and not on the extra
+        # passes, the config's workers, no episode callback or earlier episodes
+        assert e["scenario"] == small_scenario.data_dir, e["name"]
+        assert e["progress"] is (progress and not e["name"].endswith(("greedy", "curve"))), e["name"]
+        assert e["passed"] == (MAX_WORKERS, None, None), e["name"]
+        assert e["env_values"]["limits"] == cfg.limits
+        rewards = e["env_values"]["rewards"]
+        assert (rewards.main_weights, rewards.sub_weights) == (cfg.main_weights, cfg.sub_weights)
+        assert rewards.expert is not None  # the hop-answer expert (no judge in compare)
+    # one bar per run, on when the caller asked, ticked per iteration with the run's own reward and accuracy
+    assert [b.args for b in world.bars] == [(ITERATIONS, f"seed {s} {m}", "iter", not progress)
+                                            for s in (3, 4) for m in compare.MODES]
+    for bar, (s, m) in zip(world.bars, [(s, m) for s in (3, 4) for m in compare.MODES], strict=True):
+        role = "single" if m == "single-agent" else "main"
+        assert bar.updates == ITERATIONS and bar.closed >= 1
+        assert bar.postfix == [{"reward": f"{metrics_of(s, m, i)[f'{role}/reward_mean']:.3f}",
+                                "acc": f"{metrics_of(s, m, i)[f'{role}/accuracy']:.3f}"} for i in range(ITERATIONS)]
     # the start is evaluated once per start group when greedy (the same episodes for every seed), else per
     # seed; its greedy pass runs once per start group either way
     assert sorted((e["name"], e["kind"], e["seed"]) for e in starts_evaluated) == sorted(
@@ -356,10 +445,15 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
                                        "single": {"single": starts["single"]}}
     assert summary["warm_start"]["hierarchy"]["sub"] == {"path": starts["sub"], "config": {"epochs": 1, "role": "sub"},
                                                          "counts": {"sequences": 3}, "metrics": {"loss": 0.5}}
-    assert summary["command"] == "mgrpo compare x" and summary["tool_backend_failures"] == {}
+    # backend failures counted over every run's start, training and after episodes (6 runs each)
+    assert summary["command"] == "mgrpo compare x" and summary["tool_backend_failures"] == {
+        "browser timeout": 6, "fetch backend": 6, "search backend": 6}
+    assert world.plots == [tmp / "out" / "curves.png"]
+    text = (tmp / "out" / "summary.json").read_text()
+    assert text == json.dumps(summary, indent=2, default=str) + "\n"  # indented, paths and the like as text
     assert summary["reproduce"] == (f"mgrpo compare --config {tmp / 'out' / 'config.yaml'} --seeds 2 "
                                     f"--out {tmp / 'out'} --modes mgrpo,frozen-sub,single-agent")
-    assert json.loads((tmp / "out" / "summary.json").read_text())["results"]["mgrpo"]["mean"]["after_em"] == \
+    assert json.loads(text)["results"]["mgrpo"]["mean"]["after_em"] == \
         pytest.approx(summary["results"]["mgrpo"]["mean"]["after_em"])
     assert load_config(str(tmp / "out" / "config.yaml")).eval.temperature == temperature
     assert summary["verdict"]["text"] in (tmp / "out" / "report.md").read_text()
@@ -367,12 +461,16 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
 
 def test_a_rerun_replaces_the_seed_folders_and_one_mode_runs_alone(fake, small_scenario):
     world, tmp = fake
-    stale = tmp / "out" / "seed3" / "single-agent" / "episodes.jsonl"
+    stale = tmp / "out" / "seed3" / "single-agent" / "from_an_earlier_run.jsonl"
     stale.parent.mkdir(parents=True)
     stale.write_text("from an earlier run\n")
-    summary = compare.run_compare(config(small_scenario, "eval.greedy=false", "eval.temperature=0.5"), seeds=1,
-                                  out_dir=tmp / "out", modes=["single-agent"], progress=False)
+    cfg = config(small_scenario, "eval.greedy=false", "eval.temperature=0.5")
+    summary = compare.run_compare(cfg, seeds=1, out_dir=tmp / "out", modes=["single-agent"])  # bars on by default
     assert not stale.exists() and (stale.parent / "eval_after.jsonl").is_file()
+    assert [(e["name"], e["progress"]) for e in world.evals] == [
+        ("start seed3", True), ("single-agent curve", False), ("single-agent seed3", True)]
+    assert summary["warm_start"]["single"]["single"] == {
+        "path": str(tmp / "starts" / "single"), "config": None, "counts": {"sequences": 6}, "metrics": {"loss": 0.5}}
     assert [t["mode"] for t in world.trainers] == ["single-agent"] and summary["modes"] == ["single-agent"]
     assert summary["start_models"] == {"single": {"single": str(tmp / "starts" / "single")}}
     row = summary["results"]["single-agent"]["per_seed"][0]
@@ -380,3 +478,42 @@ def test_a_rerun_replaces_the_seed_folders_and_one_mode_runs_alone(fake, small_s
     assert not any(e["name"].endswith("greedy") for e in world.evals)
     assert list(summary["intervals"]) == ["single-agent: after - start"]
     assert row["curve"] == [{"step": 2, "em": row["curve"][0]["em"], "f1": f1_of(row["curve"][0]["em"])}]
+    # an output folder whose parents do not exist yet is made with them; a run of no iterations that took
+    # no time: no rate, no d_k
+    nested = tmp / "out" / "new" / "nested"
+    world.init_s = 0.0
+    none = config(small_scenario, "eval.greedy=false", "eval.temperature=0.5",
+                  "stages=[{split: stage2/train, iterations: 0}]")
+    again = compare.run_compare(none, seeds=1, out_dir=nested, modes=["single-agent"], progress=False)
+    assert json.loads((nested / "summary.json").read_text())["seeds"] == again["seeds"] == [3]
+    row = again["results"]["single-agent"]["per_seed"][0]
+    assert (row["iterations"], row["rollouts"], row["train_seconds"], row["rollouts_per_minute"], row["d_k_mean"]) == (
+        0, 0, 0.0, 0.0, 0.0)
+    # under a second of training, a curve point every iteration: each point's time is evaluation time
+    world.init_s, world.iter_s = 0.2, 0.1
+    every = config(small_scenario, "eval.greedy=false", "eval.temperature=0.5", "eval.every=1")
+    row = compare.run_compare(every, seeds=1, out_dir=tmp / "out" / "every", modes=["single-agent"],
+                              progress=False)["results"]["single-agent"]["per_seed"][0]
+    assert [c["step"] for c in row["curve"]] == [1, 2, 3]
+    assert row["train_seconds"] == pytest.approx(0.5) and row["rollouts_per_minute"] == pytest.approx(ROLLOUTS / 0.5 * 60)
+    assert row["eval_seconds"] == pytest.approx(5 * EVAL_S)  # the start, three curve points, the after
+
+
+def test_a_greedy_pass_is_cached_under_its_key_only(fake, small_scenario):
+    """``_full_evaluation``'s greedy cache: one greedy pass per key; without a key, every call runs its own
+    and nothing is stored."""
+    world, _ = fake
+    cfg = config(small_scenario, "eval.temperature=0.5")
+    scenario = compare.check_compare(cfg, 1, ["mgrpo"])
+    paths = {"main": "m", "sub": "s"}
+    cache: dict = {}
+
+    def evaluate(key):
+        return compare._full_evaluation(cfg, scenario, lambda c: compare.evaluation_policies(c, paths, paths, 3),
+                                        seed=3, progress=False, name="x", greedy_cache=cache, greedy_key=key)[0]
+
+    greedy = expected((("main", ("m", 0)), ("sub", ("s", 0))), 3, 1, 0.0, 3)[0]
+    assert [evaluate(None)["greedy_em"] for _ in range(2)] == [greedy, greedy]
+    assert cache == {} and [e["name"] for e in world.evals] == ["x", "x greedy"] * 2
+    assert [evaluate("k")["greedy_em"] for _ in range(2)] == [greedy, greedy]
+    assert cache == {"k": greedy} and [e["name"] for e in world.evals[4:]] == ["x", "x greedy", "x"]

@@ -291,6 +291,7 @@ def test_delegations_are_recorded_with_the_sub_agent_they_started(make_env, smal
     calls = env.unwrapped.record.main.tool_calls
     assert [(c.tool, c.ok, c.meta.get("agent")) for c in calls] == [("delegate", True, "sub_0"), ("delegate", False, None)]
     assert calls[0].arguments == {"task": "first", "context": "c"} and calls[1].error.startswith("limit:")
+    assert calls[1].arguments == {"task": "second"}  # the refused call is recorded with what was asked
 
 
 # -- reward edge cases, by hand-computed values (issue 22) ------------------------------------------------
@@ -503,3 +504,120 @@ def test_call_tool_records_and_texts_by_hand():
     record, text = call_tool({"visit": visit}, ParsedAction("tool_call", tool_name="click", arguments=None))
     assert (record.tool, record.arguments, record.ok, record.meta) == ("click", {}, False, {})
     assert text == "Error (click): unavailable: the tool 'click' is not available here" and record.error == text[15:]
+
+
+# -- the records of the reward path by value (from the aec.py / core.py mutation survivors, issue 22) --------
+
+
+def test_turn_records_format_errors_and_truncation_of_both_agents(make_env, small_scenario):
+    env = make_env(max_main_turns=4, max_sub_turns=4, max_action_chars=200)
+    task = first_chain_task(small_scenario)
+    env.reset(seed=1, options={"task": task})
+    env.step("no tags")  # main: two malformed turns, counted one by one
+    env.step("still none")
+    main = env.unwrapped.record.main
+    assert [(t.action, t.kind, t.error_kind) for t in main.turns] == [
+        ("no tags", "error", "no_tag"), ("still none", "error", "no_tag")]
+    assert main.format_errors == 2
+    env.step(call("delegate", task="find it"))  # no context: the subtask line only
+    assert env.observe("sub_0")["text"] == "Subtask: find it"
+    sub = env.unwrapped.record.subs[0]
+    assert (sub.task, sub.context) == ("find it", None)
+    too_long = "<result>" + "x" * 300 + "</result>"  # over the action limit: a sub's format failure too
+    env.step(too_long)
+    env.step("no tags")
+    env.step(call("search", queries=[task.hops[0].entity]))
+    env.step(call("search", queries=[task.hops[1].entity]))  # fourth sub turn: its limit, back to main
+    assert [(t.action, t.kind, t.error_kind) for t in sub.turns][:2] == [
+        (too_long, "error", "too_long"), ("no tags", "error", "no_tag")]
+    assert [t.kind for t in sub.turns] == ["error", "error", "tool_call", "tool_call"] and sub.format_errors == 2
+    assert sub.truncated is True and env.agent_selection == "main_0"
+    latencies = [t.tool_call.latency_s for t in sub.turns[2:]]
+    assert all(s > 0 for s in latencies) and env.unwrapped.record.tool_s == pytest.approx(sum(latencies))
+    env.step("<think>one more</think>")  # main's fourth turn: its limit
+    rec = env.unwrapped.record
+    assert main.truncated is True and rec.end_reason == "main_turn_limit" and rec.score == 0.0
+    assert rec.final_answer is None and rec.truncated is True
+
+
+def test_a_sub_agents_return_on_the_main_agents_last_turn_ends_the_episode(make_env, small_scenario):
+    env = make_env(max_main_turns=1)
+    task = first_chain_task(small_scenario)
+    env.reset(seed=1, options={"task": task})
+    env.step(call("delegate", task="only", context="the notes"))  # main's one turn
+    assert env.observe("sub_0")["text"] == "Subtask: only\nContext: the notes"
+    assert env.unwrapped.record.subs[0].context == "the notes"
+    env.step("<result>r</result>")  # the report comes back to a main agent with no turn left
+    rec = env.unwrapped.record
+    assert rec.main.truncated is True and rec.end_reason == "main_turn_limit"
+    assert all(env.truncations.values()) and env.infos["main_0"]["end_reason"] == "main_turn_limit"
+
+
+def test_an_answered_episode_records_its_score_time_and_each_agents_infos(make_env, small_scenario):
+    env = make_env()
+    task = first_chain_task(small_scenario)
+    env.reset(seed=1, options={"task": task})
+    env.step(call("delegate", task="t"))
+    env.step("<result>r</result>")
+    env.step(f"<answer>{task.answer}</answer>")
+    rec = env.unwrapped.record
+    assert rec.score == 1.0 and rec.end_reason == "answer" and 0.0 <= rec.wall_s < 60.0
+    for agent, role in (("main_0", "main"), ("sub_0", "sub")):
+        info = env.infos[agent]
+        assert (info["role"], info["task_id"], info["end_reason"]) == (role, task.id, "answer")
+        assert info["reward_components"] == rec.components[agent]
+
+
+def test_a_custom_expert_gets_the_subtask_and_is_named_custom(make_env, small_scenario):
+    from mgrpo_env import RewardConfig
+
+    seen = []
+
+    def scorer(task, subtask, result):
+        seen.append((subtask, result))
+        return 0.25
+
+    def undecided(task, subtask, result):
+        return None
+
+    task = first_chain_task(small_scenario)
+    env = make_env(rewards=RewardConfig(sub_weights=B, expert=scorer))
+    env.reset(seed=1, options={"task": task})
+    env.step(call("delegate", task="find x"))
+    env.step("<result>a report</result>")
+    env.step(f"<answer>{task.answer}</answer>")
+    comp = env.unwrapped.record.components["sub_0"]
+    assert seen == [("find x", "a report")] and (comp["expert"], comp["expert_source"]) == (0.25, "custom")
+    assert comp["reward"] == pytest.approx(B[0] + B[1] + B[2] * 0.25)
+    for rewards in (RewardConfig(sub_weights=B, expert=None), RewardConfig(sub_weights=B, expert=undecided)):
+        env = make_env(rewards=rewards)  # no scorer, or one with nothing to judge by: the term is dropped
+        env.reset(seed=1, options={"task": task})
+        env.step(call("delegate", task="t"))
+        env.step("<result>a report</result>")
+        env.step(f"<answer>{task.answer}</answer>")
+        comp = env.unwrapped.record.components["sub_0"]
+        assert (comp["expert"], comp["expert_source"]) == (None, "none")
+        assert comp["reward"] == pytest.approx(B[0] + B[1])
+
+
+def test_call_tool_without_a_name_and_a_raising_tool_and_verifier_by_hand():
+    from mgrpo_env.core import call_tool, safe_verify
+    from mgrpo_env.protocol import ParsedAction
+
+    record, text = call_tool({}, ParsedAction("tool_call", tool_name=None, arguments={"a": 1}))
+    assert (record.tool, record.arguments, record.ok) == ("", {"a": 1}, False)
+    assert text == "Error (): unavailable: the tool '' is not available here"
+
+    def broken(arguments):
+        raise ValueError("bad state")
+
+    record, text = call_tool({"t": broken}, ParsedAction("tool_call", tool_name="t", arguments={"x": 2}))
+    assert (record.tool, record.arguments, record.ok, record.error) == ("t", {"x": 2}, False, "internal: ValueError: bad state")
+    assert text == "Error (t): internal: ValueError: bad state"
+
+    class Down:
+        def verify(self, task, answer):
+            raise ConnectionError("judge unreachable")
+
+    assert safe_verify(Down(), None, "x") == (None, "ConnectionError: judge unreachable")
+    assert safe_verify(Down(), None, None) == (None, None)

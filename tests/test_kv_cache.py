@@ -19,12 +19,14 @@ SYSTEM = {"role": "system", "content": "You are a research agent."}
 
 
 @pytest.fixture(scope="module")
-def model(tokenizer, tmp_path_factory):
+def model(tokenizer, keep):
     from transformers import AutoModelForCausalLM
 
-    path = tmp_path_factory.mktemp("model")
-    build_tiny_model(tokenizer, path, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, seed=0)
-    return AutoModelForCausalLM.from_pretrained(path)
+    def build(path):
+        build_tiny_model(tokenizer, path, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, seed=0)
+        return AutoModelForCausalLM.from_pretrained(path)
+
+    return keep("kv-model", build)
 
 
 def policy(model, tokenizer, role: str, kv_cache_mb: float, **kwargs) -> TransformersPolicy:
@@ -155,6 +157,9 @@ def test_models_with_sliding_window_layers_do_not_reuse(tokenizer, tmp_path):
                          max_window_layers=0)
     model = AutoModelForCausalLM.from_config(config)
     assert policy(model, tokenizer, "main", 64).kv is None
+    from mgrpo_algo.policies.kv_cache import supports_reuse
+
+    assert supports_reuse(types.SimpleNamespace(config=object())) is False  # a config the cache cannot map
 
 
 def _two_turns(reusing: TransformersPolicy) -> tuple[PolicyRequest, PolicyRequest]:
@@ -337,6 +342,11 @@ def test_manager_evicts_least_recently_used_and_drops_everything_when_any_weight
     layout = exact.prepare(model, [None, "x", "y", "z"], [[1, 2]] * 4, pad_id=0)
     exact.store(layout, _cache(4, 3), [[1, 2]] * 4, [[7, 8]] * 4)
     assert list(exact.entries) == ["z"] and exact.stats.evictions == 3 and exact.nbytes == per_entry
+    # a row over the budget is skipped, not the end of the batch: the row after it (exactly the budget) is kept
+    fresh = KVCacheManager(per_entry)
+    both = fresh.prepare(model, ["big", "fits"], [[1, 2, 3], [1, 2]], pad_id=0)
+    fresh.store(both, _cache(2, 5), [[1, 2, 3], [1, 2]], [[7, 8], [7]])  # 3 + 2 and 2 + 1 positions
+    assert list(fresh.entries) == ["fits"] and fresh.entries["fits"].ids == [1, 2, 7] and fresh.nbytes == per_entry
     exact.store(layout, None, [[1, 2]] * 4, [[7, 8]] * 4)  # generate returned no cache: nothing to keep
     assert list(exact.entries) == ["z"]
     nothing = KVCacheManager(0)
