@@ -286,7 +286,7 @@ class MGRPOEnv(AECEnv):
             self._reply(agent, turn, format_error(parsed))
         elif parsed.kind == "result":
             traj.final = parsed.content
-            self._return_to_main(agent, parsed.content)
+            self._return_to_main(parsed.content)
             return
         else:
             record, out = call_tool(self._tools[agent], parsed)
@@ -296,10 +296,10 @@ class MGRPOEnv(AECEnv):
         if len(traj.turns) >= self.limits.max_sub_turns:
             traj.truncated = True
             self._return_to_main(
-                agent, None, note=f"The sub-agent stopped at its limit of {self.limits.max_sub_turns} turns without a result."
+                None, note=f"The sub-agent stopped at its limit of {self.limits.max_sub_turns} turns without a result."
             )
 
-    def _return_to_main(self, agent: str, result: str | None, note: str = "") -> None:
+    def _return_to_main(self, result: str | None, note: str = "") -> None:
         main_turn = self._pending_delegate
         self._reply(MAIN, main_turn, format_tool_response(result if result is not None else note))
         self.agent_selection = MAIN

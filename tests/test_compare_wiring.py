@@ -517,3 +517,24 @@ def test_a_greedy_pass_is_cached_under_its_key_only(fake, small_scenario):
     assert cache == {} and [e["name"] for e in world.evals] == ["x", "x greedy"] * 2
     assert [evaluate("k")["greedy_em"] for _ in range(2)] == [greedy, greedy]
     assert cache == {"k": greedy} and [e["name"] for e in world.evals[4:]] == ["x", "x greedy", "x"]
+
+
+def test_mgrpo_eval_passes_its_episode_callback_and_earlier_episodes_through(fake, small_scenario):
+    """``mgrpo eval`` resumes through evaluate_policies: the callback and the episodes kept so far reach the
+    evaluation loop as given (compare passes none)."""
+    world, _ = fake
+    cfg = config(small_scenario)
+    kept, seen = [EpisodeRecord(episode_id="0-0", task={"id": "q0"}, seed=0, correct=True)], []
+    policies = compare.evaluation_policies(cfg, {"main": "m", "sub": "s"}, {"main": "m", "sub": "s"}, 0)
+    compare.evaluate_policies(cfg, small_scenario, policies, limit=3, seed=0, progress=False, name="resume",
+                              on_episode=seen.append, previous=kept)
+    assert world.evals[-1]["passed"] == (MAX_WORKERS, seen.append, kept)
+
+
+def test_evaluation_policies_run_in_process_even_for_a_served_role(fake, small_scenario):
+    """A role trained against a served engine is still evaluated in process, on its own model."""
+    cfg = config(small_scenario, "sub.served={base_url: 'http://127.0.0.1:9/v1'}")
+    assert cfg.sub.served.enabled
+    policies = compare.evaluation_policies(cfg, {"main": "m", "sub": "s"}, {"main": "m", "sub": "s"}, 0)
+    assert {type(p).__name__ for p in policies.values()} == {"Policy"}  # the fake TransformersPolicy
+    assert policies["sub"].model.path == "s"

@@ -336,7 +336,7 @@ def _train_and_evaluate(
         done = int(metrics["iteration"]) + 1
         if cfg.eval.every and done % cfg.eval.every == 0:
             t = time.perf_counter()
-            point, _ = _evaluate(cfg, scenario, _trained_policies(cfg, holder[0], paths, seed), limit=cfg.eval.curve_limit,
+            point, _ = _evaluate(cfg, scenario, _trained_policies(cfg, holder[0], seed), limit=cfg.eval.curve_limit,
                                  seed=seed, progress=False, name=f"{mode} curve")
             curve.append({"step": done, "em": point["em"], "f1": point["f1"]})
             writer.add_scalar("eval/curve_em", point["em"], done)
@@ -351,7 +351,7 @@ def _train_and_evaluate(
         bar.close()
         train_seconds = time.perf_counter() - t - curve_seconds
         after, records, after_seconds = _full_evaluation(
-            cfg, scenario, lambda c: _trained_policies(c, trainer, paths, seed), seed=seed, progress=progress,
+            cfg, scenario, lambda c: _trained_policies(c, trainer, seed), seed=seed, progress=progress,
             name=f"{mode} seed{seed}")
         write_jsonl(run_dir / "eval_after.jsonl", records)
         writer.add_scalar("eval/em", after["em"], total)
@@ -402,7 +402,7 @@ def _intervals(scores: Mapping[str, Mapping[str, list[dict[str, list[bool]]]]], 
     return out
 
 
-def _trained_policies(cfg: TrainConfig, trainer: Any, paths: Mapping[str, str], seed: int) -> dict[str, Any]:
+def _trained_policies(cfg: TrainConfig, trainer: Any, seed: int) -> dict[str, Any]:
     """Evaluation policies over the trainer's current models, through its role handles: each worker
     builds the evaluation policy over its own model (a frozen role keeps its start), wherever it runs."""
     from ..core.seeding import eval_seed
