@@ -254,7 +254,9 @@ def test_prerender_renders_every_script_page_once_and_later_opens_launch_no_brow
         urls = world.script_pages()
         assert sorted(u.rsplit("/", 1)[1] for u in urls if "/wiki/" in u) == script_slugs
         assert world.render_cache.stats.misses == len(urls)  # each rendered once, by the open itself
+        hits = world.render_cache.stats.hits
         assert world.prerender() == {"pages": len(urls), "rendered": 0, "failed": 0}  # nothing left to render
+        assert world.render_cache.stats.hits == hits  # and the kept pages are not visited again
     with small.open() as later:
         stats = later.render_cache.stats
         assert stats.loaded == len(urls) and stats.misses == 0

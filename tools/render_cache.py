@@ -105,6 +105,11 @@ class RenderCache:
         with self._lock:
             return len(self._entries)
 
+    def __contains__(self, key: object) -> bool:
+        """Whether a render of ``key`` (a policy-checked URL) is kept."""
+        with self._lock:
+            return key in self._entries
+
     @property
     def nbytes(self) -> int:
         """Bytes of DOM text kept now."""

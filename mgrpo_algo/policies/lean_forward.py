@@ -119,7 +119,7 @@ class LeanStep:
             return False
         if getattr(config, "use_sliding_window", False) or getattr(config, "pretraining_tp", 1) != 1:
             return False
-        if getattr(config, "hidden_act", None) not in ("silu",) or getattr(config, "quantization_config", None):
+        if getattr(config, "hidden_act", None) != "silu" or getattr(config, "quantization_config", None):
             return False
         if type(getattr(model, "lm_head", None)) is not torch.nn.Linear:
             return False

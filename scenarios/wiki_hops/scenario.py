@@ -495,8 +495,10 @@ class WikiWorld:
         counted: an agent's visit will try it again and see the error itself."""
         from concurrent.futures import ThreadPoolExecutor
 
-        urls = self.script_pages()
         cache = self.render_cache
+        pages = self.script_pages()
+        # the browser keys a render by the policy-checked URL: a page already kept is not visited again
+        urls = [u for u in pages if cache is None or self.policy.check(u, resolve=False) not in cache]
         before = cache.stats.misses if cache is not None else 0
 
         def visit(url: str) -> bool:
@@ -505,7 +507,7 @@ class WikiWorld:
         with ThreadPoolExecutor(max(1, workers)) as pool:
             ok = list(pool.map(visit, urls))
         rendered = (cache.stats.misses - before) if cache is not None else 0
-        return {"pages": len(urls), "rendered": rendered, "failed": ok.count(False)}
+        return {"pages": len(pages), "rendered": rendered, "failed": ok.count(False)}
 
     def make_tools(self) -> dict[str, Tool]:
         """A fresh ``{"search", "visit", "click"}`` set with its own browsing session."""
