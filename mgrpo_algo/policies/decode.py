@@ -23,6 +23,7 @@ policy uses ``generate`` for tokenizers that need them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -192,8 +193,7 @@ def inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
     (``u`` uniform in [0, 1)). A token of probability 0 (outside the top-p nucleus) has the cumulative
     sum of the token before it and is never the first to exceed; ``u * total`` is kept below the
     total, so rounding cannot run past the last token of nonzero probability. Costs B random numbers
-    instead of the B x V
-    exponentials of ``torch.multinomial``.
+    instead of the B x V exponentials of ``torch.multinomial``.
     """
     cdf = probs.cumsum(dim=-1)
     total = cdf[:, -1:]
@@ -213,6 +213,7 @@ def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     return scores.masked_fill(mask, float("-inf"))
 
 
+@functools.cache  # a property of the installed transformers: looked up once, not per decode or micro-batch
 def _cache_kwarg() -> str:
     """``generate``'s cache argument and output field: ``cache`` in recent transformers 5.x, before
     that ``past_key_values``."""
