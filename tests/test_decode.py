@@ -59,7 +59,7 @@ def chat_turns(pol: TransformersPolicy, turns: int = 4, agents: int = 5) -> list
 def test_lean_decode_samples_what_generate_samples(sub_model, sampling, kv_cache_mb, mode) -> None:
     def policy(mode: str) -> TransformersPolicy:
         return TransformersPolicy(sub_model, START / "sub", role="sub", max_new_tokens=40, seed=5,
-                                  kv_cache_mb=kv_cache_mb, decode=mode, **sampling)
+                                  kv_cache_mb=kv_cache_mb, decode=mode, sampler="multinomial", **sampling)
 
     lean_policy = policy(mode)
     lean, reference = chat_turns(lean_policy), chat_turns(policy("generate"))
@@ -75,10 +75,12 @@ def test_lean_decode_samples_what_generate_samples(sub_model, sampling, kv_cache
         assert stats.hits >= 6 and stats.reused_tokens > stats.prefilled_tokens  # reuse really happened
 
 
-def test_lean_is_the_default_and_generate_stays_selectable(sub_model) -> None:
-    assert TransformersPolicy(sub_model, START / "sub", role="sub").decode == "lean"
+def test_fast_is_the_default_and_generate_stays_selectable(sub_model) -> None:
+    policy = TransformersPolicy(sub_model, START / "sub", role="sub")
+    assert (policy.decode, policy.sampler) == ("fast", "inverse_cdf")
+    assert TransformersPolicy(sub_model, START / "sub", role="sub", decode="generate").decode == "generate"
     with pytest.raises(ValueError, match="decode"):
-        TransformersPolicy(sub_model, START / "sub", role="sub", decode="fast")
+        TransformersPolicy(sub_model, START / "sub", role="sub", decode="turbo")
 
 
 def test_the_preallocated_cache_holds_what_a_dynamic_cache_holds(sub_model) -> None:

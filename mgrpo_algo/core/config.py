@@ -248,22 +248,25 @@ class GenerationConfig:
     """Memory budget of the KV caches the in-process policy keeps between an agent's turns (only the
     new ids are fed at the next turn; past the budget the least recently used are evicted and
     re-prefilled). 0 re-prefills every turn. Same samples and log-probs either way (mgrpo_algo.policies.kv_cache)."""
-    decode: str = "lean"
-    """How the in-process policy samples: ``"lean"`` (a sampling loop with a preallocated KV cache,
-    mgrpo_algo.policies.decode, whose one-token steps run through mgrpo_algo.policies.lean_forward for
-    Qwen2 / Llama models: bitwise the model's logits without the forward's overhead), ``"forward"``
-    (the same loop over the model's own forward) or ``"generate"`` (transformers' ``generate``, the
-    reference both are tested against). All three sample the same ids and log-probs under a seed;
-    benchmarks/generation.py measures them. Served engines ignore it."""
-    sampler: str = "multinomial"
-    """How the lean paths draw a token: ``"multinomial"`` (``torch.multinomial``, as ``generate``: the
-    same ids under a seed) or ``"inverse_cdf"`` (the same distribution from one uniform per row, far
-    fewer random numbers: other ids under the seed). ``generate`` always draws with multinomial."""
+    decode: str = "fast"
+    """How the in-process policy samples: ``"fast"`` (a sampling loop with a preallocated KV cache,
+    mgrpo_algo.policies.decode, whose one-token steps run through mgrpo_algo.policies.fast_step for
+    float32 Qwen2 / Llama models on the CPU: the model's logits up to float rounding, log-probs within
+    ~1e-5, with half the ops of the forward), ``"lean"`` (the same loop through
+    mgrpo_algo.policies.lean_forward: bitwise the model's logits), ``"forward"`` (the loop over the
+    model's own forward) or ``"generate"`` (transformers' ``generate``, the reference the others are
+    tested against). With the multinomial sampler, lean and forward sample generate's ids under a
+    seed; benchmarks/generation.py measures them all. Served engines ignore it."""
+    sampler: str = "inverse_cdf"
+    """How the lean paths draw a token: ``"inverse_cdf"`` (the same distribution from one uniform per
+    row: at the demo's batch sizes ``torch.multinomial``'s B x V exponentials cost more than the
+    model's step) or ``"multinomial"`` (``torch.multinomial``, as ``generate``: the same ids under a
+    seed). ``generate`` always draws with multinomial."""
 
     def __post_init__(self) -> None:
         _check(self.max_new_tokens >= 1, "generation.max_new_tokens", "must be >= 1")
-        _check(self.decode in ("lean", "forward", "generate"), "generation.decode",
-               "must be 'lean', 'forward' or 'generate'")
+        _check(self.decode in ("fast", "lean", "forward", "generate"), "generation.decode",
+               "must be 'fast', 'lean', 'forward' or 'generate'")
         _check(self.sampler in ("multinomial", "inverse_cdf"), "generation.sampler",
                "must be 'multinomial' or 'inverse_cdf'")
         _check(self.kv_cache_mb >= 0, "generation.kv_cache_mb", "must be >= 0")

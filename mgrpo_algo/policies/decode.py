@@ -15,7 +15,13 @@ output bookkeeping). :func:`decode` is the same algorithm written out for the on
   ``torch.multinomial(softmax(scores), 1)`` on the whole batch (or ``argmax``), a finished row gets
   the pad id, and the loop stops when every row has sampled a stop id or ``max_new_tokens`` is reached.
 
-Same inputs in the same order means the same logits and the same random draws, so under one seed
+With ``step="fast"`` the one-token steps run through
+:class:`~mgrpo_algo.policies.fast_step.FastStep` (the model's function up to float rounding, with
+fewer and cheaper ops) and the padding mask is kept as one additive float mask for the whole call;
+the recorded log-probs are then the model's within ~1e-5 (tests/test_fast_step.py), and the ids are
+``generate``'s except where rounding flips a draw.
+
+Otherwise, same inputs in the same order means the same logits and the same random draws, so under one seed
 the sampled ids and log-probs equal ``generate``'s (tests/test_decode.py checks them against it on
 ragged batches with KV reuse). Stop *strings* (tags of several tokens) are not handled here: the
 policy uses ``generate`` for tokenizers that need them.
@@ -29,9 +35,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["process_scores", "decode", "reserve", "inverse_cdf", "SAMPLERS"]
+__all__ = ["process_scores", "decode", "reserve", "inverse_cdf", "SAMPLERS", "STEPS"]
 
 SAMPLERS = ("multinomial", "inverse_cdf")
+STEPS = ("fast", "lean", "forward")
 
 
 def _growing_layer_class() -> type:
@@ -122,8 +129,10 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
 
     ``step``: how the one-token steps after the prefill run: ``"lean"`` (default) through
     :class:`~mgrpo_algo.policies.lean_forward.LeanStep` when it supports the model (bitwise the
-    model's logits, without the forward's overhead), else the model's forward; ``"forward"``
-    always through the model's forward. The prefill always goes through the model's forward.
+    model's logits, without the forward's overhead), else the model's forward; ``"fast"`` through
+    :class:`~mgrpo_algo.policies.fast_step.FastStep` when it supports the model (the model's logits
+    up to float rounding, with half the ops), else as ``"lean"``; ``"forward"`` always through the
+    model's forward. The prefill always goes through the model's forward.
 
     ``sampler``: ``"multinomial"`` draws as ``generate`` does (``torch.multinomial``: one exponential
     variate per vocabulary entry and row, the same ids as ``generate`` under a seed);
@@ -132,13 +141,15 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
     """
     from transformers import DynamicCache
 
+    from .fast_step import FastStep
     from .lean_forward import LeanStep
 
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
-    if step not in ("lean", "forward"):
-        raise ValueError(f"step must be 'lean' or 'forward', got {step!r}")
-    lean = LeanStep.for_model(model) if step == "lean" and LeanStep.supports(model) else None
+    if step not in STEPS:
+        raise ValueError(f"step must be one of {STEPS}, got {step!r}")
+    fast = FastStep.for_model(model) if step == "fast" and FastStep.supports(model) else None
+    lean = LeanStep.for_model(model) if fast is None and step in ("lean", "fast") and LeanStep.supports(model) else None
     if lean is not None:
         lean.refresh()  # weights do not move while this call decodes
     kwarg = _cache_kwarg()  # the forward's name for the cache (``cache`` in transformers 5.x)
@@ -157,8 +168,19 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
     feed, feed_pos = input_ids[:, past:], positions[:, past:]
     last_pos = positions[:, -1:]
     all_ones = bool(mask.all())  # stays so: the mask only grows by columns of ones
+    bias = None
+    if fast is not None:  # weights do not move while this call decodes; positions stay below this
+        fast.refresh(int(last_pos.max()) + max_new_tokens + 1)
+        if not all_ones:  # the additive mask of every column this call can reach, made once
+            bias = torch.zeros((batch, 1, 1, mask.shape[1] + max_new_tokens), dtype=torch.float32, device=device)
+            bias[:, 0, 0, : mask.shape[1]].masked_fill_(mask == 0, float("-inf"))
+    width = mask.shape[1]  # columns after this step's token is fed
+    pad = torch.full((batch,), pad_id, dtype=torch.long, device=device)
     for index in range(max_new_tokens):
-        if lean is not None and index > 0:
+        if fast is not None and index > 0:
+            logits = fast(feed, None, feed_pos, cache, mask_all_ones=all_ones, prepared=True,
+                          attention_bias=None if bias is None else bias[..., :width])
+        elif lean is not None and index > 0:
             logits = lean(feed, mask, feed_pos, cache, mask_all_ones=all_ones, fused_current=True).to(
                 dtype=torch.float32, copy=True)
         else:
@@ -173,16 +195,18 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
             nxt = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
         else:
             nxt = torch.argmax(scores, dim=-1)
-        nxt = torch.where(unfinished, nxt, torch.full_like(nxt, pad_id))
+        nxt = torch.where(unfinished, nxt, pad)
         tokens.append(nxt)
         logps.append(logp.gather(1, nxt[:, None]).squeeze(1))
-        unfinished &= ~(nxt[:, None] == stops).any(-1)
+        unfinished &= ~torch.isin(nxt, stops)
         if index + 1 == max_new_tokens or not bool(unfinished.any()):
             break
         feed = nxt[:, None]
         last_pos = last_pos + 1
         feed_pos = last_pos
-        mask = torch.cat([mask, ones], dim=-1)
+        width += 1
+        if fast is None:  # FastStep reads the additive mask made above
+            mask = torch.cat([mask, ones], dim=-1)
     return torch.stack(tokens, 1).cpu(), torch.stack(logps, 1).cpu(), cache
 
 

@@ -58,7 +58,7 @@ import torch
 
 from mgrpo_env.rollout import PolicyRequest, PolicyResponse
 
-from .decode import SAMPLERS, _cache_kwarg, _top_p, process_scores  # noqa: F401 - _cache_kwarg: also imported from here
+from .decode import SAMPLERS, STEPS, _cache_kwarg, _top_p, process_scores  # noqa: F401 - _cache_kwarg: also imported from here
 from .decode import decode as lean_decode
 from .kv_cache import KVCacheManager, supports_reuse
 
@@ -267,16 +267,18 @@ class TransformersPolicy:
             (:mod:`mgrpo_algo.policies.kv_cache`: only the new ids are fed at the next turn; least recently
             used caches are evicted past the budget and re-prefilled). 0 turns reuse off. Ignored
             (always re-prefill) for models with sliding-window or linear-attention layers.
-        decode: ``"lean"`` (default: :func:`mgrpo_algo.policies.decode.decode`, a sampling loop whose
-            one-token steps run through :class:`~mgrpo_algo.policies.lean_forward.LeanStep` when it
-            supports the model), ``"forward"`` (the same loop over the model's forward) or
-            ``"generate"`` (transformers' ``generate``, the reference). All three give the same ids
-            and log-probs under a seed. Tokenizers whose stop tags are several tokens always use
-            ``generate``.
-        sampler: how the lean paths draw a token: ``"multinomial"`` (as ``generate``: the same ids
-            under a seed) or ``"inverse_cdf"`` (the same distribution from one uniform per row:
-            other ids, fewer random numbers; :func:`mgrpo_algo.policies.decode.inverse_cdf`).
-            ``generate`` always draws with ``torch.multinomial``.
+        decode: ``"fast"`` (default: :func:`mgrpo_algo.policies.decode.decode`, a sampling loop whose
+            one-token steps run through :class:`~mgrpo_algo.policies.fast_step.FastStep` when it
+            supports the model: its logits up to float rounding), ``"lean"`` (the same loop through
+            :class:`~mgrpo_algo.policies.lean_forward.LeanStep`: bitwise the model's logits),
+            ``"forward"`` (the loop over the model's forward) or ``"generate"`` (transformers'
+            ``generate``, the reference). With ``sampler="multinomial"``, lean and forward give
+            generate's ids and log-probs under a seed. Tokenizers whose stop tags are several tokens
+            always use ``generate``.
+        sampler: how the loop draws a token: ``"inverse_cdf"`` (default: one uniform per row,
+            :func:`mgrpo_algo.policies.decode.inverse_cdf`) or ``"multinomial"`` (as ``generate``:
+            its ids under a seed, at the cost of B x V exponentials per step). The same distribution
+            either way; ``generate`` always draws with ``torch.multinomial``.
     """
 
     def __init__(
@@ -296,8 +298,8 @@ class TransformersPolicy:
         logprobs_mode: str = "processed",
         name: str | None = None,
         kv_cache_mb: float = 1024.0,
-        decode: str = "lean",
-        sampler: str = "multinomial",
+        decode: str = "fast",
+        sampler: str = "inverse_cdf",
     ) -> None:
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -307,8 +309,8 @@ class TransformersPolicy:
             raise ValueError("max_new_tokens and max_prompt_tokens must be >= 1")
         if logprobs_mode not in ("processed", "raw"):
             raise ValueError(f"logprobs_mode must be 'processed' or 'raw', got {logprobs_mode!r}")
-        if decode not in ("lean", "forward", "generate"):
-            raise ValueError(f"decode must be 'lean', 'forward' or 'generate', got {decode!r}")
+        if decode not in (*STEPS, "generate"):
+            raise ValueError(f"decode must be one of {(*STEPS, 'generate')}, got {decode!r}")
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
         if kv_cache_mb < 0:
@@ -436,7 +438,7 @@ class TransformersPolicy:
         was_training = model.training
         try:
             model.eval()
-            if self.decode in ("lean", "forward") and not self.stop.strings:
+            if self.decode in STEPS and not self.stop.strings:
                 with torch.no_grad(), _seeded(seed, device):
                     generated, logprobs, cache_out = lean_decode(
                         model, input_ids.to(device), attention.to(device), cache_in, max_new_tokens=new_tokens,
