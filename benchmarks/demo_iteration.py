@@ -10,16 +10,19 @@ pages when it is installed) run on two sides in one process with the same seeds:
   every JavaScript page at every visit and a fetcher that fetches every page at every visit
   (``scenario_kwargs.render_cache=false``), and every token of every sample through the learner
   (``learner.share_prefix=false``);
-- **after**: the demo's settings: the lean decode loop with one-token steps through LeanStep
-  (:mod:`mgrpo_algo.policies.decode`, :mod:`mgrpo_algo.policies.lean_forward`), the render cache
+- **after**: the demo's settings: the lean decode loop with one-token steps through FastStep and
+  one uniform per row for each draw (:mod:`mgrpo_algo.policies.decode`,
+  :mod:`mgrpo_algo.policies.fast_step`, ``generation.sampler=inverse_cdf``), the render cache
   kept in the world folder (:mod:`mgrpo_tools.render_cache`) and every script page prerendered when
   the world opens (``scenario_kwargs.prerender``; its one-time cost is reported, not counted), and
   shared prefixes run once in the learner (``learner.share_prefix``).
 
-The two sides sample the same ids and read the same page texts, so they collect identical rollouts
-(the benchmark checks each iteration's rewards equal); their updates agree up to float rounding
-(prefix sharing sums in another order), which can flip a later sample, so the check is on the
-rewards of every iteration and stops the benchmark if they part. Each side runs in its own open world; their iterations are interleaved so that a busy
+The after side draws its own ids (the same distribution, another sampler), so the two sides collect
+different rollouts of the same policy: the figure is rollouts per second, and both sides' mean
+rewards are reported beside it. ``--exact`` makes the after side sample as ``generate`` does
+(LeanStep, multinomial): the two sides then collect identical rollouts, and the benchmark checks each
+iteration's rewards equal (their updates agree up to float rounding: prefix sharing sums in another
+order, which could flip a later sample) and stops if they part. Each side runs in its own open world; their iterations are interleaved so that a busy
 machine slows both alike, and the figures are ratios of sums. ``W`` warm-up iterations per side are
 not counted (the steady state of a run: by its training iterations the start evaluation has visited
 most pages); the renders the after side still makes in the measured iterations are reported. Also
@@ -40,7 +43,7 @@ from common import report  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def trainer_for(tmp: Path, label: str, b: int, k: int, iterations: int, fast: bool):
+def trainer_for(tmp: Path, label: str, b: int, k: int, iterations: int, fast: bool, exact: bool = False):
     """A demo trainer with one setting (both sides: same config, seeds and start models)."""
     from mgrpo_algo.core.config import load_config
     from mgrpo_algo.training.trainer import Trainer
@@ -53,21 +56,25 @@ def trainer_for(tmp: Path, label: str, b: int, k: int, iterations: int, fast: bo
         "torch_threads=1", "checkpoint=false",
     ]
     for role in ("main", "sub"):
-        overrides += [f"{role}.generation.decode={'lean' if fast else 'generate'}",
-                      f"{role}.learner.share_prefix={'true' if fast else 'false'}"]
+        if not fast:
+            overrides.append(f"{role}.generation.decode=generate")
+        elif exact:  # generate's draws: identical rollouts on both sides
+            overrides += [f"{role}.generation.decode=lean", f"{role}.generation.sampler=multinomial"]
+        overrides.append(f"{role}.learner.share_prefix={'true' if fast else 'false'}")
     return Trainer(load_config(ROOT / "configs" / "demo.yaml", overrides))
 
 
 KEYS = ("time/iteration", "time/collect", "time/generation", "time/env_steps", "time/update")
 
 
-def run(tmp: Path, b: int, k: int, iterations: int, warmup: int) -> dict[str, dict[str, float]]:
+def run(tmp: Path, b: int, k: int, iterations: int, warmup: int, exact: bool = False) -> dict[str, dict[str, float]]:
     """Both sides, their iterations interleaved (before, after, before, ...) so that a busy machine
-    slows both alike; summed timings over the measured iterations (after ``warmup`` uncounted ones)
-    and the rollout count per side. Both sides sample the same ids and read the same pages, so they
-    train on identical rollouts; the per-iteration rewards are checked equal."""
+    slows both alike; summed timings over the measured iterations (after ``warmup`` uncounted ones),
+    the rollout count and the summed mean rewards per side. With ``exact`` both sides sample the same
+    ids and read the same pages, so they train on identical rollouts: the per-iteration rewards are
+    checked equal."""
     sides = {"before": trainer_for(tmp, "before", b, k, warmup + iterations, fast=False),
-             "after": trainer_for(tmp, "after", b, k, warmup + iterations, fast=True)}
+             "after": trainer_for(tmp, "after", b, k, warmup + iterations, fast=True, exact=exact)}
     totals: dict[str, dict[str, float]] = {label: dict.fromkeys(KEYS, 0.0) for label in sides}
     worlds, opened = {}, {}
     for label, trainer in sides.items():  # the after side's open prerenders its script pages (reported)
@@ -86,7 +93,9 @@ def run(tmp: Path, b: int, k: int, iterations: int, warmup: int) -> dict[str, di
                 if it >= warmup:
                     for key in KEYS:
                         totals[label][key] += float(m[key])
-            if rewards["before"] != rewards["after"]:
+                    for key, value in zip(("main reward", "sub reward"), rewards[label], strict=True):
+                        totals[label][key] = totals[label].get(key, 0.0) + float(value or 0.0) / iterations
+            if exact and rewards["before"] != rewards["after"]:
                 raise SystemExit(f"iteration {it}: the two sides trained on different rollouts {rewards}")
             if it >= warmup and cache is not None:
                 totals["after"]["renders"] = totals["after"].get("renders", 0.0) + cache.stats.misses - renders_before
@@ -106,11 +115,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="B=1, K=2, one iteration a side, no warm-up")
     parser.add_argument("--iterations", type=int, default=3, help="measured iterations per side")
     parser.add_argument("--warmup", type=int, default=1, help="uncounted iterations per side first")
+    parser.add_argument("--exact", action="store_true",
+                        help="the after side samples generate's ids (LeanStep, multinomial): identical rollouts, checked")
     args = parser.parse_args()
     b, k, iterations, warmup = (1, 2, 1, 0) if args.quick else (4, 4, args.iterations, args.warmup)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        sides = run(tmp, b, k, iterations, warmup)
+        sides = run(tmp, b, k, iterations, warmup, exact=args.exact)
     before, after = sides["before"], sides["after"]
     rows = []
     for label, t in (("before", before), ("after", after)):
@@ -118,8 +129,12 @@ def main() -> None:
                      f"B={b} x K={k}, {iterations} iteration(s) after {warmup} warm-up; s: iteration {t['time/iteration']:.1f}, "
                      f"generation {t['time/generation']:.1f}, env steps {t['time/env_steps']:.1f}, update {t['time/update']:.1f}"))
         rows.append((f"env steps / collection {label}", t["time/env_steps"] / t["time/collect"], "share of collection time"))
+        rows.append((f"mean rewards {label}", t.get("main reward", 0.0), f"main (sub {t.get('sub reward', 0.0):.3f}), "
+                     "over the measured iterations" + (": identical rollouts (checked)" if args.exact else
+                                                       ": the same policy, other draws")))
     rows.append(("iteration speed-up", before["time/iteration"] / after["time/iteration"], "before / after (target >= 2.5)"))
-    rows.append(("generation speed-up", before["time/generation"] / after["time/generation"], "generate / lean decode"))
+    rows.append(("generation speed-up", before["time/generation"] / after["time/generation"],
+                 "generate / " + ("lean, multinomial" if args.exact else "fast, inverse_cdf")))
     rows.append(("env steps speed-up", before["time/env_steps"] / max(after["time/env_steps"], 1e-9),
                  f"no render cache / render cache ({after['renders']:.0f} renders in the measured iterations, "
                  f"{after['renders_saved']:.0f} saved in all)"))
@@ -127,7 +142,7 @@ def main() -> None:
                  f"script page (the before side's open: {before['open_s']:.1f} s)"))
     rows.append(("update speed-up", before["time/update"] / after["time/update"], "learner.share_prefix off / on"))
     report("demo_iteration", rows, {"before": before, "after": after, "B": b, "K": k, "iterations": iterations,
-                                    "warmup": warmup})
+                                    "warmup": warmup, "exact": args.exact})
 
 
 if __name__ == "__main__":
