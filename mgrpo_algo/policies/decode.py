@@ -189,8 +189,8 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
             logits = out.logits[:, -1].to(dtype=torch.float32, copy=True)
             del out
         scores, logp = process_scores(logits, temperature, top_p, logprobs_mode)
-        if temperature > 0 and sampler == "inverse_cdf":
-            nxt = inverse_cdf(torch.softmax(scores, dim=-1))
+        if temperature > 0 and sampler == "inverse_cdf":  # unnormalised weights will do: exp of the log-probs
+            nxt = inverse_cdf(logp.exp() if logprobs_mode == "processed" else torch.softmax(scores, dim=-1))
         elif temperature > 0:
             nxt = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
         else:
