@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import tomllib
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_every_package_folder_is_in_the_wheel() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the project supports 3.10
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(setup["packages"])
     folders = {name: ROOT / setup.get("package-dir", {}).get(name, name) for name in listed if "." not in name}
