@@ -99,6 +99,19 @@ def test_what_it_cannot_mirror_is_refused() -> None:
         FastStep(dynamic)
 
 
+def test_a_model_with_lora_injected_goes_through_the_forward() -> None:
+    """peft replaces the projections of the wrapped model in place: that base object looks like a plain
+    Qwen2 model, but reading its projections' weights would drop the adapters."""
+    from peft import LoraConfig, get_peft_model
+
+    from mgrpo_algo.policies.lean_forward import LeanStep
+
+    model = _qwen2()
+    wrapped = get_peft_model(model, LoraConfig(r=2, target_modules=["v_proj"])).eval()
+    for step in (FastStep, LeanStep):
+        assert not step.supports(wrapped) and not step.supports(model)
+
+
 @pytest.mark.parametrize("sampler", ["multinomial", "inverse_cdf"])
 @pytest.mark.parametrize("sampling", [{}, {"temperature": 0.7}])
 def test_fast_decode_records_the_models_logprobs_of_what_it_sampled(sub_model, sampler, sampling) -> None:  # noqa: F811

@@ -39,6 +39,8 @@ __all__ = ["LeanStep"]
 _STEPS: weakref.WeakKeyDictionary[Any, LeanStep] = weakref.WeakKeyDictionary()
 
 _LAYER_CLASSES = {"qwen2": "Qwen2DecoderLayer", "llama": "LlamaDecoderLayer"}
+_ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+_MLP = ("gate_proj", "up_proj", "down_proj")
 
 
 def _rms_norm(norm: Any, hidden: torch.Tensor) -> torch.Tensor:
@@ -123,7 +125,12 @@ class LeanStep:
             return False
         if type(getattr(model, "lm_head", None)) is not torch.nn.Linear:
             return False
-        return all(type(layer).__name__ == layer_class for layer in layers) and hasattr(body, "rotary_emb")
+        if not all(type(layer).__name__ == layer_class for layer in layers) or not hasattr(body, "rotary_emb"):
+            return False
+        # Plain projections only: a LoRA-injected Linear (the base model under a peft wrapper) adds its
+        # adapters in its forward, which reading .weight would silently drop.
+        return all(type(getattr(part, name, None)) is torch.nn.Linear
+                   for layer in layers for part, names in ((layer.self_attn, _ATTN), (layer.mlp, _MLP)) for name in names)
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
