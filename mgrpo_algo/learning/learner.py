@@ -46,7 +46,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,23 +56,10 @@ from torch import Tensor
 from ..core.config import LearnerConfig
 from ..core.losses import get_policy_loss, loss_normalizer
 from ..core.sequences import TokenSequence
+from .batching import MicroBatch, advantages, pack_micro_batches, scatter_columns
 from .checkpoint import LearnerCheckpoints, _load_model
 
 __all__ = ["RoleLearner"]
-
-@dataclass
-class _MicroBatch:
-    """Right-padded tensors for B samples of padded length L (targets are shifted: [B, L-1])."""
-
-    input_ids: Tensor  # [B, L]
-    attention_mask: Tensor  # [B, L]
-    targets: Tensor  # [B, L-1], token t+1 for position t
-    loss_mask: Tensor  # [B, L-1] float, loss_mask of the target token
-    advantages: Tensor  # [B], or [B, L-1] when a sample carries per-token advantages (step-level credit)
-    weights: Tensor  # [B]
-    old_logp: Tensor | None  # [B, L-1]
-    ref_logp: Tensor | None  # [B, L-1]
-
 
 class RoleLearner(LearnerCheckpoints):
     """The learner of one role.
@@ -196,7 +182,7 @@ class RoleLearner(LearnerCheckpoints):
         return None
 
     def _forward(
-        self, batch: _MicroBatch, *, model: torch.nn.Module | None = None, entropy: bool = False,
+        self, batch: MicroBatch, *, model: torch.nn.Module | None = None, entropy: bool = False,
         loss_positions_only: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """``(logp, entropy)``, both [B, L-1] float32: log-prob of each next token and, if asked, the
@@ -216,15 +202,18 @@ class RoleLearner(LearnerCheckpoints):
         if loss_positions_only:
             columns = torch.nonzero(batch.loss_mask.any(0)).squeeze(-1)  # position t predicts token t+1
         kwargs = {"logits_to_keep": columns} if columns is not None else {}
+        # Tokens after the last position that needs logits feed no prediction (causal attention): not run.
+        # The last token predicts nothing; with loss columns nothing after the last one is needed either.
+        ids = batch.input_ids[:, : length if columns is None or len(columns) == 0 else int(columns[-1]) + 1]
         with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-            shared = self._shared_prefix(batch, columns) if columns is not None else None
+            shared = self._shared_prefix(ids, columns) if columns is not None else None
             if shared is not None:
-                logits = self._forward_shared(model, batch.input_ids, columns, *shared)
+                logits = self._forward_shared(model, ids, columns, *shared)
             else:
                 # Right padding under causal attention: no real token attends to a pad, so the mask only
                 # slows the kernel down (an explicit 4-D mask instead of the causal fast path).
-                logits = model(input_ids=batch.input_ids, use_cache=False, **kwargs).logits
-        logits = logits[:, :length].float() if columns is None else logits.float()
+                logits = model(input_ids=ids, use_cache=False, **kwargs).logits
+        logits = logits.float()  # a no-op in float32; autocast's bfloat16 logits are scored in float32
         if self.config.temperature != 1.0:
             logits = logits / self.config.temperature  # the rollouts sampled from softmax(logits / T)
         targets = batch.targets if columns is None else batch.targets[:, columns]
@@ -239,20 +228,19 @@ class RoleLearner(LearnerCheckpoints):
             logp = -F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                     reduction="none").view(targets.shape)
         if columns is not None:
-            logp = _scatter_columns(logp, columns, length)
-            ent = _scatter_columns(ent, columns, length) if ent is not None else None
+            logp = scatter_columns(logp, columns, length)
+            ent = scatter_columns(ent, columns, length) if ent is not None else None
         return logp, ent
 
-    def _shared_prefix(self, batch: _MicroBatch, columns: Tensor) -> tuple[int, Tensor, Tensor] | None:
+    def _shared_prefix(self, ids: Tensor, columns: Tensor) -> tuple[int, Tensor, Tensor] | None:
         """``(length, distinct prefixes [U, length], row -> prefix index [B])`` when the rows share
         tokens before the first position that needs logits, enough to be worth a prefix pass; else
         None. Two ways to share: the rows' first ``columns[0]`` tokens taken whole (the K rollouts of
         one question share their prompt), or the leading tokens common to every row (a system prompt);
         the one that saves more tokens is used."""
         cfg = self.config
-        if not cfg.share_prefix or cfg.gradient_checkpointing or len(columns) == 0 or batch.input_ids.shape[0] < 2:
+        if not cfg.share_prefix or cfg.gradient_checkpointing or len(columns) == 0 or ids.shape[0] < 2:
             return None
-        ids = batch.input_ids
         rows, first = ids.shape[0], int(columns[0])  # positions before `first` need no logits
         if first < 1:
             return None
@@ -288,26 +276,19 @@ class RoleLearner(LearnerCheckpoints):
 
     # ------------------------------------------------------------------ batching
     def _micro_batches(self, samples: Sequence[TokenSequence]) -> list[list[int]]:
-        """Indices grouped so that (longest length x count) <= micro_batch_tokens; longest first.
-
-        Sorting by length keeps padding low; a sample over the budget gets a micro-batch of its own.
-        """
-        budget = self.config.micro_batch_tokens
-        order = sorted(range(len(samples)), key=lambda i: -samples[i].num_tokens)
-        groups: list[list[int]] = []
-        for i in order:
-            if groups and samples[groups[-1][0]].num_tokens * (len(groups[-1]) + 1) <= budget:
-                groups[-1].append(i)
-            else:
-                groups.append([i])
-        return groups
+        """Indices grouped so that (longest length x count) <= micro_batch_tokens (see
+        :func:`~mgrpo_algo.learning.batching.pack_micro_batches`); a prompt's samples kept together
+        when its prefix is shared."""
+        cfg = self.config
+        by_prompt = cfg.share_prefix and not cfg.gradient_checkpointing
+        return pack_micro_batches(samples, cfg.micro_batch_tokens, by_prompt=by_prompt)
 
     def _collate(
         self,
         samples: Sequence[TokenSequence],
         old: Sequence[Tensor] | None = None,
         ref: Sequence[Tensor] | None = None,
-    ) -> _MicroBatch:
+    ) -> MicroBatch:
         length = max(s.num_tokens for s in samples)
         pad = getattr(self.tokenizer, "pad_token_id", None)
         pad = 0 if pad is None else int(pad)
@@ -328,12 +309,12 @@ class RoleLearner(LearnerCheckpoints):
             return out
 
         dev = self.device
-        return _MicroBatch(
+        return MicroBatch(
             input_ids=ids.to(dev),
             attention_mask=attn.to(dev),
             targets=ids[:, 1:].to(dev),
             loss_mask=(mask[:, 1:] != 0).float().to(dev),
-            advantages=_advantages(samples, length, dev),
+            advantages=advantages(samples, length, dev),
             weights=torch.tensor([float(s.weight) for s in samples], dtype=torch.float32, device=dev),
             old_logp=padded(old),
             ref_logp=padded(ref),
@@ -534,19 +515,3 @@ class RoleLearner(LearnerCheckpoints):
     def _prefixed(self, metrics: dict[str, float]) -> dict[str, float]:
         return {f"{self.role}/{k}": float(v) for k, v in metrics.items()}
 
-
-def _advantages(samples: Sequence[TokenSequence], length: int, device: torch.device) -> Tensor:
-    """[B] advantages, or [B, length - 1] (shifted like the targets) when a sample carries per-token ones."""
-    if all(s.token_advantages is None for s in samples):
-        return torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32, device=device)
-    out = torch.zeros((len(samples), length), dtype=torch.float32)
-    for row, s in enumerate(samples):
-        values = s.token_advantages if s.token_advantages is not None else [float(s.advantage)] * s.num_tokens
-        out[row, : s.num_tokens] = torch.as_tensor(values, dtype=torch.float32)
-    return out[:, 1:].to(device)  # position t predicts token t + 1
-
-
-def _scatter_columns(values: Tensor, columns: Tensor, length: int) -> Tensor:
-    """[B, len(columns)] values placed at ``columns`` of a [B, length] zero tensor (differentiable)."""
-    out = values.new_zeros(values.shape[0], length)
-    return out.index_copy(1, columns, values)
