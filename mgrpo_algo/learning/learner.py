@@ -50,7 +50,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.config import LearnerConfig
@@ -58,6 +57,7 @@ from ..core.losses import get_policy_loss, loss_normalizer
 from ..core.sequences import TokenSequence
 from .batching import MicroBatch, advantages, pack_micro_batches, scatter_columns
 from .checkpoint import LearnerCheckpoints, _load_model
+from .logits import target_logprobs
 
 __all__ = ["RoleLearner"]
 
@@ -142,6 +142,8 @@ class RoleLearner(LearnerCheckpoints):
             betas=config.betas,
             eps=config.adam_eps,
             weight_decay=config.weight_decay,
+            # One fused kernel over all parameters: on CPU torch's default is a Python loop per tensor.
+            fused=all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params) or None,
         )
         self.step = 0
 
@@ -201,14 +203,17 @@ class RoleLearner(LearnerCheckpoints):
         columns = None
         if loss_positions_only:
             columns = torch.nonzero(batch.loss_mask.any(0)).squeeze(-1)  # position t predicts token t+1
-        kwargs = {"logits_to_keep": columns} if columns is not None else {}
         # Tokens after the last position that needs logits feed no prediction (causal attention): not run.
         # The last token predicts nothing; with loss columns nothing after the last one is needed either.
         ids = batch.input_ids[:, : length if columns is None or len(columns) == 0 else int(columns[-1]) + 1]
+        keep: Tensor | int | None = columns
+        if columns is not None and len(columns) and int(columns[-1]) - int(columns[0]) + 1 == len(columns):
+            keep = len(columns)  # the trailing positions: a slice (a view), not a gather and its scatter back
+        kwargs = {"logits_to_keep": keep} if keep is not None else {}
         with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
             shared = self._shared_prefix(ids, columns) if columns is not None else None
             if shared is not None:
-                logits = self._forward_shared(model, ids, columns, *shared)
+                logits = self._forward_shared(model, ids, columns if isinstance(keep, Tensor) else keep, *shared)
             else:
                 # Right padding under causal attention: no real token attends to a pad, so the mask only
                 # slows the kernel down (an explicit 4-D mask instead of the causal fast path).
@@ -217,16 +222,8 @@ class RoleLearner(LearnerCheckpoints):
         if self.config.temperature != 1.0:
             logits = logits / self.config.temperature  # the rollouts sampled from softmax(logits / T)
         targets = batch.targets if columns is None else batch.targets[:, columns]
-        ent = None
-        if entropy:  # one log-softmax over [B, L, V] serves both the targets' log-probs and the entropy
-            log_probs = torch.log_softmax(logits, dim=-1)
-            logp = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-            with torch.set_grad_enabled(torch.is_grad_enabled() and self.config.entropy_coef > 0):
-                held = log_probs if self.config.entropy_coef > 0 else log_probs.detach()
-                ent = -(held.exp() * held).sum(-1)
-        else:  # log p(target) as one fused log-softmax + gather, and a fused backward (softmax - one-hot)
-            logp = -F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                    reduction="none").view(targets.shape)
+        # One log-softmax serves the targets' log-probs and the entropy (see logits.py for the backward).
+        logp, ent = target_logprobs(logits, targets, entropy=entropy, entropy_grad=self.config.entropy_coef > 0)
         if columns is not None:
             logp = scatter_columns(logp, columns, length)
             ent = scatter_columns(ent, columns, length) if ent is not None else None
@@ -254,12 +251,13 @@ class RoleLearner(LearnerCheckpoints):
             return first, whole, inverse
         return common, ids[:1, :common], torch.zeros(rows, dtype=torch.long, device=ids.device)
 
-    def _forward_shared(self, model: torch.nn.Module, ids: Tensor, columns: Tensor, length: int,
+    def _forward_shared(self, model: torch.nn.Module, ids: Tensor, columns: Tensor | int, length: int,
                         prefixes: Tensor, inverse: Tensor) -> Tensor:
-        """Logits at ``columns`` with the first ``length`` tokens run once per distinct prefix: their
-        keys and values are handed to each row (``index_select``: the backward sums every row's
-        gradient into its prefix), then each row's remaining tokens run over them. The same logits as
-        one full forward up to float rounding (tests/test_learner.py checks log-probs and gradients)."""
+        """Logits at ``columns`` (an int: the last ``columns`` positions) with the first ``length``
+        tokens run once per distinct prefix: their keys and values are handed to each row
+        (``index_select``: the backward sums every row's gradient into its prefix), then each row's
+        remaining tokens run over them. The same logits as one full forward up to float rounding
+        (tests/test_learner.py checks log-probs and gradients)."""
         from transformers import DynamicCache
 
         from ..policies.decode import _cache_kwarg
@@ -272,7 +270,7 @@ class RoleLearner(LearnerCheckpoints):
         rest = ids[:, length:]
         positions = torch.arange(length, ids.shape[1], device=ids.device)[None].expand(ids.shape[0], -1)
         return model(input_ids=rest, position_ids=positions, use_cache=True, **{kwarg: cache},
-                     logits_to_keep=columns - length).logits
+                     logits_to_keep=columns if isinstance(columns, int) else columns - length).logits
 
     # ------------------------------------------------------------------ batching
     def _micro_batches(self, samples: Sequence[TokenSequence]) -> list[list[int]]:
