@@ -28,41 +28,21 @@ class MicroBatch:
     ref_logp: Tensor | None  # [B, L-1]
 
 
-def prompt_key(sample: TokenSequence) -> tuple[int, ...]:
-    """The tokens before the position that predicts the sample's first trained token: what the K
-    rollouts of one question share, and what ``LearnerConfig.share_prefix`` runs once."""
-    mask = sample.loss_mask
-    first = next((t for t in range(1, len(mask)) if mask[t]), len(mask))  # the first trained token
-    return tuple(sample.input_ids[: first - 1])
+def pack_micro_batches(samples: Sequence[TokenSequence], budget: int) -> list[list[int]]:
+    """Indices grouped so that (longest length x count) <= ``budget``; longest first.
 
-
-def pack_micro_batches(samples: Sequence[TokenSequence], budget: int, *, by_prompt: bool = False) -> list[list[int]]:
-    """Indices grouped so that (longest length x count) <= ``budget``; a longer sample runs alone.
-
-    Samples go longest first (low padding). With ``by_prompt`` the samples of one prompt
-    (:func:`prompt_key`) stay next to each other, prompts ordered by their longest sample: a
-    micro-batch then holds few distinct prompts, so the shared-prefix pass runs each prompt about
-    once instead of once per micro-batch it is scattered over (the minibatch order is shuffled)."""
-    if by_prompt:
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i, s in enumerate(samples):
-            groups.setdefault(prompt_key(s), []).append(i)
-        members = [sorted(g, key=lambda i: -samples[i].num_tokens) for g in groups.values()]
-        members.sort(key=lambda g: -samples[g[0]].num_tokens)
-        order = [i for g in members for i in g]
-    else:
-        order = sorted(range(len(samples)), key=lambda i: -samples[i].num_tokens)
-    out: list[list[int]] = []
-    longest = 0
+    Sorting by length keeps padding low; a sample over the budget gets a micro-batch of its own.
+    (Samples that share a prompt need not be together: the minibatch's shared prefixes run in one
+    pass across micro-batches, see :mod:`mgrpo_algo.learning.prefix`.)
+    """
+    order = sorted(range(len(samples)), key=lambda i: -samples[i].num_tokens)
+    groups: list[list[int]] = []
     for i in order:
-        n = samples[i].num_tokens
-        if out and max(longest, n) * (len(out[-1]) + 1) <= budget:  # by_prompt: a later sample may be longer
-            out[-1].append(i)
-            longest = max(longest, n)
+        if groups and samples[groups[-1][0]].num_tokens * (len(groups[-1]) + 1) <= budget:
+            groups[-1].append(i)
         else:
-            out.append([i])
-            longest = n
-    return out
+            groups.append([i])
+    return groups
 
 
 def advantages(samples: Sequence[TokenSequence], length: int, device: torch.device) -> Tensor:

@@ -58,6 +58,7 @@ from ..core.sequences import TokenSequence
 from .batching import MicroBatch, advantages, pack_micro_batches, scatter_columns
 from .checkpoint import LearnerCheckpoints, _load_model
 from .logits import target_logprobs
+from .prefix import PrefixPass, forward_with_prefix, plan_prefix, run_prefixes
 
 __all__ = ["RoleLearner"]
 
@@ -185,7 +186,7 @@ class RoleLearner(LearnerCheckpoints):
 
     def _forward(
         self, batch: MicroBatch, *, model: torch.nn.Module | None = None, entropy: bool = False,
-        loss_positions_only: bool = False,
+        loss_positions_only: bool = False, prefix: tuple[PrefixPass, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``(logp, entropy)``, both [B, L-1] float32: log-prob of each next token and, if asked, the
         entropy of the predicted distribution (with grad only when ``entropy_coef > 0``).
@@ -193,30 +194,20 @@ class RoleLearner(LearnerCheckpoints):
         ``loss_positions_only``: compute the vocabulary projection only at the columns where some
         sample has a loss-masked token (``logits_to_keep``); other positions are 0. The prompt (most of
         an agent's sequence) then costs no [V]-wide logits, which dominate the update for small models.
+        ``prefix``: the batch's shared prefix (a pass of :func:`~mgrpo_algo.learning.prefix.run_prefixes`
+        and each row's prefix index): its tokens are read from there, not run.
         """
         model = self.model if model is None else model
-        if model is self.model and self.adapter is not None:
-            from .lora import activate
-
-            activate(model, self.adapter)  # left active through the backward (shared base: see lora.py)
+        self._activate(model)
         length = batch.targets.shape[1]
-        columns = None
-        if loss_positions_only:
-            columns = torch.nonzero(batch.loss_mask.any(0)).squeeze(-1)  # position t predicts token t+1
-        # Tokens after the last position that needs logits feed no prediction (causal attention): not run.
-        # The last token predicts nothing; with loss columns nothing after the last one is needed either.
-        ids = batch.input_ids[:, : length if columns is None or len(columns) == 0 else int(columns[-1]) + 1]
-        keep: Tensor | int | None = columns
-        if columns is not None and len(columns) and int(columns[-1]) - int(columns[0]) + 1 == len(columns):
-            keep = len(columns)  # the trailing positions: a slice (a view), not a gather and its scatter back
-        kwargs = {"logits_to_keep": keep} if keep is not None else {}
-        with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-            shared = self._shared_prefix(ids, columns) if columns is not None else None
-            if shared is not None:
-                logits = self._forward_shared(model, ids, columns if isinstance(keep, Tensor) else keep, *shared)
+        columns, ids, keep = self._columns(batch) if loss_positions_only else (None, batch.input_ids[:, :length], None)
+        with self._autocast():
+            if prefix is not None:
+                logits = forward_with_prefix(model, ids, keep, *prefix)  # type: ignore[arg-type]
             else:
                 # Right padding under causal attention: no real token attends to a pad, so the mask only
                 # slows the kernel down (an explicit 4-D mask instead of the causal fast path).
+                kwargs = {"logits_to_keep": keep} if keep is not None else {}
                 logits = model(input_ids=ids, use_cache=False, **kwargs).logits
         logits = logits.float()  # a no-op in float32; autocast's bfloat16 logits are scored in float32
         if self.config.temperature != 1.0:
@@ -229,57 +220,47 @@ class RoleLearner(LearnerCheckpoints):
             ent = scatter_columns(ent, columns, length) if ent is not None else None
         return logp, ent
 
-    def _shared_prefix(self, ids: Tensor, columns: Tensor) -> tuple[int, Tensor, Tensor] | None:
-        """``(length, distinct prefixes [U, length], row -> prefix index [B])`` when the rows share
-        tokens before the first position that needs logits, enough to be worth a prefix pass; else
-        None. Two ways to share: the rows' first ``columns[0]`` tokens taken whole (the K rollouts of
-        one question share their prompt), or the leading tokens common to every row (a system prompt);
-        the one that saves more tokens is used."""
+    @staticmethod
+    def _columns(batch: MicroBatch) -> tuple[Tensor, Tensor, Tensor | int]:
+        """``(columns, ids, keep)``: the positions where some sample has a trained target (position t
+        predicts token t+1), the input ids cut after the last of them (later tokens feed no prediction
+        under causal attention), and ``logits_to_keep`` for them (an int when they are the trailing
+        positions: a slice, a view, not a gather and its scatter back)."""
+        columns = torch.nonzero(batch.loss_mask.any(0)).squeeze(-1)
+        if len(columns) == 0:
+            return columns, batch.input_ids[:, : batch.targets.shape[1]], columns
+        last = int(columns[-1])
+        contiguous = last - int(columns[0]) + 1 == len(columns)
+        return columns, batch.input_ids[:, : last + 1], len(columns) if contiguous else columns
+
+    def _activate(self, model: torch.nn.Module) -> None:
+        if model is self.model and self.adapter is not None:
+            from .lora import activate
+
+            activate(model, self.adapter)  # left active through the backward (shared base: see lora.py)
+
+    def _autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
+
+    def _prefix_passes(self, batches: list[MicroBatch]) -> list[tuple[PrefixPass, Tensor] | None]:
+        """Each micro-batch's shared prefix, run once for the whole minibatch (``share_prefix``; off with
+        gradient checkpointing, whose recomputation would not see the prefix leaves)."""
         cfg = self.config
-        if not cfg.share_prefix or cfg.gradient_checkpointing or len(columns) == 0 or ids.shape[0] < 2:
-            return None
-        rows, first = ids.shape[0], int(columns[0])  # positions before `first` need no logits
-        if first < 1:
-            return None
-        whole, inverse = torch.unique(ids[:, :first], dim=0, return_inverse=True)
-        agree = (ids[:, :first] == ids[:1, :first]).all(0)
-        common = int(agree.int().cumprod(0).sum())  # the leading run of columns where every row agrees
-        by_prompt, by_common = (rows - whole.shape[0]) * first, (rows - 1) * common
-        if max(by_prompt, by_common) < cfg.share_prefix_min_tokens:
-            return None
-        if by_prompt >= by_common:
-            return first, whole, inverse
-        return common, ids[:1, :common], torch.zeros(rows, dtype=torch.long, device=ids.device)
-
-    def _forward_shared(self, model: torch.nn.Module, ids: Tensor, columns: Tensor | int, length: int,
-                        prefixes: Tensor, inverse: Tensor) -> Tensor:
-        """Logits at ``columns`` (an int: the last ``columns`` positions) with the first ``length``
-        tokens run once per distinct prefix: their keys and values are handed to each row
-        (``index_select``: the backward sums every row's gradient into its prefix), then each row's
-        remaining tokens run over them. The same logits as one full forward up to float rounding
-        (tests/test_learner.py checks log-probs and gradients)."""
-        from transformers import DynamicCache
-
-        from ..policies.decode import _cache_kwarg
-
-        kwarg = _cache_kwarg()
-        cache = DynamicCache(config=model.config)
-        model(input_ids=prefixes, use_cache=True, **{kwarg: cache})
-        for layer in cache.layers:
-            layer.keys, layer.values = layer.keys.index_select(0, inverse), layer.values.index_select(0, inverse)
-        rest = ids[:, length:]
-        positions = torch.arange(length, ids.shape[1], device=ids.device)[None].expand(ids.shape[0], -1)
-        return model(input_ids=rest, position_ids=positions, use_cache=True, **{kwarg: cache},
-                     logits_to_keep=columns if isinstance(columns, int) else columns - length).logits
+        if not cfg.share_prefix or cfg.gradient_checkpointing:
+            return [None] * len(batches)
+        plans = []
+        for b in batches:
+            columns, ids, _ = self._columns(b)
+            plans.append(plan_prefix(ids, columns, cfg.share_prefix_min_tokens))
+        self._activate(self.model)
+        with self._autocast():
+            return run_prefixes(self.model, plans)
 
     # ------------------------------------------------------------------ batching
     def _micro_batches(self, samples: Sequence[TokenSequence]) -> list[list[int]]:
-        """Indices grouped so that (longest length x count) <= micro_batch_tokens (see
-        :func:`~mgrpo_algo.learning.batching.pack_micro_batches`); a prompt's samples kept together
-        when its prefix is shared."""
-        cfg = self.config
-        by_prompt = cfg.share_prefix and not cfg.gradient_checkpointing
-        return pack_micro_batches(samples, cfg.micro_batch_tokens, by_prompt=by_prompt)
+        """Indices grouped so that (longest length x count) <= micro_batch_tokens; longest first
+        (:func:`~mgrpo_algo.learning.batching.pack_micro_batches`)."""
+        return pack_micro_batches(samples, self.config.micro_batch_tokens)
 
     def _collate(
         self,
@@ -451,8 +432,9 @@ class RoleLearner(LearnerCheckpoints):
         maxima = dict.fromkeys(self.loss.maxima, 0.0)
         token_total = 0.0
         loss_total = 0.0
-        for b in batches:
-            logp, entropy = self._forward(b, entropy=cfg.compute_entropy, loss_positions_only=True)
+        prefixes = self._prefix_passes(batches)
+        for b, prefix in zip(batches, prefixes, strict=True):
+            logp, entropy = self._forward(b, entropy=cfg.compute_entropy, loss_positions_only=True, prefix=prefix)
             loss, m = self.loss.fn(
                 logp,
                 logp.detach() if b.old_logp is None else b.old_logp,
@@ -484,6 +466,8 @@ class RoleLearner(LearnerCheckpoints):
                 else:
                     sums[k] = sums.get(k, 0.0) + v * tokens
 
+        for prefix in {id(p[0]): p[0] for p in prefixes if p is not None}.values():
+            prefix.backward()  # the micro-batches' gradients on the shared prefixes, through their pass
         if not batches:  # every sample skipped: a zero gradient still moves AdamW (momentum, decay)
             for p in self.params:
                 p.grad = torch.zeros_like(p)
