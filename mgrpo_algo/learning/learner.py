@@ -481,6 +481,10 @@ class RoleLearner(LearnerCheckpoints):
             self.scaler.update()
         elif finite:
             self.optimizer.step()
+        if self.optimizer.defaults.get("fused") and (finite or self.scaler is not None):
+            # The fused kernel writes the weights without bumping their version counters, which is how
+            # a policy's KV cache sees that the shared model moved (policies/kv_cache.py).
+            torch.autograd.graph.increment_version(self.params)
         self.optimizer.zero_grad(set_to_none=True)
 
         metrics = {k: (v if self.loss.merge_kind(k) == "normalised" else v / max(token_total, 1e-12))

@@ -90,7 +90,7 @@ def run_prefixes(model: torch.nn.Module, plans: list[Plan | None]) -> list[tuple
         from transformers import DynamicCache
 
         cache = DynamicCache(config=model.config)
-        model(input_ids=joint, use_cache=True, **{_cache_kwarg(): cache})
+        model(input_ids=joint, use_cache=True, logits_to_keep=1, **{_cache_kwarg(): cache})  # only its keys and values are used
         outputs = [layer.keys for layer in cache.layers] + [layer.values for layer in cache.layers]
         prefix = PrefixPass(length, outputs, [t.detach().requires_grad_(t.requires_grad) for t in outputs])
         offset = 0
