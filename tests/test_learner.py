@@ -191,16 +191,96 @@ def test_a_shared_prefix_runs_once_and_gives_the_same_update(model_dir, system, 
     monkeypatch.undo()
     m_plain = plain.update(seqs)
     rows = len(seqs)
+    longest = max(s.num_tokens for s in seqs)  # its last token predicts nothing: not run
     if system == 0:  # the 3 prompts run once each (24 tokens, the first sampled token's predictor not in it)
-        assert passes == [(3, 23), (rows, max(s.num_tokens for s in seqs) - 23)]
+        assert passes == [(3, 23), (rows, longest - 1 - 23)]
     else:  # every prompt differs after the common 20 tokens: those run once
-        assert passes == [(1, 20), (rows, max(s.num_tokens for s in seqs) - 20)]
+        assert passes == [(1, 20), (rows, longest - 1 - 20)]
     for key in ("loss", "pg_loss", "entropy", "adv_mean", "tokens"):
         assert m_shared[f"main/{key}"] == pytest.approx(m_plain[f"main/{key}"], abs=1e-6), key
     assert m_shared["main/grad_norm"] == pytest.approx(m_plain["main/grad_norm"], rel=1e-5)
     for pw, ps in zip(plain.params, shared.params, strict=True):
         gw, gs = plain.optimizer.state[pw]["exp_avg"], shared.optimizer.state[ps]["exp_avg"]
         torch.testing.assert_close(gs, gw, atol=1e-6 * float(gw.abs().max()) + 1e-12, rtol=1e-4)
+
+
+def fixed_groups(groups: int = 4, k: int = 4, prompt: int = 24, completion: int = 16, seed: int = 2,
+                 gap: bool = False) -> list[TokenSequence]:
+    """``groups`` prompts x ``k`` rollouts, every sample ``prompt + completion`` tokens, shuffled;
+    ``gap``: every sample has the same 3 masked tokens (a tool response) inside its completion."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(groups):
+        question = [rng.randrange(VOCAB) for _ in range(prompt)]
+        for _ in range(k):
+            ids = question + [rng.randrange(VOCAB) for _ in range(completion)]
+            mask = [0] * prompt + [1] * completion
+            if gap:
+                mask[prompt + 5: prompt + 8] = [0, 0, 0]
+            out.append(TokenSequence(ids, mask, advantage=rng.choice([-1.0, 0.5, 1.0])))
+    rng.shuffle(out)
+    return out
+
+
+def reference_update(model_dir, seqs: list[TokenSequence], steps: int, lr: float = 1e-3):
+    """The plain update, written out: one full forward over the padded batch, log_softmax + gather,
+    the clipped loss over every sample, clip to norm 1, a for-loop AdamW. What the learner's
+    shortcuts (prompt-grouped micro-batches, shared prefixes, logits only at trained positions, the
+    skipped last token, the fused log-prob backward) must reproduce up to float rounding.
+    Returns the model and the first step's gradients."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, foreach=False)
+    length = max(s.num_tokens for s in seqs)
+    ids = torch.tensor([s.input_ids + [0] * (length - s.num_tokens) for s in seqs])
+    mask = padded_loss_mask(seqs)[:, 1:]
+    adv = torch.tensor([s.advantage for s in seqs])
+    grads = []
+    for _ in range(steps):
+        logp = torch.log_softmax(model(input_ids=ids).logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0]
+        loss, _ = clipped_pg_loss(logp, logp.detach(), adv, mask)
+        opt.zero_grad()
+        loss.backward()
+        grads = grads or [p.grad.clone() for p in model.parameters()]
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    return model, grads
+
+
+@pytest.mark.parametrize("gap", [False, True], ids=["trailing logits", "logits around a masked gap"])
+def test_prefixes_run_once_per_minibatch_across_micro_batches_and_match_the_plain_update(model_dir, monkeypatch, gap):
+    seqs = fixed_groups(gap=gap)  # 4 prompts x 4 rollouts of 40 tokens, shuffled; 240 tokens: 6 rows a micro-batch
+    learner = make(model_dir, micro_batch_tokens=240, share_prefix_min_tokens=1)
+    prefix_rows: list[int] = []
+    forward = type(learner.model).forward
+
+    def counted(self, *args, **kwargs):
+        if kwargs["input_ids"].shape[1] == 23:  # the prefix pass: the prompt less its last token
+            prefix_rows.append(kwargs["input_ids"].shape[0])
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(learner.model), "forward", counted)
+    metrics = learner.update(seqs)
+    # exp_avg = (1 - beta1) * g after one step: the first step's (unclipped) gradient, times its clip factor.
+    scale = min(1.0, 1.0 / (metrics["main/grad_norm"] + 1e-6)) * (1 - 0.9)
+    first = [learner.optimizer.state[q]["exp_avg"].clone() / scale for q in learner.params]
+    for _ in range(2):
+        metrics = learner.update(seqs)
+    monkeypatch.undo()
+    # Each micro-batch holds rows of several prompts, a prompt spans several micro-batches: each prompt
+    # still runs once per update, in one prefix pass.
+    assert metrics["main/micro_batches"] == 3 and prefix_rows == [4] * 3
+    model, grads = reference_update(model_dir, seqs, steps=3)
+    for (name, p), q, g, h in zip(model.named_parameters(), learner.params, grads, first, strict=True):
+        torch.testing.assert_close(h, g, atol=1e-5 * float(g.abs().max()) + 1e-12, rtol=1e-5, msg=name)
+        p, q = p.detach(), q.detach()
+        if name.endswith("k_proj.bias"):  # its gradient is 0 up to rounding (softmax is shift-invariant)
+            continue
+        # Adam's g / (sqrt(v) + eps) turns rounding into a sliver of lr where g ~ 0 (a few elements); the
+        # bulk agrees to 1e-5 of the tensor's scale.
+        torch.testing.assert_close(q, p, atol=5e-2 * learner.config.lr, rtol=1e-5, msg=name)
+        assert float((q - p).abs().flatten().quantile(0.99)) <= 1e-5 * float(p.abs().max()), name
 
 
 def test_no_prefix_pass_where_it_saves_too_little(model_dir, monkeypatch):

@@ -112,12 +112,13 @@ class LearnerConfig:
     share_prefix: bool = True
     """Run the tokens that a micro-batch's samples share before their first sampled token once per
     distinct prefix instead of once per sample (the K rollouts of a question share its prompt; every
-    agent of a role shares its system prompt): a prefix pass whose keys and values every sample's
-    remaining tokens attend to, gradients summed back into it. The same update up to float rounding;
-    off with gradient checkpointing. benchmarks/vs_trl.py measures it."""
+    agent of a role shares its system prompt): one prefix pass per minibatch, over every micro-batch's
+    distinct prefixes, whose keys and values each sample's remaining tokens attend to, gradients summed
+    back into it (``mgrpo_algo.learning.prefix``). The same update up to float rounding; off with
+    gradient checkpointing. benchmarks/vs_trl.py measures it."""
     share_prefix_min_tokens: int = 64
     """Tokens a shared prefix must save in a micro-batch (rows x length not run twice) to be used: below
-    it the extra forward call costs more than it saves."""
+    it the extra forward call and the cache copies cost more than they save."""
     ppo_epochs: int = 1
     """Passes over each batch. 1 with ``minibatches`` 1 is the paper's single on-policy step (the
     ratio is exactly 1). More passes reuse samples (PPO style) and make the clip active."""

@@ -46,34 +46,21 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.config import LearnerConfig
 from ..core.losses import get_policy_loss, loss_normalizer
 from ..core.sequences import TokenSequence
+from .batching import MicroBatch, advantages, pack_micro_batches, scatter_columns
 from .checkpoint import LearnerCheckpoints, _load_model
+from .logits import target_logprobs
+from .prefix import PrefixPass, forward_with_prefix, plan_prefix, run_prefixes
 
 __all__ = ["RoleLearner"]
-
-@dataclass
-class _MicroBatch:
-    """Right-padded tensors for B samples of padded length L (targets are shifted: [B, L-1])."""
-
-    input_ids: Tensor  # [B, L]
-    attention_mask: Tensor  # [B, L]
-    targets: Tensor  # [B, L-1], token t+1 for position t
-    loss_mask: Tensor  # [B, L-1] float, loss_mask of the target token
-    advantages: Tensor  # [B], or [B, L-1] when a sample carries per-token advantages (step-level credit)
-    weights: Tensor  # [B]
-    old_logp: Tensor | None  # [B, L-1]
-    ref_logp: Tensor | None  # [B, L-1]
-
 
 class RoleLearner(LearnerCheckpoints):
     """The learner of one role.
@@ -156,6 +143,8 @@ class RoleLearner(LearnerCheckpoints):
             betas=config.betas,
             eps=config.adam_eps,
             weight_decay=config.weight_decay,
+            # One fused kernel over all parameters: on CPU torch's default is a Python loop per tensor.
+            fused=all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in self.params) or None,
         )
         self.step = 0
 
@@ -196,8 +185,8 @@ class RoleLearner(LearnerCheckpoints):
         return None
 
     def _forward(
-        self, batch: _MicroBatch, *, model: torch.nn.Module | None = None, entropy: bool = False,
-        loss_positions_only: bool = False,
+        self, batch: MicroBatch, *, model: torch.nn.Module | None = None, entropy: bool = False,
+        loss_positions_only: bool = False, prefix: tuple[PrefixPass, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``(logp, entropy)``, both [B, L-1] float32: log-prob of each next token and, if asked, the
         entropy of the predicted distribution (with grad only when ``entropy_coef > 0``).
@@ -205,109 +194,80 @@ class RoleLearner(LearnerCheckpoints):
         ``loss_positions_only``: compute the vocabulary projection only at the columns where some
         sample has a loss-masked token (``logits_to_keep``); other positions are 0. The prompt (most of
         an agent's sequence) then costs no [V]-wide logits, which dominate the update for small models.
+        ``prefix``: the batch's shared prefix (a pass of :func:`~mgrpo_algo.learning.prefix.run_prefixes`
+        and each row's prefix index): its tokens are read from there, not run.
         """
         model = self.model if model is None else model
+        self._activate(model)
+        length = batch.targets.shape[1]
+        columns, ids, keep = self._columns(batch) if loss_positions_only else (None, batch.input_ids[:, :length], None)
+        with self._autocast():
+            if prefix is not None:
+                logits = forward_with_prefix(model, ids, keep, *prefix)  # type: ignore[arg-type]
+            else:
+                # Right padding under causal attention: no real token attends to a pad, so the mask only
+                # slows the kernel down (an explicit 4-D mask instead of the causal fast path).
+                kwargs = {"logits_to_keep": keep} if keep is not None else {}
+                logits = model(input_ids=ids, use_cache=False, **kwargs).logits
+        logits = logits.float()  # a no-op in float32; autocast's bfloat16 logits are scored in float32
+        if self.config.temperature != 1.0:
+            logits = logits / self.config.temperature  # the rollouts sampled from softmax(logits / T)
+        targets = batch.targets if columns is None else batch.targets[:, columns]
+        # One log-softmax serves the targets' log-probs and the entropy (see logits.py for the backward).
+        logp, ent = target_logprobs(logits, targets, entropy=entropy, entropy_grad=self.config.entropy_coef > 0)
+        if columns is not None:
+            logp = scatter_columns(logp, columns, length)
+            ent = scatter_columns(ent, columns, length) if ent is not None else None
+        return logp, ent
+
+    @staticmethod
+    def _columns(batch: MicroBatch) -> tuple[Tensor, Tensor, Tensor | int]:
+        """``(columns, ids, keep)``: the positions where some sample has a trained target (position t
+        predicts token t+1), the input ids cut after the last of them (later tokens feed no prediction
+        under causal attention), and ``logits_to_keep`` for them (an int when they are the trailing
+        positions: a slice, a view, not a gather and its scatter back)."""
+        columns = torch.nonzero(batch.loss_mask.any(0)).squeeze(-1)
+        if len(columns) == 0:
+            return columns, batch.input_ids[:, : batch.targets.shape[1]], columns
+        last = int(columns[-1])
+        contiguous = last - int(columns[0]) + 1 == len(columns)
+        return columns, batch.input_ids[:, : last + 1], len(columns) if contiguous else columns
+
+    def _activate(self, model: torch.nn.Module) -> None:
         if model is self.model and self.adapter is not None:
             from .lora import activate
 
             activate(model, self.adapter)  # left active through the backward (shared base: see lora.py)
-        length = batch.targets.shape[1]
-        columns = None
-        if loss_positions_only:
-            columns = torch.nonzero(batch.loss_mask.any(0)).squeeze(-1)  # position t predicts token t+1
-        kwargs = {"logits_to_keep": columns} if columns is not None else {}
-        with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-            shared = self._shared_prefix(batch, columns) if columns is not None else None
-            if shared is not None:
-                logits = self._forward_shared(model, batch.input_ids, columns, *shared)
-            else:
-                # Right padding under causal attention: no real token attends to a pad, so the mask only
-                # slows the kernel down (an explicit 4-D mask instead of the causal fast path).
-                logits = model(input_ids=batch.input_ids, use_cache=False, **kwargs).logits
-        logits = logits[:, :length].float() if columns is None else logits.float()
-        if self.config.temperature != 1.0:
-            logits = logits / self.config.temperature  # the rollouts sampled from softmax(logits / T)
-        targets = batch.targets if columns is None else batch.targets[:, columns]
-        ent = None
-        if entropy:  # one log-softmax over [B, L, V] serves both the targets' log-probs and the entropy
-            log_probs = torch.log_softmax(logits, dim=-1)
-            logp = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-            with torch.set_grad_enabled(torch.is_grad_enabled() and self.config.entropy_coef > 0):
-                held = log_probs if self.config.entropy_coef > 0 else log_probs.detach()
-                ent = -(held.exp() * held).sum(-1)
-        else:  # log p(target) as one fused log-softmax + gather, and a fused backward (softmax - one-hot)
-            logp = -F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                    reduction="none").view(targets.shape)
-        if columns is not None:
-            logp = _scatter_columns(logp, columns, length)
-            ent = _scatter_columns(ent, columns, length) if ent is not None else None
-        return logp, ent
 
-    def _shared_prefix(self, batch: _MicroBatch, columns: Tensor) -> tuple[int, Tensor, Tensor] | None:
-        """``(length, distinct prefixes [U, length], row -> prefix index [B])`` when the rows share
-        tokens before the first position that needs logits, enough to be worth a prefix pass; else
-        None. Two ways to share: the rows' first ``columns[0]`` tokens taken whole (the K rollouts of
-        one question share their prompt), or the leading tokens common to every row (a system prompt);
-        the one that saves more tokens is used."""
+    def _autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
+
+    def _prefix_passes(self, batches: list[MicroBatch]) -> list[tuple[PrefixPass, Tensor] | None]:
+        """Each micro-batch's shared prefix, run once for the whole minibatch (``share_prefix``; off with
+        gradient checkpointing, whose recomputation would not see the prefix leaves)."""
         cfg = self.config
-        if not cfg.share_prefix or cfg.gradient_checkpointing or len(columns) == 0 or batch.input_ids.shape[0] < 2:
-            return None
-        ids = batch.input_ids
-        rows, first = ids.shape[0], int(columns[0])  # positions before `first` need no logits
-        if first < 1:
-            return None
-        whole, inverse = torch.unique(ids[:, :first], dim=0, return_inverse=True)
-        agree = (ids[:, :first] == ids[:1, :first]).all(0)
-        common = int(agree.int().cumprod(0).sum())  # the leading run of columns where every row agrees
-        by_prompt, by_common = (rows - whole.shape[0]) * first, (rows - 1) * common
-        if max(by_prompt, by_common) < cfg.share_prefix_min_tokens:
-            return None
-        if by_prompt >= by_common:
-            return first, whole, inverse
-        return common, ids[:1, :common], torch.zeros(rows, dtype=torch.long, device=ids.device)
-
-    def _forward_shared(self, model: torch.nn.Module, ids: Tensor, columns: Tensor, length: int,
-                        prefixes: Tensor, inverse: Tensor) -> Tensor:
-        """Logits at ``columns`` with the first ``length`` tokens run once per distinct prefix: their
-        keys and values are handed to each row (``index_select``: the backward sums every row's
-        gradient into its prefix), then each row's remaining tokens run over them. The same logits as
-        one full forward up to float rounding (tests/test_learner.py checks log-probs and gradients)."""
-        from transformers import DynamicCache
-
-        from ..policies.decode import _cache_kwarg
-
-        kwarg = _cache_kwarg()
-        cache = DynamicCache(config=model.config)
-        model(input_ids=prefixes, use_cache=True, **{kwarg: cache})
-        for layer in cache.layers:
-            layer.keys, layer.values = layer.keys.index_select(0, inverse), layer.values.index_select(0, inverse)
-        rest = ids[:, length:]
-        positions = torch.arange(length, ids.shape[1], device=ids.device)[None].expand(ids.shape[0], -1)
-        return model(input_ids=rest, position_ids=positions, use_cache=True, **{kwarg: cache},
-                     logits_to_keep=columns - length).logits
+        if not cfg.share_prefix or cfg.gradient_checkpointing:
+            return [None] * len(batches)
+        plans = []
+        for b in batches:
+            columns, ids, _ = self._columns(b)
+            plans.append(plan_prefix(ids, columns, cfg.share_prefix_min_tokens))
+        self._activate(self.model)
+        with self._autocast():
+            return run_prefixes(self.model, plans)
 
     # ------------------------------------------------------------------ batching
     def _micro_batches(self, samples: Sequence[TokenSequence]) -> list[list[int]]:
-        """Indices grouped so that (longest length x count) <= micro_batch_tokens; longest first.
-
-        Sorting by length keeps padding low; a sample over the budget gets a micro-batch of its own.
-        """
-        budget = self.config.micro_batch_tokens
-        order = sorted(range(len(samples)), key=lambda i: -samples[i].num_tokens)
-        groups: list[list[int]] = []
-        for i in order:
-            if groups and samples[groups[-1][0]].num_tokens * (len(groups[-1]) + 1) <= budget:
-                groups[-1].append(i)
-            else:
-                groups.append([i])
-        return groups
+        """Indices grouped so that (longest length x count) <= micro_batch_tokens; longest first
+        (:func:`~mgrpo_algo.learning.batching.pack_micro_batches`)."""
+        return pack_micro_batches(samples, self.config.micro_batch_tokens)
 
     def _collate(
         self,
         samples: Sequence[TokenSequence],
         old: Sequence[Tensor] | None = None,
         ref: Sequence[Tensor] | None = None,
-    ) -> _MicroBatch:
+    ) -> MicroBatch:
         length = max(s.num_tokens for s in samples)
         pad = getattr(self.tokenizer, "pad_token_id", None)
         pad = 0 if pad is None else int(pad)
@@ -328,12 +288,12 @@ class RoleLearner(LearnerCheckpoints):
             return out
 
         dev = self.device
-        return _MicroBatch(
+        return MicroBatch(
             input_ids=ids.to(dev),
             attention_mask=attn.to(dev),
             targets=ids[:, 1:].to(dev),
             loss_mask=(mask[:, 1:] != 0).float().to(dev),
-            advantages=_advantages(samples, length, dev),
+            advantages=advantages(samples, length, dev),
             weights=torch.tensor([float(s.weight) for s in samples], dtype=torch.float32, device=dev),
             old_logp=padded(old),
             ref_logp=padded(ref),
@@ -472,8 +432,9 @@ class RoleLearner(LearnerCheckpoints):
         maxima = dict.fromkeys(self.loss.maxima, 0.0)
         token_total = 0.0
         loss_total = 0.0
-        for b in batches:
-            logp, entropy = self._forward(b, entropy=cfg.compute_entropy, loss_positions_only=True)
+        prefixes = self._prefix_passes(batches)
+        for b, prefix in zip(batches, prefixes, strict=True):
+            logp, entropy = self._forward(b, entropy=cfg.compute_entropy, loss_positions_only=True, prefix=prefix)
             loss, m = self.loss.fn(
                 logp,
                 logp.detach() if b.old_logp is None else b.old_logp,
@@ -505,6 +466,8 @@ class RoleLearner(LearnerCheckpoints):
                 else:
                     sums[k] = sums.get(k, 0.0) + v * tokens
 
+        for prefix in {id(p[0]): p[0] for p in prefixes if p is not None}.values():
+            prefix.backward()  # the micro-batches' gradients on the shared prefixes, through their pass
         if not batches:  # every sample skipped: a zero gradient still moves AdamW (momentum, decay)
             for p in self.params:
                 p.grad = torch.zeros_like(p)
@@ -518,6 +481,10 @@ class RoleLearner(LearnerCheckpoints):
             self.scaler.update()
         elif finite:
             self.optimizer.step()
+        if self.optimizer.defaults.get("fused") and (finite or self.scaler is not None):
+            # The fused kernel writes the weights without bumping their version counters, which is how
+            # a policy's KV cache sees that the shared model moved (policies/kv_cache.py).
+            torch.autograd.graph.increment_version(self.params)
         self.optimizer.zero_grad(set_to_none=True)
 
         metrics = {k: (v if self.loss.merge_kind(k) == "normalised" else v / max(token_total, 1e-12))
@@ -534,19 +501,3 @@ class RoleLearner(LearnerCheckpoints):
     def _prefixed(self, metrics: dict[str, float]) -> dict[str, float]:
         return {f"{self.role}/{k}": float(v) for k, v in metrics.items()}
 
-
-def _advantages(samples: Sequence[TokenSequence], length: int, device: torch.device) -> Tensor:
-    """[B] advantages, or [B, length - 1] (shifted like the targets) when a sample carries per-token ones."""
-    if all(s.token_advantages is None for s in samples):
-        return torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32, device=device)
-    out = torch.zeros((len(samples), length), dtype=torch.float32)
-    for row, s in enumerate(samples):
-        values = s.token_advantages if s.token_advantages is not None else [float(s.advantage)] * s.num_tokens
-        out[row, : s.num_tokens] = torch.as_tensor(values, dtype=torch.float32)
-    return out[:, 1:].to(device)  # position t predicts token t + 1
-
-
-def _scatter_columns(values: Tensor, columns: Tensor, length: int) -> Tensor:
-    """[B, len(columns)] values placed at ``columns`` of a [B, length] zero tensor (differentiable)."""
-    out = values.new_zeros(values.shape[0], length)
-    return out.index_copy(1, columns, values)
