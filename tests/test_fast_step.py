@@ -140,3 +140,29 @@ def test_fast_decode_records_the_models_logprobs_of_what_it_sampled(sub_model, s
             expected = (logits.float() / temperature).log_softmax(-1).gather(1, torch.tensor(ids)[:, None])[:, 0]
             worst = max(worst, (expected - torch.tensor(lps)).abs().max().item())
     assert worst <= LOGPROB_ATOL
+
+
+def test_a_learner_update_reaches_the_next_fast_step() -> None:
+    """RoleLearner.update (fused AdamW, whose kernel leaves the version counters alone: the learner
+    bumps them) moves the shared model; the same FastStep object's next step is the new model's."""
+    import random
+
+    from mgrpo_algo.core.config import LearnerConfig
+    from mgrpo_algo.core.sequences import TokenSequence
+    from mgrpo_algo.learning.learner import RoleLearner
+
+    learner = RoleLearner("sub", _qwen2(), LearnerConfig(lr=5e-2))
+    model = learner.model.eval()
+    fast = FastStep.for_model(model)
+    cache, token, mask, position = _prefilled(model, True, True)
+    before = fast(token, mask, position, copy.deepcopy(cache))
+    rng = random.Random(0)
+    learner.update([TokenSequence([rng.randrange(5, 290) for _ in range(20)], [0] * 5 + [1] * 15,
+                                  advantage=1.0 if i % 2 else -1.0) for i in range(4)])
+    model.eval()
+    with torch.no_grad():
+        expected = model(input_ids=token, attention_mask=mask, position_ids=position, cache=copy.deepcopy(cache),
+                         use_cache=True, logits_to_keep=1).logits[:, -1]
+    after = fast(token, mask, position, copy.deepcopy(cache))
+    assert (before - after).abs().max() > 1e-3
+    torch.testing.assert_close(after, expected, atol=LOGIT_ATOL, rtol=0)

@@ -483,7 +483,8 @@ class RoleLearner(LearnerCheckpoints):
             self.optimizer.step()
         if self.optimizer.defaults.get("fused") and (finite or self.scaler is not None):
             # The fused kernel writes the weights without bumping their version counters, which is how
-            # a policy's KV cache sees that the shared model moved (policies/kv_cache.py).
+            # a policy's KV cache and the decode steps see that the shared model moved (policies/kv_cache.py,
+            # fast_step.py, lean_forward.py).
             torch.autograd.graph.increment_version(self.params)
         self.optimizer.zero_grad(set_to_none=True)
 
