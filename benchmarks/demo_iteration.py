@@ -26,7 +26,8 @@ order, which could flip a later sample) and stops if they part. Each side runs i
 machine slows both alike, and the figures are ratios of sums. ``W`` warm-up iterations per side are
 not counted (the steady state of a run: by its training iterations the start evaluation has visited
 most pages); the renders the after side still makes in the measured iterations are reported. Also
-reported: the share of collection time spent in env steps. Writes benchmarks/results/demo_iteration.json.
+reported: the share of collection time spent in env steps. Writes benchmarks/results/demo_iteration.json
+(``--exact``: demo_iteration_exact.json).
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def main() -> None:
     rows.append(("world open, after side", after["open_s"], "s, once per world and browser: prerenders every "
                  f"script page (the before side's open: {before['open_s']:.1f} s)"))
     rows.append(("update speed-up", before["time/update"] / after["time/update"], "learner.share_prefix off / on"))
-    report("demo_iteration", rows, {"before": before, "after": after, "B": b, "K": k, "iterations": iterations,
+    report("demo_iteration_exact" if args.exact else "demo_iteration", rows, {"before": before, "after": after, "B": b, "K": k, "iterations": iterations,
                                     "warmup": warmup, "exact": args.exact})
 
 
