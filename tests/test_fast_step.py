@@ -85,7 +85,9 @@ def test_fast_step_reads_the_live_weights(change) -> None:
     torch.testing.assert_close(after, expected, atol=LOGIT_ATOL, rtol=0)
 
 
-def test_what_it_cannot_mirror_is_refused() -> None:
+def test_what_it_cannot_mirror_is_refused(monkeypatch) -> None:
+    import mgrpo_algo.policies.fast_step as fast_step
+
     model = _qwen2()
     model.train()
     assert not FastStep.supports(model)
@@ -97,6 +99,11 @@ def test_what_it_cannot_mirror_is_refused() -> None:
     assert not FastStep.supports(dynamic)
     with pytest.raises(ValueError, match="LeanStep or the forward"):
         FastStep(dynamic)
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    monkeypatch.setattr(fast_step, "MAX_MODEL_BYTES", size - 1)  # too large to copy: LeanStep's job
+    assert not FastStep.supports(model)
+    monkeypatch.setattr(fast_step, "MAX_MODEL_BYTES", size)
+    assert FastStep.supports(model)
 
 
 def test_a_model_with_lora_injected_goes_through_the_forward() -> None:

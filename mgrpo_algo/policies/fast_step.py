@@ -38,6 +38,9 @@ __all__ = ["FastStep"]
 _STEPS: weakref.WeakKeyDictionary[Any, FastStep] = weakref.WeakKeyDictionary()
 # Rope variants whose inverse frequencies do not depend on the sequence length (a table holds them).
 _STATIC_ROPE = ("default", "linear", "llama3")
+#: Largest model (parameter bytes) FastStep copies: its transposed weights are a second copy of the
+#: model, free for the tiny models it is for (2-16 MB), 2 GB for a 0.5 B model (LeanStep instead).
+MAX_MODEL_BYTES = 256 * 2**20
 
 
 def _rotation(head_dim: int) -> Tensor:
@@ -124,13 +127,15 @@ class FastStep:
 
     @staticmethod
     def supports(model: Any) -> bool:
-        """True for the models LeanStep mirrors, in float32, with a rope whose frequencies do not
-        depend on the sequence length."""
+        """True for the models LeanStep mirrors, in float32 on the CPU, of at most
+        :data:`MAX_MODEL_BYTES`, with a rope whose frequencies do not depend on the sequence length."""
         if not LeanStep.supports(model):
             return False
         rope = getattr(model.model.rotary_emb, "rope_type", "default")
         weight = model.model.embed_tokens.weight
-        return rope in _STATIC_ROPE and weight.dtype == torch.float32 and weight.device.type == "cpu"
+        if rope not in _STATIC_ROPE or weight.dtype != torch.float32 or weight.device.type != "cpu":
+            return False
+        return sum(p.numel() * p.element_size() for p in model.parameters()) <= MAX_MODEL_BYTES
 
     def refresh(self, max_position: int = 0) -> None:
         """Rebuild the prepared weights now if any parameter moved since they were built, and make
