@@ -11,9 +11,9 @@ import copy
 import pytest
 import torch
 from test_decode import START, chat_turns, sub_model  # noqa: F401  (the warm-start sub model fixture)
-from test_lean_forward import _llama, _prefilled, _qwen2
+from test_lean_forward import _beside_the_model, _llama, _prefilled, _qwen2
 
-from mgrpo_algo.policies.fast_step import FastStep
+from mgrpo_algo.policies.fast_step import FastStep, additive_mask
 from mgrpo_algo.policies.hf_policy import TransformersPolicy
 
 # Float rounding of another summation order: ~1e-6 relative on logits of magnitude ~10.
@@ -27,21 +27,18 @@ LOGPROB_ATOL = 5e-5
 def test_a_fast_step_gives_the_models_logits(build, padded, as_bias) -> None:
     model = build()
     assert FastStep.supports(model)
-    cache, token, mask, position = _prefilled(model, padded, True)
-    theirs_cache, ours_cache = cache, copy.deepcopy(cache)
     fast = FastStep(model)
-    with torch.no_grad():
-        for _ in range(3):  # several steps: each extends its cache the same way
-            theirs = model(input_ids=token, attention_mask=mask, position_ids=position, cache=theirs_cache,
-                           use_cache=True, logits_to_keep=1).logits[:, -1]
-            bias = torch.zeros(mask.shape).masked_fill(mask == 0, float("-inf"))[:, None, None] if as_bias else None
-            ours = fast(token, None if as_bias else mask, position, ours_cache, attention_bias=bias)
-            assert ours.shape == theirs.shape
-            torch.testing.assert_close(ours, theirs, atol=LOGIT_ATOL, rtol=0)
-            torch.testing.assert_close(ours.log_softmax(-1), theirs.log_softmax(-1), atol=LOGPROB_ATOL, rtol=0)
-            token = theirs.argmax(-1, keepdim=True)
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-            position = position + 1
+
+    def step(token, mask, position, cache):
+        if as_bias:
+            return fast(token, None, position, cache, attention_bias=additive_mask(mask))
+        return fast(token, mask, position, cache)
+
+    pairs, theirs_cache, ours_cache = _beside_the_model(model, step, padded, True)
+    for ours, theirs in pairs:
+        assert ours.shape == theirs.shape
+        torch.testing.assert_close(ours, theirs, atol=LOGIT_ATOL, rtol=0)
+        torch.testing.assert_close(ours.log_softmax(-1), theirs.log_softmax(-1), atol=LOGPROB_ATOL, rtol=0)
     for a, b in zip(theirs_cache.layers, ours_cache.layers, strict=True):  # the cache it leaves is the model's
         torch.testing.assert_close(a.keys, b.keys, atol=1e-5, rtol=0)
         torch.testing.assert_close(a.values, b.values, atol=1e-5, rtol=0)

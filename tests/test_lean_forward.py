@@ -58,26 +58,36 @@ def _prefilled(model, padded: bool, grow: bool):
     return cache, ids[:, 20:], mask, positions[:, 20:]
 
 
+def _beside_the_model(model, step, padded: bool, grow: bool, steps: int = 3):
+    """``steps`` one-token steps through the model's forward and through ``step(token, mask, position,
+    cache)`` on copies of one prefilled cache, each step feeding the model's argmax: ``([(ours,
+    theirs) logits per step], the model's cache, the step's cache)``."""
+    import copy
+
+    cache, token, mask, position = _prefilled(model, padded, grow)
+    theirs_cache, ours_cache = cache, copy.deepcopy(cache)
+    pairs = []
+    with torch.no_grad():
+        for _ in range(steps):  # several steps: each extends its cache the same way
+            theirs = model(input_ids=token, attention_mask=mask, position_ids=position, cache=theirs_cache,
+                           use_cache=True, logits_to_keep=1).logits[:, -1]
+            pairs.append((step(token, mask, position, ours_cache), theirs))
+            token = theirs.argmax(-1, keepdim=True)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+            position = position + 1
+    return pairs, theirs_cache, ours_cache
+
+
 @pytest.mark.parametrize("build", [_qwen2, _llama], ids=["qwen2", "llama"])
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 @pytest.mark.parametrize("grow", [True, False], ids=["reserved", "dynamic"])
 def test_a_lean_step_gives_the_models_logits_bitwise(build, padded, grow) -> None:
-    import copy
-
     model = build()
     assert LeanStep.supports(model)
-    cache, token, mask, position = _prefilled(model, padded, grow)
-    theirs_cache, ours_cache = cache, copy.deepcopy(cache)
     lean = LeanStep(model)
-    with torch.no_grad():
-        for _ in range(3):  # several steps: each extends its cache the same way
-            theirs = model(input_ids=token, attention_mask=mask, position_ids=position, cache=theirs_cache,
-                           use_cache=True, logits_to_keep=1).logits[:, -1]
-            ours = lean(token, mask, position, ours_cache)
-            assert torch.equal(ours, theirs)
-            token = theirs.argmax(-1, keepdim=True)
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-            position = position + 1
+    pairs, theirs_cache, ours_cache = _beside_the_model(model, lean, padded, grow)
+    for ours, theirs in pairs:
+        assert torch.equal(ours, theirs)
     for a, b in zip(theirs_cache.layers, ours_cache.layers, strict=True):
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
 

@@ -78,6 +78,8 @@ def run_prefixes(model: torch.nn.Module, plans: list[Plan | None]) -> list[tuple
     """For each micro-batch's plan, ``(its prefix pass, row -> prefix index in that pass)`` (None
     where the plan is None): one forward per distinct prefix length over the union of the plans'
     prefixes (deduplicated)."""
+    from transformers import DynamicCache
+
     from ..policies.decode import _cache_kwarg
 
     out: list[tuple[PrefixPass, Tensor] | None] = [None] * len(plans)
@@ -87,8 +89,6 @@ def run_prefixes(model: torch.nn.Module, plans: list[Plan | None]) -> list[tuple
             by_length.setdefault(plan[0], []).append(j)
     for length, members in by_length.items():
         joint, remap = torch.unique(torch.cat([plans[j][1] for j in members]), dim=0, return_inverse=True)  # type: ignore[index]
-        from transformers import DynamicCache
-
         cache = DynamicCache(config=model.config)
         model(input_ids=joint, use_cache=True, logits_to_keep=1, **{_cache_kwarg(): cache})  # only its keys and values are used
         outputs = [layer.keys for layer in cache.layers] + [layer.values for layer in cache.layers]

@@ -141,7 +141,7 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
     """
     from transformers import DynamicCache
 
-    from .fast_step import FastStep
+    from .fast_step import FastStep, additive_mask
     from .lean_forward import LeanStep
 
     if sampler not in SAMPLERS:
@@ -172,13 +172,12 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
     if fast is not None:  # weights do not move while this call decodes; positions stay below this
         fast.refresh(int(last_pos.max()) + max_new_tokens + 1)
         if not all_ones:  # the additive mask of every column this call can reach, made once
-            bias = torch.zeros((batch, 1, 1, mask.shape[1] + max_new_tokens), dtype=torch.float32, device=device)
-            bias[:, 0, 0, : mask.shape[1]].masked_fill_(mask == 0, float("-inf"))
+            bias = additive_mask(mask, max_new_tokens)
     width = mask.shape[1]  # columns after this step's token is fed
     pad = torch.full((batch,), pad_id, dtype=torch.long, device=device)
     for index in range(max_new_tokens):
         if fast is not None and index > 0:
-            logits = fast(feed, None, feed_pos, cache, mask_all_ones=all_ones, prepared=True,
+            logits = fast(feed, None, feed_pos, cache, prepared=True,  # no mask and no bias: nothing is padding
                           attention_bias=None if bias is None else bias[..., :width])
         elif lean is not None and index > 0:
             logits = lean(feed, mask, feed_pos, cache, mask_all_ones=all_ones, fused_current=True).to(

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from .lean_forward import LeanStep
 
-__all__ = ["FastStep"]
+__all__ = ["FastStep", "additive_mask"]
 
 _STEPS: weakref.WeakKeyDictionary[Any, FastStep] = weakref.WeakKeyDictionary()
 # Rope variants whose inverse frequencies do not depend on the sequence length (a table holds them).
@@ -56,8 +56,8 @@ def _rotation(head_dim: int) -> Tensor:
 class _Layer:
     """One decoder layer's prepared weights (see the module docstring)."""
 
-    __slots__ = ("norm1", "proj", "proj_bias", "out", "out_bias", "norm2", "gate_up", "down", "down_bias", "eps1",
-                 "eps2")
+    __slots__ = ("norm1", "proj", "proj_bias", "out", "out_bias", "norm2", "gate_up", "gate_up_bias", "down",
+                 "down_bias", "eps1", "eps2")
 
     def __init__(self, layer: Any, heads: int, kv_heads: int, head_dim: int, rotation: Tensor) -> None:
         attn, mlp = layer.self_attn, layer.mlp
@@ -73,9 +73,8 @@ class _Layer:
         self.out = attn.o_proj.weight.t().contiguous()
         self.out_bias = attn.o_proj.bias
         self.gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).t().contiguous()
-        if mlp.gate_proj.bias is not None or mlp.up_proj.bias is not None:
-            gate_up_bias = torch.cat([_bias(mlp.gate_proj), _bias(mlp.up_proj)])
-            self.gate_up = (self.gate_up, gate_up_bias)
+        self.gate_up_bias = (torch.cat([_bias(mlp.gate_proj), _bias(mlp.up_proj)])
+                             if mlp.gate_proj.bias is not None or mlp.up_proj.bias is not None else None)
         self.down = mlp.down_proj.weight.t().contiguous()
         self.down_bias = mlp.down_proj.bias
         self.norm1, self.norm2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
@@ -87,9 +86,13 @@ def _bias(linear: Any) -> Tensor:
     return linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.weight.shape[0])
 
 
-def _bias_of(mask: Tensor) -> Tensor:
-    """The additive float mask of a 0/1 attention mask: 0 where it attends, -inf elsewhere."""
-    return torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill_(mask == 0, float("-inf"))
+def additive_mask(mask: Tensor, extra_columns: int = 0) -> Tensor:
+    """``[B, 1, 1, L + extra_columns]``: the additive float mask of a 0/1 attention mask ``[B, L]``
+    (0 where it attends, -inf elsewhere), with ``extra_columns`` attended columns after it (the
+    tokens a decode call will append)."""
+    bias = torch.zeros((mask.shape[0], 1, 1, mask.shape[1] + extra_columns), dtype=torch.float32, device=mask.device)
+    bias[:, 0, 0, : mask.shape[1]].masked_fill_(mask == 0, float("-inf"))
+    return bias
 
 
 def _rms_norm(hidden: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -177,7 +180,7 @@ class FastStep:
         else:
             if mask_all_ones is None:
                 mask_all_ones = attention_mask is None or bool(attention_mask.all())
-            mask = None if mask_all_ones else _bias_of(attention_mask)[:, None, None, :]
+            mask = None if mask_all_ones else additive_mask(attention_mask)
         batch, heads, kv_heads, head_dim = input_ids.shape[0], self.heads, self.kv_heads, self.head_dim
         rotated = heads + kv_heads
         hidden = self.body.embed_tokens.weight[input_ids[:, 0]]
@@ -194,8 +197,8 @@ class FastStep:
             if layer.out_bias is not None:
                 hidden = hidden + layer.out_bias
             x = _rms_norm(hidden, layer.norm2, layer.eps2)
-            gate_up = layer.gate_up
-            y = torch.addmm(gate_up[1], x, gate_up[0]) if isinstance(gate_up, tuple) else torch.mm(x, gate_up)
+            y = torch.mm(x, layer.gate_up) if layer.gate_up_bias is None else torch.addmm(layer.gate_up_bias, x,
+                                                                                        layer.gate_up)
             gate, up = y.chunk(2, dim=-1)
             hidden = torch.addmm(hidden, F.silu(gate).mul_(up), layer.down)
             if layer.down_bias is not None:
