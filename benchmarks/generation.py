@@ -48,6 +48,12 @@ MODES = ("generate", "forward", "lean", "fast")
 LIVE = ("generate", "lean", "fast+inverse_cdf")
 
 
+def _path(mode: str) -> tuple[str, str]:
+    """``(decode, sampler)`` of a path name such as ``"fast+inverse_cdf"`` (the sampler defaults to multinomial)."""
+    decode, _, sampler = mode.partition("+")
+    return decode, sampler or "multinomial"
+
+
 class Recording:
     """A policy wrapper that keeps every call's requests and the completions it answered."""
 
@@ -102,7 +108,7 @@ def replay(trainer: Any, calls: list[tuple[str, list[Any], list[tuple[list[int],
     from mgrpo_algo.policies.hf_policy import TransformersPolicy
 
     policies = {}
-    decode, sampler = (mode.split("+") + ["multinomial"])[:2]
+    decode, sampler = _path(mode)
     for role in ("main", "sub"):
         source, g = trainer.workers[role].policy, getattr(trainer.config, role).generation
         policies[role] = TransformersPolicy(
@@ -161,7 +167,7 @@ def live(trainer: Any, b: int, k: int, repeats: int) -> tuple[dict[str, list[flo
             batch = tasks[(r * b) % len(tasks):][:b]
             completions = {}
             for mode in LIVE:
-                decode, sampler = (mode.split("+") + ["multinomial"])[:2]
+                decode, sampler = _path(mode)
                 policies = {}
                 for role in ("main", "sub"):
                     policy = trainer.workers[role].policy
