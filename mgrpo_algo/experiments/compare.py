@@ -35,11 +35,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mgrpo_env.mistakes import MISTAKE_RATE_KEYS, counts_by_question, mistake_rates
+from mgrpo_env.mistakes import counts_by_question, mistake_rates
 from mgrpo_env.tool_health import backend_failures_in_files
 
 from ..core.config import MODE_TABLE, TRAIN_MODES, TrainConfig, config_to_dict
 from . import intervals as iv
+from .mistake_stats import mistake_changes, mistake_rates_of_counts, pool_counts
 from .report import DIFFERENCES, format_table, history_means, markdown, verdict
 
 __all__ = ["MODES", "check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate",
@@ -323,9 +324,9 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
         "intervals": _intervals(scores, config.seed),
         "reference": reference,
         # each mode's held-out mistake rates before -> after, pooled over seeds, with intervals
-        "mistakes": {mode: {"start": mistake_rates_of_counts(_pool_counts(c["start"])),
-                            "after": mistake_rates_of_counts(_pool_counts(c["after"])),
-                            "change": mistake_changes(_pool_counts(c["after"]), _pool_counts(c["start"]), seed=config.seed)}
+        "mistakes": {mode: {"start": mistake_rates_of_counts(pool_counts(c["start"])),
+                            "after": mistake_rates_of_counts(pool_counts(c["after"])),
+                            "change": mistake_changes(pool_counts(c["after"]), pool_counts(c["start"]), seed=config.seed)}
                      for mode, c in counts.items()},
         "command": command,
         "reproduce": _reproduce(out, seeds, modes),
@@ -482,37 +483,7 @@ def run_group(config: TrainConfig, modes: Sequence[str], paths: Mapping[str, str
     return result
 
 
-def mistake_changes(after: Mapping[str, Mapping[str, Sequence[int]]], before: Mapping[str, Mapping[str, Sequence[int]]],
-                    *, seed: int) -> dict[str, Any]:
-    """Each mistake rate's change after - before (:data:`mgrpo_env.mistakes.MISTAKE_RATE_KEYS`), with
-    its paired bootstrap interval over questions; None for a rate neither side can have."""
-    def of(counts: Mapping[str, Mapping[str, Sequence[int]]], kind: str) -> dict[str, Sequence[int]]:
-        return {q: c[kind] for q, c in counts.items() if kind in c}
 
-    return {kind: iv.paired_ratio_difference(of(after, kind), of(before, kind), seed=seed) for kind in MISTAKE_RATE_KEYS}
-
-
-def mistake_rates_of_counts(counts: Mapping[str, Mapping[str, Sequence[int]]]) -> dict[str, float | None]:
-    """Pooled rates of per-question counts (the rates of :func:`mgrpo_env.mistakes.mistake_rates`)."""
-    totals: dict[str, list[int]] = {}
-    for kinds in counts.values():
-        for kind, (num, den) in kinds.items():
-            pair = totals.setdefault(kind, [0, 0])
-            pair[0] += num
-            pair[1] += den
-    return {kind: (num / den if den else None) for kind, (num, den) in sorted(totals.items())}
-
-
-def _pool_counts(runs: Sequence[Mapping[str, Mapping[str, Sequence[int]]]]) -> dict[str, dict[str, list[int]]]:
-    """Several seeds' per-question mistake counts as one (summed per question and rate)."""
-    out: dict[str, dict[str, list[int]]] = {}
-    for run in runs:
-        for q, kinds in run.items():
-            for kind, (num, den) in kinds.items():
-                pair = out.setdefault(q, {}).setdefault(kind, [0, 0])
-                pair[0] += num
-                pair[1] += den
-    return out
 
 
 def _intervals(scores: Mapping[str, Mapping[str, list[dict[str, list[bool]]]]], seed: int) -> dict[str, Any]:
