@@ -129,10 +129,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from mgrpo_env.tool_health import backend_failure_line
 
     from .core.config import load_config
+    from .core.modes import mode_names
     from .experiments.compare import check_compare, format_table, run_compare
     from .training.preflight import PreflightError, check_writable, preflight
 
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    modes = [m.strip() for m in (args.modes or ",".join(mode_names())).split(",") if m.strip()]
     try:
         config = load_config(args.config, args.set)
         check_compare(config, args.seeds, modes)
@@ -258,6 +259,9 @@ def _cmd_view(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .core.modes import mode_names  # the tables, so a registered mode or placement is listed
+    from .distributed.placement import PLACEMENTS
+
     parser = argparse.ArgumentParser(prog="mgrpo", description="Train and evaluate multi-agent deep-research systems with M-GRPO.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -269,7 +273,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", default=None, help="YAML file of mgrpo_algo.core.config.TrainConfig fields")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field, dotted for nested ones (main.learner.lr=1e-4)")
-    tr.add_argument("--placement", choices=("local", "processes", "ray"), default=None,
+    tr.add_argument("--placement", default=None, metavar="{" + ",".join(PLACEMENTS.names()) + "}",
                     help="run each role on its own server (decoupled M-GRPO): in this process, one process per "
                     "role, or Ray actors; default: the single-process trainer")
     tr.add_argument("--store", default=None, help="shared statistics store: sqlite:PATH (default: OUT_DIR/stats.sqlite) "
@@ -291,8 +295,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="override a config field, dotted for nested ones (eval.limit=50)")
     cp.add_argument("--seeds", type=int, default=3, help="seeds per mode: config seed, seed + 1, ...")
     cp.add_argument("--out", default="runs/compare", help="folder for summary.json, report.md, curves.png, tb/, runs")
-    cp.add_argument("--modes", default=",".join(("mgrpo", "frozen-sub", "single-agent")),
-                    help="comma-separated modes to compare")
+    cp.add_argument("--modes", default=None,
+                    help=f"comma-separated modes to compare (default: every registered mode: {','.join(mode_names())})")
     cp.add_argument("--quiet", action="store_true", help="no progress bars")
     cp.set_defaults(func=_cmd_compare)
 

@@ -43,6 +43,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from mgrpo_tools.registry import Registry
+
 __all__ = [
     "Slot",
     "Plan",
@@ -62,15 +64,13 @@ Plan = list[list[Slot]]
 Strategy = Callable[[int, int, np.random.Generator], list[Slot]]
 T = TypeVar("T")
 
-STRATEGIES: dict[str, Strategy] = {}
+#: Alignment strategies by name (``TrainConfig.align_strategy``, checked when the config loads).
+STRATEGIES: Registry[Strategy] = Registry("alignment strategy")
 
 
 def register_strategy(name: str, fn: Strategy) -> Strategy:
     """Add a strategy under ``name``; a duplicate name raises ValueError."""
-    if name in STRATEGIES:
-        raise ValueError(f"alignment strategy {name!r} is already registered")
-    STRATEGIES[name] = fn
-    return fn
+    return STRATEGIES.add(name, fn)
 
 
 def _subset(d_k: int, d: int, rng: np.random.Generator) -> list[Slot]:
@@ -128,8 +128,7 @@ class AlignmentStats:
 def _validate(num_subs: Sequence[int], d: int, strategy: str) -> list[int]:
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
         raise ValueError(f"d must be an integer >= 1, got {d!r}")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown alignment strategy {strategy!r}; valid: {sorted(STRATEGIES)}")
+    STRATEGIES.canonical(strategy)  # an unknown name raises, listing the valid ones
     counts = []
     for c in num_subs:
         if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0:

@@ -199,7 +199,7 @@ def test_register_strategy_stores_the_function():
         assert STRATEGIES["test-first"] is first
         assert plan([2, 1], 3, strategy="test-first", rng=rng()) == [[0, 0, 0], [0, 0, 0]]
     finally:
-        STRATEGIES.pop("test-first", None)
+        STRATEGIES.unregister("test-first")
 
 
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))

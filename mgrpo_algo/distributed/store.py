@@ -45,14 +45,19 @@ from pkgutil import resolve_name
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from mgrpo_tools.registry import Registry
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "MainStat",
+    "STORE_BACKENDS",
     "SQLiteStore",
+    "StoreBackend",
     "StatsStore",
     "StoreError",
     "StoreTimeout",
+    "check_store_spec",
     "open_store",
     "shipped_trajectory_bytes",
 ]
@@ -544,38 +549,85 @@ class SQLiteStore(StatsStore):
 
 # --------------------------------------------------------------------------- factory
 
-_SPEC_FORMS = (
-    "'sqlite:PATH' (e.g. sqlite:runs/stats.db) or 'redis://HOST:PORT[/DB]' (e.g. redis://127.0.0.1:6379/0; "
-    "a password: redis://:PASSWORD@HOST:PORT; TLS: rediss://...)"
-)
+
+@dataclass(frozen=True)
+class StoreBackend:
+    """A statistics store, chosen by the scheme of its spec (``sqlite:PATH``, ``redis://...``)."""
+
+    open: Callable[..., StatsStore] | str
+    """``open(spec, **kwargs) -> StatsStore``; a "module:attr" string is imported on first open (a
+    backend module imports this one for the base class, never the reverse: no import cycle)."""
+    check: Callable[[str], None]
+    """Raises ValueError on a malformed spec, without connecting (run when the config loads)."""
+    form: str
+    """The spec's form for error messages, e.g. ``'sqlite:PATH' (e.g. sqlite:runs/stats.db)``."""
 
 
-#: Store backends other than SQLite, as "module:class", imported on first use: a backend module imports
-#: this one (for the base class and the record types), never the reverse, so there is no import cycle.
-STORE_BACKENDS: dict[str, str] = {"redis": "mgrpo_algo.distributed.store_redis:RedisStore"}
+def _sqlite_path(spec: str) -> str:
+    path = spec.partition(":")[2]
+    if not path:
+        raise ValueError("has no path")
+    return path
+
+
+def _check_redis(spec: str) -> None:
+    parts = urlsplit(spec)
+    parts.port  # noqa: B018 - raises ValueError on a bad port
+    db = parts.path.lstrip("/")
+    if not spec.startswith(f"{parts.scheme}://") or not parts.hostname or (db and not db.isdigit()) \
+            or parts.path.count("/") > 1:
+        raise ValueError("bad host or db")
+
+
+_REDIS = StoreBackend("mgrpo_algo.distributed.store_redis:RedisStore", _check_redis,
+                      "'redis://HOST:PORT[/DB]' (e.g. redis://127.0.0.1:6379/0; a password: redis://:PASSWORD@HOST:PORT; "
+                      "TLS: rediss://...)")
+#: Store backends by the scheme of their spec (``placement.store``, checked when the config loads). A
+#: new backend is one registered :class:`StoreBackend` with a :class:`StatsStore` subclass behind it.
+STORE_BACKENDS: Registry[StoreBackend] = Registry("store scheme", {
+    "sqlite": StoreBackend(lambda spec, **kwargs: SQLiteStore(_sqlite_path(spec), **kwargs), _sqlite_path,
+                           "'sqlite:PATH' (e.g. sqlite:runs/stats.db)"),
+    "redis": _REDIS,
+    "rediss": _REDIS,
+})
+
+
+def _forms() -> str:
+    forms = dict.fromkeys(STORE_BACKENDS.get(name).form for name in STORE_BACKENDS.names())
+    return " or ".join(forms)
+
+
+def check_store_spec(spec: str, field: str = "") -> StoreBackend:
+    """The backend of ``spec`` after checking its form (no connection is made). Raises ValueError
+    naming ``field`` (the config's dotted path, when given) and the accepted forms."""
+    where = f"config field '{field}': " if field else ""
+    if not isinstance(spec, str):
+        raise ValueError(f"{where}store spec must be a str: {_forms()}; got {spec!r}")
+    scheme, sep, _ = spec.partition(":")
+    if not sep or scheme not in STORE_BACKENDS:
+        raise ValueError(f"{where}unknown store spec {spec!r} (schemes: {', '.join(STORE_BACKENDS.names())}); "
+                         f"use {_forms()}")
+    backend = STORE_BACKENDS.get(scheme)
+    try:
+        backend.check(spec)
+    except ValueError as exc:
+        raise ValueError(f"{where}malformed {scheme} store spec {spec!r} ({exc}); use {_forms()}") from None
+    return backend
 
 
 def open_store(spec: str, **kwargs: Any) -> StatsStore:
-    """Open a store from a spec string: ``"sqlite:PATH"`` or ``"redis://HOST:PORT[/DB]"``.
+    """Open a store from a spec string: ``"sqlite:PATH"``, ``"redis://HOST:PORT[/DB]"`` or the form of
+    another registered backend (:data:`STORE_BACKENDS`).
 
     Keyword arguments go to the backend (``namespace=``, ``retry_s=`` for Redis; ``busy_timeout_s=``
     for SQLite). Anything else raises ``ValueError`` listing the accepted forms.
     """
-    if not isinstance(spec, str):
-        raise ValueError(f"store spec must be a str: {_SPEC_FORMS}; got {spec!r}")
-    if spec.startswith("sqlite:"):
-        path = spec[len("sqlite:") :]
-        if not path:
-            raise ValueError(f"store spec {spec!r} has no path; use {_SPEC_FORMS}")
-        return SQLiteStore(path, **kwargs)
-    if spec.startswith(("redis://", "rediss://")):
-        try:
-            parts = urlsplit(spec)
-            parts.port  # noqa: B018 - raises ValueError on a bad port
-            db = parts.path.lstrip("/")
-            if not parts.hostname or (db and not db.isdigit()) or parts.path.count("/") > 1:
-                raise ValueError("bad host or db")
-        except ValueError as exc:
-            raise ValueError(f"malformed redis store spec {spec!r} ({exc}); use {_SPEC_FORMS}") from None
-        return resolve_name(STORE_BACKENDS["redis"])(spec, **kwargs)
-    raise ValueError(f"unknown store spec {spec!r}; use {_SPEC_FORMS}")
+    backend = check_store_spec(spec)
+    opener = resolve_name(backend.open) if isinstance(backend.open, str) else backend.open
+    return opener(spec, **kwargs)
+
+
+def check_store_field(spec: str, field: str) -> None:
+    """The config's check of ``placement.store``: empty (the run's own SQLite file) or a valid spec."""
+    if spec != "":
+        check_store_spec(spec, field)

@@ -3,7 +3,7 @@
 A :class:`RoleWorker` holds one role ("main", "sub" or "single"): it generates the role's actions
 (``act``), keeps the token trajectories it sampled, and updates its learner. The iteration loop talks
 to it through a :class:`~mgrpo_algo.distributed.placement.RoleHandle` whatever the placement: in this
-process (``in-process``, ``local``), one process per role (``processes``) or a Ray actor (``ray``).
+process (``local``), one process per role (``processes``) or a Ray actor (``ray``).
 No gradient and no trajectory crosses between roles. What crosses is the paper's statistics, through
 the shared store (:mod:`mgrpo_algo.distributed.store`): the main worker publishes per rollout (query,
 rollout, correctness, format flag, R_M); the sub worker waits for them (synchronized) or lags behind

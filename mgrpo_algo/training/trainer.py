@@ -14,7 +14,7 @@ Modes: ``mgrpo`` (both roles learn), ``frozen-sub`` (only the main agent learns)
 
 Placement (``TrainConfig.placement``) only changes where the role workers
 (:class:`mgrpo_algo.training.roles.RoleWorker`, one per role, :class:`~mgrpo_algo.training.workers.RoleWorkers`)
-live: in this process (``in-process``, ``local``; a worker's policy shares its learner's model object),
+live: in this process (``local``; a worker's policy shares its learner's model object),
 one process per role, or Ray actors. The loop, the workers, the scoring, the seeds and the commit
 protocol are the same code in all of them, so the same seed gives the same run.
 """
@@ -50,7 +50,7 @@ from .final_models import export_final_models
 from .roles import write_json
 from .workers import RoleWorkers
 
-__all__ = ["Trainer", "role_model_paths", "trained_roles"]
+__all__ = ["Trainer", "role_model_paths"]
 
 def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> dict[str, str]:
     """The model path of each role: the configured one, or the tiny model built (and warm-started
@@ -77,11 +77,6 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
             paths = {role: str(path) for role, path in warm.items()}
         explicit.update(paths)
     return explicit
-
-
-def trained_roles(config: TrainConfig) -> list[str]:
-    """The roles whose learner updates in ``config.mode``."""
-    return list(MODE_TABLE[config.mode].trained)
 
 
 class Trainer:
@@ -133,7 +128,7 @@ class Trainer:
 
     @property
     def workers(self) -> dict[str, Any]:
-        """The role workers by role, when they live in this process (``in-process``, ``local``)."""
+        """The role workers by role, when they live in this process (``local``)."""
         return self.roles.workers
 
     @property

@@ -1,7 +1,7 @@
 """The roles of a run, one :class:`~mgrpo_algo.training.roles.RoleWorker` each, wherever they run.
 
 :class:`RoleWorkers` is what the iteration loop (:class:`mgrpo_algo.training.trainer.Trainer`) runs on,
-for every placement: ``in-process`` and ``local`` put the workers in this process (a local handle:
+for every placement: ``local`` puts the workers in this process (a local handle:
 arguments by reference, the records keep their token ids), ``processes`` one process per role,
 ``ray`` Ray actors. The loop drives the environments and asks the workers for actions; each worker
 keeps the token trajectories it generated. After a batch the loop scores the main side and sends
@@ -28,7 +28,7 @@ from typing import Any
 from mgrpo_env.episode import EpisodeRecord
 from mgrpo_env.rollout import PolicyRequest
 
-from ..core.config import MODE_TABLE, PLACEMENT_HANDLES, TrainConfig
+from ..core.config import MODE_TABLE, TrainConfig
 from ..core.scoring import MainSlot, slot_payload, sub_facts
 from ..distributed.placement import RoleServerDied, spawn
 from .roles import RoleWorker
@@ -62,7 +62,7 @@ class RoleWorkers:
         mode = MODE_TABLE[config.mode]
         self.config, self.out = config, out
         self.staleness = placement.staleness
-        self.kind = PLACEMENT_HANDLES[placement.kind]
+        self.kind = placement.kind
         if committed < 0:  # a fresh run: no worker state of an earlier one may leak in
             shutil.rmtree(out / "workers", ignore_errors=True)
         self.handles: dict[str, Any] = {}
@@ -84,7 +84,7 @@ class RoleWorkers:
 
     @property
     def workers(self) -> dict[str, RoleWorker]:
-        """The worker objects, in this process only (``in-process`` and ``local``; empty otherwise)."""
+        """The worker objects, in this process only (``local``; empty otherwise)."""
         return {role: h._obj for role, h in self.handles.items() if getattr(h, "_obj", None) is not None}
 
     # -- fault handling -------------------------------------------------------------------------
