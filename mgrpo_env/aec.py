@@ -71,6 +71,7 @@ from .protocol import (
     role_tools,
     system_prompt,
 )
+from .roles import env_roles
 from .spaces import action_space, observation_space, sanitize
 
 __all__ = ["MGRPOEnv", "env", "raw_env"]
@@ -110,7 +111,7 @@ class MGRPOEnv(AECEnv):
         self.observation_spaces = {a: obs_space for a in self.possible_agents}
         self.action_spaces = {a: (main_space if a == MAIN else sub_space) for a in self.possible_agents}
         style = getattr(self.scenario, "prompt_style", "full")  # a scenario's profile may ask for compact prompts
-        self._tools_of = {role: role_tools(self.scenario, role) for role in ("main", "sub")}  # the scenario's sets
+        self._tools_of = {role: role_tools(self.scenario, role) for role in env_roles("hierarchy")}  # the scenario's sets
         self._prompts = {role: system_prompt(role, tools, style) for role, tools in self._tools_of.items()}
         self.record: EpisodeRecord | None = None
 

@@ -15,18 +15,23 @@ __all__ = ["ROLE_TABLE", "ROLES", "RoleSpec", "check_role", "env_roles"]
 
 @dataclass(frozen=True)
 class RoleSpec:
-    """One role: the env it acts in (a name of ``mgrpo_env.rollout.EPISODES``) and the tag of the
-    action that ends its episode."""
+    """One role: the env it acts in (a name of ``mgrpo_env.rollout.EPISODES``), the tag of the
+    action that ends its episode, and the offsets of its policies' seeds (``mgrpo_algo.core.seeding``)."""
 
     env: str
     final_tag: str
+    sample_seed: int
+    """Offset of its training policy's sampling seed: roles of one env draw apart (main and single
+    share 0: they never act in one run)."""
+    eval_seed: int
+    """Offset of its evaluation policy's sampling seed."""
 
 
 #: Every role, in order (see the module docstring).
 ROLE_TABLE: dict[str, RoleSpec] = {
-    "main": RoleSpec(env="hierarchy", final_tag="answer"),
-    "sub": RoleSpec(env="hierarchy", final_tag="result"),
-    "single": RoleSpec(env="single", final_tag="answer"),
+    "main": RoleSpec(env="hierarchy", final_tag="answer", sample_seed=0, eval_seed=0),
+    "sub": RoleSpec(env="hierarchy", final_tag="result", sample_seed=1, eval_seed=1),
+    "single": RoleSpec(env="single", final_tag="answer", sample_seed=0, eval_seed=2),
 }
 ROLES: tuple[str, ...] = tuple(ROLE_TABLE)
 

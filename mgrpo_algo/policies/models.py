@@ -37,6 +37,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.roles import ROLES
+
 __all__ = [
     "SPECIAL_TOKENS",
     "PROTOCOL_TAGS",
@@ -78,7 +80,6 @@ _SPLIT_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
     r"|\s+(?!\S)|\s+"
 )
-ROLES = ("main", "sub", "single")
 #: The default size of every role's model (1.05 M parameters with a 2,048-token vocabulary).
 DEFAULT_SIZE: Mapping[str, int] = {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2}
 _MANIFEST = "mgrpo_model.json"

@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.roles import ROLES
+
 from ..core.config import MODE_TABLE, TrainConfig
 
 __all__ = ["PreflightError", "preflight", "check_store", "check_writable", "check_scenario", "check_browser_for",
@@ -134,7 +136,7 @@ def preflight(config: TrainConfig, *, check_eval: bool = False) -> None:
     train`` does not).
     """
     check_writable(config.out_dir, "output folder (out_dir)")
-    if not all(getattr(config, role).model for role in ("main", "sub", "single")):
+    if not all(getattr(config, role).model for role in ROLES):
         check_writable(config.models_dir, "models folder (models_dir)")
     check_store(config.placement.store or None)
     check_models_and_devices(config)

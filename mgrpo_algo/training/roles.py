@@ -40,9 +40,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.roles import check_role
+
 __all__ = ["RoleWorker", "request_state", "state_digest", "write_json"]
 
-ROLES = ("main", "sub", "single")
 
 
 class RoleWorker:
@@ -83,8 +84,7 @@ class RoleWorker:
         from ..learning.learner import RoleLearner
         from ..policies.factory import make_policy
 
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        check_role(role)
         transformers.utils.logging.disable_progress_bar()  # per-shard bars drown the training log
         torch.set_num_threads(torch_threads)
         torch.manual_seed(seed)
