@@ -258,18 +258,6 @@ KEPT: dict[str, str] = {
     "mgrpo_env.align.x_choose_d__mutmut_37": (
         "frac gets one extra entry (n+1)/n past the end: frac[n-1] == 1 >= quantile already, so argmax "
         "never reaches it"),
-    "mgrpo_env.align.x_slot_weights__mutmut_4": "np.zeros defaults to float64, the dtype written: equivalent",
-    "mgrpo_env.align.x_slot_weights__mutmut_6": "np.zeros defaults to float64, the dtype written: equivalent",
-    "mgrpo_env.align.x_slot_weights__mutmut_19": (
-        "np.array of Python floats is float64 without dtype=: equivalent"),
-    "mgrpo_env.align.x_slot_weights__mutmut_21": (
-        "np.array of Python floats is float64 without dtype=: equivalent"),
-    "mgrpo_env.align.x_apply_plan__mutmut_8": (
-        "zip(strict=None): the lengths were checked just above, they are equal"),
-    "mgrpo_env.align.x_apply_plan__mutmut_11": (
-        "zip without strict: the lengths were checked just above, they are equal"),
-    "mgrpo_env.align.x_apply_plan__mutmut_12": (
-        "zip(strict=False): the lengths were checked just above, they are equal"),
     # rewards
     "mgrpo_env.rewards.x__unit_array__mutmut_3": (
         "np.asarray without float64: bools, ints and floats compare and multiply to the same values, and "

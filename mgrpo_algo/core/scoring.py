@@ -45,7 +45,6 @@ __all__ = [
     "sub_facts",
     "alignment_metrics",
     "slot_payload",
-    "slot_from_payload",
 ]
 
 #: Sub-agent counts kept to choose d (``align_d: 0``): the last this many rollouts.
@@ -296,16 +295,7 @@ def annotate(records: Sequence[EpisodeRecord], batch: ScoredBatch) -> None:
 
 
 def slot_payload(slots: Sequence[Any]) -> list[dict[str, Any]]:
-    """Slots as plain dicts (JSON and pickle friendly) for a role server; :func:`slot_from_payload` reverses it."""
+    """Slots as plain dicts (JSON and pickle friendly) for a role server."""
     from dataclasses import asdict
 
     return [{"type": type(s).__name__, **asdict(s)} for s in slots]
-
-
-def slot_from_payload(data: dict[str, Any]) -> MainSlot | SubSlot:
-    """A slot back from :func:`slot_payload`'s dict."""
-    fields = {n: v for n, v in data.items() if n != "type"}
-    fields["key"] = RolloutKey(**fields["key"])
-    if fields.get("turn_advantages") is not None:
-        fields["turn_advantages"] = tuple(fields["turn_advantages"])
-    return MainSlot(**fields) if data["type"] == "MainSlot" else SubSlot(**fields)

@@ -124,7 +124,7 @@ def evaluate_policies(config: TrainConfig, scenario: Any, policies: Mapping[str,
     ``config.eval.split`` under the config's limits and rewards, ``eval.samples`` per question, batched.
 
     ``compare`` (start, after, curve points) and ``mgrpo eval`` both run it, so the same models and
-    config give the same episodes. ``on_episode`` / ``previous``: see :func:`evaluate_hierarchy`.
+    config give the same episodes. ``on_episode`` / ``previous``: see :func:`mgrpo_algo.experiments.evaluate.evaluate_agents`.
     Returns the :class:`EvalReport` and the episode records.
     """
     from mgrpo_env.core import RewardConfig, expert_scorer
