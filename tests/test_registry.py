@@ -124,6 +124,8 @@ def test_a_loss_gets_its_options_from_the_learner_config(model_dir):  # noqa: F8
         config = LearnerConfig(policy_loss="test-spy", eps_low=0.1, loss_options={"tau": 0.5})
         assert vars(loss.make_options(config)) == {"eps_low": 0.1, "tau": 0.5}
         assert vars(loss.make_options(LearnerConfig(policy_loss="test-spy"))) == {"eps_low": 0.2, "tau": 1.0}
+        override = LearnerConfig(policy_loss="test-spy", eps_low=0.1, loss_options={"eps_low": 0.05})
+        assert vars(loss.make_options(override)) == {"eps_low": 0.05, "tau": 1.0}  # loss_options wins
         with pytest.raises(ValueError, match=r"'main.learner.loss_options.eps_high': not an option of policy loss "
                                              r"'test-spy'; valid: eps_low, tau"):
             load_config(None, ["main.learner.policy_loss=test-spy", "main.learner.loss_options={eps_high: 0.3}"])
