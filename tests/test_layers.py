@@ -119,8 +119,8 @@ def test_backend_registries_resolve():
     for name in PLACEMENTS:
         assert issubclass(PLACEMENTS.get(name), RoleHandle), name
     for name in STORE_BACKENDS:
-        opener = STORE_BACKENDS.get(name).open
-        assert callable(opener) or issubclass(resolve_name(opener), StatsStore), name
+        opener = resolve_name(STORE_BACKENDS.get(name).open)
+        assert callable(opener) and (not isinstance(opener, type) or issubclass(opener, StatsStore)), name
 
 
 def _third_party(package: str) -> set[str]:
