@@ -233,10 +233,6 @@ KEPT: dict[str, str] = {
     # scoring
     "mgrpo_algo.core.scoring.x_score_main__mutmut_12": _F64,
     "mgrpo_algo.core.scoring.x_score_main__mutmut_14": _F64,
-    **{f"mgrpo_algo.core.scoring.x_score_batch__mutmut_{n}": (
-        "zip(strict=...) over score_main's keys and advantages (39-43) or score_sub's slots and advantages "
-        "(88-92): each pair is built one for one from the same list, the lengths are always equal")
-       for n in (39, 42, 43, 88, 91, 92)},
     "mgrpo_algo.core.scoring.x_score_sub__mutmut_52": (
         "zip(strict=None) over the group and its plan: plan_with_stats returns one row per rollout, the "
         "lengths are always equal"),

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 import pytest
+from scoring_reference import score_batch
 
 from mgrpo_algo.core.scoring import (
     COUNT_WINDOW,
@@ -27,7 +28,6 @@ from mgrpo_algo.core.scoring import (
     alignment_width,
     annotate,
     rollout_keys,
-    score_batch,
     score_main,
     score_sub,
     slot_payload,

@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from scoring_reference import score_batch
 
 from mgrpo_algo.core.advantages import step_advantages
-from mgrpo_algo.core.scoring import score_batch, slot_payload, turn_states
+from mgrpo_algo.core.scoring import slot_payload, turn_states
 from mgrpo_algo.core.sequences import TokenSequence, slot_sequence, turn_spans
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, Turn
 

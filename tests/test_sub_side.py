@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scoring_reference import score_batch
 
-from mgrpo_algo.core.scoring import score_batch, score_sub_side, sub_facts, turn_states
+from mgrpo_algo.core.scoring import score_sub_side, sub_facts, turn_states
 from mgrpo_algo.training.roles import request_state, state_digest
 from mgrpo_env.rewards import PAPER_SUB_WEIGHTS, paid_sub_reward
 from mgrpo_env.rollout import collect

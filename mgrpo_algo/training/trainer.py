@@ -5,8 +5,8 @@ One iteration::
     tasks    = B questions of the current curriculum stage      (rng keyed by seed and iteration)
     records  = collect(tasks, K rollouts)                       # env + tools; the env pays R_M and R_S
     d        = align_d, or chosen from the sub-agent counts seen
-    batch    = score_batch(records)                             # A_M per query; sub slots aligned, A_S pooled
-    roles.update(batch)                                         # each role's learner, wherever it runs
+    main     = score_main_side(records)                         # A_M per query (the R_M the env paid)
+    roles.update(main, facts)                                   # main learner; the sub worker scores R_S, A_S itself
     log main/..., sub/..., align/..., time/...
 
 Modes: ``mgrpo`` (both roles learn), ``frozen-sub`` (only the main agent learns), ``single-agent``
