@@ -406,12 +406,14 @@ def _trained_policies(cfg: TrainConfig, trainer: Any, seed: int) -> dict[str, An
     """Evaluation policies over the trainer's current models, through its role handles: each worker
     builds the evaluation policy over its own model (a frozen role keeps its start), wherever it runs."""
     from ..core.seeding import eval_seed
+    from ..training.service import RoleClient
     from ..training.workers import WorkerPolicy
 
     policies: dict[str, Any] = {}
     for role, handle in trainer.handles.items():
-        handle.call("begin_eval", eval_seed(seed, role), cfg.eval.temperature, cfg.eval.max_new_tokens)
-        policies[role] = WorkerPolicy(handle)
+        client = RoleClient(handle)
+        client.begin_eval(eval_seed(seed, role), cfg.eval.temperature, cfg.eval.max_new_tokens)
+        policies[role] = WorkerPolicy(client)
     return policies
 
 

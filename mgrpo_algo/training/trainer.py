@@ -110,7 +110,7 @@ class Trainer:
         committed = int(saved["iteration"]) if saved else -1
         self.roles = RoleWorkers(config, paths, self.out, store=store, committed=committed)
         behind = {role: s["last_applied"] for role in self.mode.trained
-                  if (s := self.roles.handles[role].call("status"))["last_applied"] < committed - placement.staleness}
+                  if (s := self.roles.clients[role].status())["last_applied"] < committed - placement.staleness}
         if behind:
             self.roles.close()
             raise ValueError(f"cannot resume {self.out}: no checkpoint of iteration {committed} for {sorted(behind)} "
@@ -153,7 +153,7 @@ class Trainer:
                     done += 1
                 self.roles.end_stage(stage_index)
         self.roles.finish(self.iteration - 1)  # a stale run's last sub iterations
-        export_final_models(self.roles.handles, self.out)  # OUT_DIR/final/<role>/: loadable as is
+        export_final_models(self.roles.clients, self.out)  # OUT_DIR/final/<role>/: loadable as is
         return history
 
     def train_iteration(self, world: Any, tasks: list[Any], split: str) -> dict[str, Any]:
