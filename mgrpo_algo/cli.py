@@ -50,7 +50,7 @@ def _build_scenario(name: str, pairs: Sequence[str]) -> Any:
 def _cmd_train(args: argparse.Namespace) -> int:
     from mgrpo_env.tool_health import backend_failure_line
 
-    from .core.config import MODE_TABLE, load_config
+    from .core.config import MODES, load_config
     from .training.preflight import PreflightError, preflight
     from .training.run_folder import check_fresh_run_folder, clear_run_folder
 
@@ -91,7 +91,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if not writers:
             writers.append(SummaryWriter(log_dir=str(Path(config.out_dir) / "tb"), flush_secs=5))
         log_scalars(writers[0], metrics, int(metrics["iteration"]))
-        role = MODE_TABLE[config.mode].roles[0]  # the main (or single) agent
+        role = MODES[config.mode].roles[0]  # the main (or single) agent
         print(
             f"iter {metrics['iteration']:>3} {metrics['split']:<13} {role} reward {metrics[f'{role}/reward_mean']:.3f} "
             f"acc {metrics[f'{role}/accuracy']:.3f} | {metrics['time/iteration']:.1f}s "
@@ -186,7 +186,7 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
     from .core.config import load_config
     from .policies.models import ROLES
     from .policies.prebuilt import export_models
-    from .training.trainer import role_model_paths
+    from .training.trainer import oracle_stage_paths, role_model_paths
 
     try:
         config = load_config(args.config, args.set)
@@ -194,9 +194,26 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
     except (ValueError, OSError, KeyError, TypeError) as exc:
         print(f"mgrpo: bad config: {exc}", file=sys.stderr)
         return 2
-    for role in ROLES:
-        getattr(config, role).model = ""  # always the config's own tiny models, warm-started
-    paths = role_model_paths(config, scenario, list(ROLES))
+    teacher = config.warm_start.teacher
+    if args.from_dir:
+        # Stage 2 only, from a prebuilt stage-1 folder (the committed oracle clone): minutes, not an hour.
+        if not teacher.enabled:
+            print("mgrpo: --from trains the teacher stage, but warm_start.teacher has no rate above 0", file=sys.stderr)
+            return 2
+        from .learning.teacher_stage import teacher_warm_start
+        from .policies.prebuilt import verify_folder
+
+        for role in ROLES:
+            verify_folder(Path(args.from_dir) / role)
+        paths = {role: str(p) for role, p in teacher_warm_start(
+            scenario, args.from_dir, Path(config.models_dir) / "teacher", config.warm_start, limits=config.limits).items()}
+    else:
+        for role in ROLES:
+            getattr(config, role).model = ""  # always the config's own tiny models, warm-started
+        paths = role_model_paths(config, scenario, list(ROLES))
+        if args.oracle_out:
+            oracle = export_models(oracle_stage_paths(config, scenario, list(ROLES)), args.oracle_out)
+            print(f"wrote the oracle stage to {oracle} and {oracle}/SHA256SUMS")
     out = export_models(paths, args.out)
     print(f"wrote {out} ({', '.join(ROLES)}) and {out}/SHA256SUMS")
     return 0
@@ -311,6 +328,9 @@ def _parser() -> argparse.ArgumentParser:
     ws.add_argument("--config", required=True, help="YAML file of TrainConfig fields (its warm_start section)")
     ws.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     ws.add_argument("--out", required=True, help="folder for <role>/ model folders and SHA256SUMS (replaced)")
+    ws.add_argument("--from", dest="from_dir", default="",
+                    help="train only the teacher stage, from this prebuilt oracle-stage folder (<role>/ + SHA256SUMS)")
+    ws.add_argument("--oracle-out", default="", help="also export the oracle stage (stage 1) to this folder")
     ws.set_defaults(func=_cmd_warm_start)
 
     sv = sub.add_parser("serve", help="serve a scenario's world on 127.0.0.1 (or --host) until interrupted")

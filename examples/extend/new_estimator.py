@@ -8,7 +8,7 @@ rewards ``[Q, ...]`` (a group per query: the main side's ``[Q, K]`` rollouts, th
 
 This file is the whole change: the function, one ``register_estimator`` line, and the config fields
 that name it (``main_estimator`` / ``sub_estimator``, checked when the config loads). It trains one
-short iteration of the demo's warm-started tiny models with RLOO on both sides and checks, from ``episodes.jsonl``, that every main agent's
+short iteration of the oracle clone's tiny models with RLOO on both sides and checks, from ``episodes.jsonl``, that every main agent's
 advantage is RLOO's of its group's rewards.
 
     python examples/extend/new_estimator.py [OUT_DIR]
@@ -28,6 +28,12 @@ from mgrpo_algo.core.config import load_config
 from mgrpo_algo.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The oracle clone's tiny models (``configs/oracle-warm-start``) on the world they were trained for
+#: (the wiki-hops tiny profile): their rewards vary within a group. One short iteration.
+SETTING = [*(f"{role}.model={ROOT / 'configs' / 'oracle-warm-start' / role}" for role in ("main", "sub")),
+           "scenario_kwargs={num_entities: 300, seed: 0, profile: tiny, prerender: true}",
+           "limits={max_main_turns: 5, max_sub_turns: 3, max_delegations: 3}",
+           "questions_per_iteration=2", "group_size=4", "stages=[{split: stage2/train, iterations: 1}]"]
 
 
 @register_estimator("rloo")
@@ -46,11 +52,10 @@ def rloo(rewards, mask=None, *, eps: float = 1e-6) -> torch.Tensor:
 
 
 def main(out: Path) -> None:
-    # The demo's setting and warm-started tiny models (their rewards vary within a group), one short iteration.
-    config = load_config(str(ROOT / "configs" / "demo.yaml"), [
+    config = load_config(None, [
+        *SETTING,
         "main_estimator=rloo", "sub_estimator=rloo",  # the new name, checked when the config loads
-        f"out_dir={out / 'run'}", f"models_dir={out / 'models'}", "questions_per_iteration=2",
-        "stages=[{split: stage2/train, iterations: 1}]",
+        f"out_dir={out / 'run'}", f"models_dir={out / 'models'}",
     ])
     with Trainer(config) as trainer:
         history = trainer.run()

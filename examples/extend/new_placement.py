@@ -10,7 +10,7 @@ the commit protocol do not change.
 
 This one extends the local handle: each call to a worker (``act``, ``update_main``, ``commit``, ...)
 is timed, which shows where an iteration's time goes per role. This file is the whole change. It
-trains one short iteration of the demo's warm-started tiny models with ``placement.kind=timed``
+trains one short iteration of the oracle clone's tiny models with ``placement.kind=timed``
 and prints the table.
 
     python examples/extend/new_placement.py [OUT_DIR]
@@ -30,6 +30,12 @@ from mgrpo_algo.distributed.placement import PLACEMENTS
 from mgrpo_algo.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The oracle clone's tiny models (``configs/oracle-warm-start``) on the world they were trained for
+#: (the wiki-hops tiny profile): their rewards vary within a group. One short iteration.
+SETTING = [*(f"{role}.model={ROOT / 'configs' / 'oracle-warm-start' / role}" for role in ("main", "sub")),
+           "scenario_kwargs={num_entities: 300, seed: 0, profile: tiny, prerender: true}",
+           "limits={max_main_turns: 5, max_sub_turns: 3, max_delegations: 3}",
+           "questions_per_iteration=2", "group_size=4", "stages=[{split: stage2/train, iterations: 1}]"]
 
 #: (role server name, method) -> [calls, seconds], filled by every TimedLocal handle.
 TIMES: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
@@ -54,10 +60,10 @@ PLACEMENTS.register("timed", TimedLocal)
 
 
 def main(out: Path) -> None:
-    config = load_config(str(ROOT / "configs" / "demo.yaml"), [
+    config = load_config(None, [
+        *SETTING,
         "placement.kind=timed",  # the new name, checked when the config loads
-        f"out_dir={out / 'run'}", f"models_dir={out / 'models'}", "questions_per_iteration=2",
-        "stages=[{split: stage2/train, iterations: 1}]",
+        f"out_dir={out / 'run'}", f"models_dir={out / 'models'}",
     ])
     with Trainer(config) as trainer:
         history = trainer.run()

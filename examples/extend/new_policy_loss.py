@@ -13,7 +13,7 @@ refused when the config loads) and hands them to every call. ``aggregate`` (the 
 aggregation helper) turns token losses into the loss with the full batch's normaliser, so
 micro-batches sum to the batch.
 
-This file is the whole change. It trains one short iteration of the demo's warm-started tiny models
+This file is the whole change. It trains one short iteration of the oracle clone's tiny models
 with ``main.learner.policy_loss=cispo`` and ``loss_options: {eps_max: 1.5}`` and prints the loss's
 own metrics from ``metrics.jsonl``.
 
@@ -35,6 +35,12 @@ from mgrpo_algo.core.losses import aggregate, register_policy_loss
 from mgrpo_algo.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The oracle clone's tiny models (``configs/oracle-warm-start``) on the world they were trained for
+#: (the wiki-hops tiny profile): their rewards vary within a group. One short iteration.
+SETTING = [*(f"{role}.model={ROOT / 'configs' / 'oracle-warm-start' / role}" for role in ("main", "sub")),
+           "scenario_kwargs={num_entities: 300, seed: 0, profile: tiny, prerender: true}",
+           "limits={max_main_turns: 5, max_sub_turns: 3, max_delegations: 3}",
+           "questions_per_iteration=2", "group_size=4", "stages=[{split: stage2/train, iterations: 1}]"]
 
 
 @dataclass(frozen=True)
@@ -66,11 +72,11 @@ def cispo_loss(logp, old_logp, advantages, loss_mask, *, aggregation="seq-mean-t
 
 
 def main(out: Path) -> None:
-    config = load_config(str(ROOT / "configs" / "demo.yaml"), [
+    config = load_config(None, [
+        *SETTING,
         "main.learner.policy_loss=cispo", "main.learner.loss_options={eps_max: 1.5}",
         "main.learner.ppo_epochs=2",  # a second pass, where the ratio leaves 1 and the clip can act
-        f"out_dir={out / 'run'}", f"models_dir={out / 'models'}", "questions_per_iteration=2",
-        "stages=[{split: stage2/train, iterations: 1}]",
+        f"out_dir={out / 'run'}", f"models_dir={out / 'models'}",
     ])
     with Trainer(config) as trainer:
         trainer.run()

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.mistakes import MISTAKE_RATE_KEYS, counts_by_question, mistake_rates
 from mgrpo_env.roles import ROLE_TABLE, ROLES
 from mgrpo_env.tool_health import backend_failures_in_files
 
@@ -127,13 +128,12 @@ def evaluate_policies(config: TrainConfig, scenario: Any, policies: Mapping[str,
     config give the same episodes. ``on_episode`` / ``previous``: see :func:`mgrpo_algo.experiments.evaluate.evaluate_agents`.
     Returns the :class:`EvalReport` and the episode records.
     """
-    from mgrpo_env.core import RewardConfig, expert_scorer
-
+    from ..training.trainer import reward_config
     from .evaluate import evaluate_agents
 
     e = config.eval
     env = ROLE_TABLE[next(iter(policies))].env  # the env the given roles act in
-    rewards = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(None))
+    rewards = reward_config(config, scenario)
     return evaluate_agents(scenario, e.split, dict(policies), env=env, agent_name=name, k=e.samples,
                            limit=limit or None, seed=seed, progress=progress, max_workers=config.max_workers,
                            on_episode=on_episode, previous=previous,
@@ -181,6 +181,9 @@ def _full_evaluation(config: TrainConfig, scenario: Any, make_policies: Any, *, 
                                         progress=progress, name=name)
     scores = iv.per_question(records)
     figures: dict[str, Any] = {**eval_figures(report, records, scores), "scores": scores}
+    # the decision mistakes (rates for the summary; per-question counts, kept in memory, for the intervals)
+    figures["mistakes"] = mistake_rates(records, config.limits.max_delegations)
+    figures["mistake_counts"] = counts_by_question(records, config.limits.max_delegations)
     if config.eval.temperature == 0:  # the evaluation is greedy already
         figures["greedy_em"] = figures["em"]
     elif config.eval.greedy:
@@ -233,18 +236,31 @@ def run_compare(
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(_yaml(config))
     t0 = time.perf_counter()
+    scores: dict[str, dict[str, list[dict[str, list[bool]]]]] = {m: {"start": [], "after": []} for m in modes}
     starts: dict[str, dict[str, str]] = {}
     for mode in modes:
         roles = _roles(mode)
         key = MODES[mode].env  # the modes of one env share their start models
         if key not in starts:
             starts[key] = role_model_paths(config, scenario, roles)
+    reference = None
+    if config.eval.reference:
+        # a start evaluated beside the runs (the oracle clone): sampled like the starts, no greedy pass
+        ref_paths = {role: str(Path(config.eval.reference) / role) for role in ("main", "sub")}
+        ref_config = copy.deepcopy(config)
+        ref_config.eval.greedy = False
+        figures, ref_records, _ = _full_evaluation(ref_config, scenario, lambda c: evaluation_policies(c, ref_paths, ref_paths, config.seed),
+                                                   seed=config.seed, progress=progress, name="reference")
+        write_jsonl(out / "eval_reference.jsonl", ref_records)
+        scores["reference"] = {"after": [figures.pop("scores")]}
+        figures.pop("mistake_counts")
+        reference = {"path": config.eval.reference, "name": Path(config.eval.reference).name, **figures}
     start_seconds = time.perf_counter() - t0
     per_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     curves: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     before_cache: dict[tuple[Any, ...], tuple[dict[str, Any], list[Any], float]] = {}
     greedy_starts: dict[Any, float] = {}  # greedy EM of each start: the same for every seed
-    scores: dict[str, dict[str, list[dict[str, list[bool]]]]] = {m: {"start": [], "after": []} for m in modes}
+    counts: dict[str, dict[str, list[Any]]] = {m: {"start": [], "after": []} for m in modes}
     for i in range(seeds):
         seed = config.seed + i
         for mode in modes:
@@ -260,8 +276,10 @@ def run_compare(
                     name=f"start seed{seed}", greedy_cache=greedy_starts, greedy_key=cache_key[0])
             before, records, before_seconds = before_cache[cache_key]
             write_jsonl(run_dir / "eval_before.jsonl", records)
-            row, curve_data, after_scores = _train_and_evaluate(config, scenario, mode, seed, paths, run_dir, tb_dir,
-                                                                before, progress)
+            row, curve_data, (after_scores, after_counts) = _train_and_evaluate(config, scenario, mode, seed, paths,
+                                                                                run_dir, tb_dir, before, progress)
+            counts[mode]["start"].append(before["mistake_counts"])
+            counts[mode]["after"].append(after_counts)
             row["eval_seconds"] += before_seconds
             per_mode[mode].append(row)
             curves[mode].append(curve_data)
@@ -288,6 +306,12 @@ def run_compare(
         "warm_start": {key: _warm_record(paths) for key, paths in starts.items()},
         "results": results,
         "intervals": _intervals(scores, config.seed),
+        "reference": reference,
+        # each mode's held-out mistake rates before -> after, pooled over seeds, with intervals
+        "mistakes": {mode: {"start": mistake_rates_of_counts(_pool_counts(c["start"])),
+                            "after": mistake_rates_of_counts(_pool_counts(c["after"])),
+                            "change": mistake_changes(_pool_counts(c["after"]), _pool_counts(c["start"]), seed=config.seed)}
+                     for mode, c in counts.items()},
         "command": command,
         "reproduce": _reproduce(out, seeds, modes),
     }
@@ -362,7 +386,9 @@ def _train_and_evaluate(
         for trainer in holder:  # its role workers (processes, Ray actors) end with it
             trainer.close()
     after_scores = after.pop("scores")
-    before = {k: v for k, v in before.items() if k != "scores"}
+    after_counts = after.pop("mistake_counts")
+    before_counts = before["mistake_counts"]
+    before = {k: v for k, v in before.items() if k not in ("scores", "mistake_counts")}
     rollouts = sum(int(h["rollouts"]) for h in history)
     row = {
         "seed": seed,
@@ -384,10 +410,44 @@ def _train_and_evaluate(
         "sub_reward": history_means(history, "sub/reward_mean"),
         "sub_expert": history_means(history, "sub/expert_mean"),
         "train_accuracy": history_means(history, f"{role}/accuracy"),
+        "mistake_change": mistake_changes(after_counts, before_counts, seed=seed),
     }
     numeric = [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in history]
     curve_data = {"history": numeric, "eval": [{"step": 0, **before}, {"step": total, **after}], "curve": curve}
-    return row, curve_data, after_scores
+    return row, curve_data, (after_scores, after_counts)
+
+
+def mistake_changes(after: Mapping[str, Mapping[str, Sequence[int]]], before: Mapping[str, Mapping[str, Sequence[int]]],
+                    *, seed: int) -> dict[str, Any]:
+    """Each mistake rate's change after - before (:data:`mgrpo_env.mistakes.MISTAKE_RATE_KEYS`), with
+    its paired bootstrap interval over questions; None for a rate neither side can have."""
+    def of(counts: Mapping[str, Mapping[str, Sequence[int]]], kind: str) -> dict[str, Sequence[int]]:
+        return {q: c[kind] for q, c in counts.items() if kind in c}
+
+    return {kind: iv.paired_ratio_difference(of(after, kind), of(before, kind), seed=seed) for kind in MISTAKE_RATE_KEYS}
+
+
+def mistake_rates_of_counts(counts: Mapping[str, Mapping[str, Sequence[int]]]) -> dict[str, float | None]:
+    """Pooled rates of per-question counts (the rates of :func:`mgrpo_env.mistakes.mistake_rates`)."""
+    totals: dict[str, list[int]] = {}
+    for kinds in counts.values():
+        for kind, (num, den) in kinds.items():
+            pair = totals.setdefault(kind, [0, 0])
+            pair[0] += num
+            pair[1] += den
+    return {kind: (num / den if den else None) for kind, (num, den) in sorted(totals.items())}
+
+
+def _pool_counts(runs: Sequence[Mapping[str, Mapping[str, Sequence[int]]]]) -> dict[str, dict[str, list[int]]]:
+    """Several seeds' per-question mistake counts as one (summed per question and rate)."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for run in runs:
+        for q, kinds in run.items():
+            for kind, (num, den) in kinds.items():
+                pair = out.setdefault(q, {}).setdefault(kind, [0, 0])
+                pair[0] += num
+                pair[1] += den
+    return out
 
 
 def _intervals(scores: Mapping[str, Mapping[str, list[dict[str, list[bool]]]]], seed: int) -> dict[str, Any]:

@@ -176,7 +176,7 @@ def corpus_texts(scenario: Any, *, max_pages: int | None = None, max_tasks: int 
         text, _ = render_page(doc, 1, page_chars=max(200, len(doc.text) + 200 * (len(doc.links) + 1)))
         yield format_tool_response(f"Goal: read the page of {doc.title}\n{text}")
     style = getattr(scenario, "prompt_style", "full")
-    for role in ("main", "sub", "single"):  # the prompts the envs build: the scenario's tool sets
+    for role in ROLES:  # the prompts the envs build: the scenario's tool sets
         yield system_prompt(role, role_tools(scenario, role), style)
     tasks = []
     for split in scenario.splits():

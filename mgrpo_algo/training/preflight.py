@@ -20,7 +20,7 @@ from typing import Any
 
 from mgrpo_env.roles import ROLES
 
-from ..core.config import MODE_TABLE, TrainConfig
+from ..core.config import MODES, TrainConfig
 
 __all__ = ["PreflightError", "preflight", "check_store", "check_writable", "check_scenario", "check_browser_for",
            "check_model", "check_device", "check_models_and_devices"]
@@ -202,7 +202,7 @@ def check_device(device: str, what: str) -> None:
 
 def check_models_and_devices(config: TrainConfig) -> None:
     """The roles this mode uses: their models load (folder or hub name) and their devices exist."""
-    roles = list(MODE_TABLE[config.mode].roles)
+    roles = list(MODES[config.mode].roles)
     for role in roles:
         rc = getattr(config, role)
         check_device(rc.learner.device, f"config field '{role}.learner.device'")

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from mgrpo_env.episode import EpisodeRecord
 from mgrpo_env.rollout import PolicyRequest
 
-from ..core.config import MODE_TABLE, TrainConfig
+from ..core.config import MODES, TrainConfig
 from ..core.scoring import MainSlot, slot_payload, sub_facts
 from ..distributed.placement import RoleServerDied, spawn
 from .roles import RoleWorker
@@ -63,11 +63,11 @@ class WorkerPolicy:
 
 
 class RoleWorkers:
-    """The mode's roles (:data:`~mgrpo_algo.core.config.MODE_TABLE`) on workers placed by ``config.placement``."""
+    """The mode's roles (:data:`~mgrpo_algo.core.config.MODES`) on workers placed by ``config.placement``."""
 
     def __init__(self, config: TrainConfig, paths: dict[str, str], out: Path, *, store: str, committed: int) -> None:
         placement = config.placement
-        mode = MODE_TABLE[config.mode]
+        mode = MODES[config.mode]
         self.config, self.out = config, out
         self.staleness = placement.staleness
         self.kind = placement.kind
@@ -146,7 +146,8 @@ class RoleWorkers:
                         lambda c: c.submit_update_main(iteration, slots))}
         if "sub" in self.handles:
             scoring = {"k": cfg.group_size, "d": d, "strategy": cfg.align_strategy, "step_weight": cfg.step_advantage_weight,
-                       "sub_weights": list(cfg.sub_weights), "estimator": cfg.sub_estimator}
+                       "sub_weights": list(cfg.sub_weights), "estimator": cfg.sub_estimator,
+                       "sub_format_gate": cfg.sub_format_gate}
             facts, lag = sub_facts(records), self.staleness
             calls["sub"] = ("update_sub", lambda c: c.update_sub(iteration, facts, scoring, staleness=lag),
                             lambda c: c.submit_update_sub(iteration, facts, scoring, staleness=lag))
