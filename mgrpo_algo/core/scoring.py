@@ -16,6 +16,8 @@ Pure: records in, typed slots and metrics out. The caller builds training sequen
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +38,7 @@ __all__ = [
     "alignment_width",
     "annotate",
     "turn_states",
+    "anchor_state",
     "rollout_keys",
     "score_main",
     "score_sub",
@@ -161,15 +164,22 @@ def alignment_width(observed_counts: Sequence[int], align_d: int, quantile: floa
     return align_d or align.choose_d(list(observed_counts)[-COUNT_WINDOW:], quantile)
 
 
+def anchor_state(chat: Sequence[Mapping[str, Any]]) -> str:
+    """The one anchor state of a turn: a digest of the chat it had read (every message before its own,
+    as (role, content)). The sub worker keys each request by it when it acts; :func:`turn_states` keys
+    a recorded trajectory's turns by it; equal chats, equal states."""
+    return hashlib.sha256(json.dumps([[m.get("role"), m.get("content")] for m in chat]).encode()).hexdigest()
+
+
 def turn_states(trajectory: Any) -> list[Any]:
-    """One anchor key per turn of ``trajectory``: the chat it had read when it wrote that turn (every
-    message before its assistant message). Two turns with equal keys were sampled from the same state.
-    A trajectory whose messages do not line up with its turns gets keys no other turn shares."""
+    """One anchor state per turn of ``trajectory`` (:func:`anchor_state` of the chat before each of its
+    assistant messages). Two turns with equal keys were sampled from the same state. A trajectory
+    whose messages do not line up with its turns gets keys no other turn shares."""
     messages = list(getattr(trajectory, "messages", None) or [])
     starts = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     if len(starts) != len(trajectory.turns):
         return [("unaligned", id(trajectory), t) for t in range(len(trajectory.turns))]
-    return [tuple((m.get("role"), m.get("content")) for m in messages[:i]) for i in starts]
+    return [anchor_state(messages[:i]) for i in starts]
 
 
 def _step_credit(groups: Iterable[Sequence[tuple[Any, Sequence[Any], float]]]) -> dict[Any, list[float]]:
