@@ -16,7 +16,7 @@ from mgrpo_scenarios import Scenario, Task
 from mgrpo_scenarios.verifiers import normalize_answer, token_f1
 
 from .episode import ToolCall
-from .protocol import ParsedAction
+from .protocol import TOOL_FACTORIES, ParsedAction
 from .rewards import PAPER_MAIN_WEIGHTS, PAPER_SUB_WEIGHTS
 
 __all__ = [
@@ -251,7 +251,10 @@ class WorldHandle:
             return self._world
 
     def make_tools(self) -> dict[str, Any]:
-        return self.world.make_tools()
+        """A fresh tool set for one agent: the world's own (search, visit, click) and one instance of
+        every registered tool (``protocol.register_tool``), built by its factory from the world."""
+        world = self.world
+        return {**world.make_tools(), **{name: TOOL_FACTORIES.get(name)(world) for name in TOOL_FACTORIES}}
 
     def close(self) -> None:
         with self._lock:

@@ -1,5 +1,5 @@
 """Each extension example (examples/extend/) runs as a user runs it: one file registers a new loss,
-estimator, placement or mode without editing the package, trains with it, and checks its effect."""
+estimator, placement, mode or tool without editing the package, runs with it, and checks its effect."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def run(name: str, env: dict[str, str], out: Path, timeout: float = 240) -> str:
 
 def test_every_example_is_one_file_that_imports_the_package_only():
     files = sorted(p.name for p in EXTEND.iterdir() if p.suffix == ".py")
-    assert files == ["new_estimator.py", "new_mode.py", "new_placement.py", "new_policy_loss.py"]
+    assert files == ["new_estimator.py", "new_mode.py", "new_placement.py", "new_policy_loss.py", "new_tool.py"]
     for name in files:  # registered through the public registries, nothing patched
         text = (EXTEND / name).read_text()
         assert "monkeypatch" not in text and "setattr(" not in text, name
@@ -57,3 +57,9 @@ def test_new_mode(env, tmp_path):
     out = run("new_mode.py", env, tmp_path, timeout=400)
     assert "frozen-main: roles whose learner stepped: ['sub']" in out
     assert "| frozen-main |" in out and "'after: frozen-main - mgrpo'" in out
+
+
+def test_new_tool(env, tmp_path):
+    out = run("new_tool.py", env, tmp_path)
+    assert out.count("sub_0's system prompt shows the tool: True") == 2
+    assert "calculate({'expression': '(17 + 25) * 3'}) ok=True -> the sub-agent reported '126'; the main agent answered '126'" in out

@@ -135,3 +135,41 @@ def test_a_loss_gets_its_options_from_the_learner_config(model_dir):  # noqa: F8
                                 "global_normalizer"}
     finally:
         POLICY_LOSSES.unregister("test-spy")
+
+
+def test_a_registered_tool_is_shown_checked_and_built_for_its_roles():
+    from mgrpo_env.core import WorldHandle
+    from mgrpo_env.protocol import TOOLS, ToolSpec, parse_action, register_tool, role_tools, unregister_tool
+
+    spec = ToolSpec("test-echo", "Echo the text.", {"type": "object", "properties": {"text": {"type": "string"}},
+                                                     "required": ["text"], "additionalProperties": False})
+    built: list[object] = []
+
+    def factory(world):
+        built.append(world)
+        return lambda arguments: arguments["text"]
+
+    class World:
+        def make_tools(self):
+            return {"search": "the world's own"}
+
+    with pytest.raises(ValueError, match="run no world tool"):
+        register_tool(spec, factory, roles=("main",))
+    assert "test-echo" not in TOOLS
+    register_tool(spec, factory, roles=("sub",))
+    try:
+        with pytest.raises(ValueError, match="tool 'test-echo' is already registered"):
+            register_tool(spec, factory, roles=("sub",))
+        assert list(role_tools(None, "sub"))[-1] == "test-echo" and "test-echo" not in role_tools(None, "single")
+        ok = parse_action('<tool_call>{"name": "test-echo", "arguments": {"text": "hi"}}</tool_call>', role="sub",
+                          allowed_tools=role_tools(None, "sub"))
+        bad = parse_action('<tool_call>{"name": "test-echo", "arguments": {"txt": "hi"}}</tool_call>', role="sub",
+                           allowed_tools=role_tools(None, "sub"))
+        assert ok.ok and ok.tool_name == "test-echo" and not bad.ok  # the schema is checked on every call
+        world = World()
+        tools = WorldHandle(None, world).make_tools()
+        assert set(tools) == {"search", "test-echo"} and built == [world] and tools["test-echo"]({"text": "x"}) == "x"
+    finally:
+        unregister_tool("test-echo")
+    assert "test-echo" not in TOOLS and "test-echo" not in role_tools(None, "sub")
+    assert set(WorldHandle(None, World()).make_tools()) == {"search"}
