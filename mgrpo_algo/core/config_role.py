@@ -145,7 +145,7 @@ class LearnerConfig:
 
     loss_options: dict[str, Any] = field(default_factory=dict)
     """Options of the ``policy_loss`` beyond the fields above, by name (a new loss's own, e.g.
-    ``{clip_cov_ratio: 0.0002}``); a key the loss does not take is refused when the config loads."""
+    ``{eps_max: 1.5}`` for examples/extend/new_policy_loss.py); a key the loss does not take is refused when the config loads."""
 
     def __post_init__(self) -> None:
         check_own_names(self, "learner.")
