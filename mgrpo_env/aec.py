@@ -57,12 +57,11 @@ from . import rewards as reward_fns
 from .core import (
     Limits,
     RewardConfig,
-    call_tool,
     pick_task,
-    safe_verify,
     setup_episodes,
 )
 from .episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
+from .episode_core import close_record, pay_answer, record_turn, reply, run_tool
 from .protocol import (
     format_error,
     format_tool_response,
@@ -224,22 +223,15 @@ class MGRPOEnv(AECEnv):
             "messages": traj.messages,
         }
 
-    def _record_turn(self, traj: AgentTrajectory, text: str, kind: str, error_kind: str | None = None) -> Turn:
-        turn = Turn(action=text, kind=kind, error_kind=error_kind)
-        traj.turns.append(turn)
-        traj.messages.append({"role": "assistant", "content": text})
-        return turn
-
     def _reply(self, agent: str, turn: Turn, observation: str) -> None:
         """Give ``agent`` its next observation (also appended to its chat)."""
-        turn.observation = observation
-        self._trajectories[agent].messages.append({"role": "user", "content": observation})
+        reply(self._trajectories[agent], turn, observation)
         self._set_observation(agent, observation)
 
     def _step_main(self, text: str) -> None:
         traj = self._trajectories[MAIN]
         parsed = parse_action(text, role="main", allowed_tools=self._tools_of["main"], max_chars=self.limits.max_action_chars)
-        turn = self._record_turn(traj, text, parsed.kind, parsed.error_kind)
+        turn = record_turn(traj, text, parsed)
         if not parsed.ok:
             traj.format_errors += 1
             self._reply(MAIN, turn, format_error(parsed))
@@ -257,9 +249,7 @@ class MGRPOEnv(AECEnv):
                 self._delegate(turn, n, str(parsed.arguments.get("task", "")), parsed.arguments.get("context"))
                 return
         else:  # a tool the main agent may name but that this env does not run (e.g. reason without a reasoner)
-            record, out = call_tool({}, parsed)
-            turn.tool_call = record
-            self._reply(MAIN, turn, format_tool_response(out))
+            self._reply(MAIN, turn, run_tool(self.record, {}, parsed, turn))
         if len(traj.turns) >= self.limits.max_main_turns:
             traj.truncated = True
             self._finish(end_reason="main_turn_limit")
@@ -281,7 +271,7 @@ class MGRPOEnv(AECEnv):
     def _step_sub(self, agent: str, text: str) -> None:
         traj = self._trajectories[agent]
         parsed = parse_action(text, role="sub", allowed_tools=self._tools_of["sub"], max_chars=self.limits.max_action_chars)
-        turn = self._record_turn(traj, text, parsed.kind, parsed.error_kind)
+        turn = record_turn(traj, text, parsed)
         if not parsed.ok:
             traj.format_errors += 1
             self._reply(agent, turn, format_error(parsed))
@@ -290,10 +280,7 @@ class MGRPOEnv(AECEnv):
             self._return_to_main(parsed.content)
             return
         else:
-            record, out = call_tool(self._tools[agent], parsed)
-            turn.tool_call = record
-            self.record.tool_s += record.latency_s
-            self._reply(agent, turn, format_tool_response(out))
+            self._reply(agent, turn, run_tool(self.record, self._tools[agent], parsed, turn))
         if len(traj.turns) >= self.limits.max_sub_turns:
             traj.truncated = True
             self._return_to_main(
@@ -327,13 +314,8 @@ class MGRPOEnv(AECEnv):
         record = self.record
         main = self._trajectories[MAIN]
         answer = main.final
-        verdict, verify_error = safe_verify(self.scenario, self._task, answer)
-        correct = bool(verdict.correct) if verdict else False
-        main.format_ok = answer is not None and main.format_errors == 0
-        main.reward = reward_fns.main_reward(main.format_ok, correct, self.reward_config.main_weights)
-        components: dict[str, Any] = {MAIN: {"format_ok": main.format_ok, "correct": correct, "reward": main.reward}}
-        if verify_error:
-            components[MAIN]["verify_error"] = verify_error
+        verdict, correct, paid = pay_answer(self.scenario, self._task, main, self.reward_config.main_weights)
+        components: dict[str, Any] = {MAIN: paid}
         for sub in record.subs:
             sub.format_ok = sub.final is not None and sub.format_errors == 0
             sub.expert, source = self._expert(sub)
@@ -343,14 +325,8 @@ class MGRPOEnv(AECEnv):
                 "format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert,
                 "expert_source": source, "reward": sub.reward,
             }
-        record.final_answer = answer
-        record.correct = correct
-        record.score = float(verdict.score) if verdict else 0.0
-        record.truncated = answer is None
-        record.end_reason = end_reason
-        record.rewards = {a: c["reward"] for a, c in components.items()}
-        record.components = components
-        record.wall_s = time.perf_counter() - self._started
+        close_record(record, answer, verdict, correct, truncated=answer is None, end_reason=end_reason,
+                     components=components, started=self._started)
         done = self.truncations if answer is None else self.terminations
         for agent in self.agents:
             self.rewards[agent] = components[agent]["reward"]

@@ -48,19 +48,16 @@ import gymnasium as gym
 
 from mgrpo_scenarios import Scenario, Task
 
-from . import rewards as reward_fns
 from .core import (
     Limits,
     RewardConfig,
-    call_tool,
     pick_task,
-    safe_verify,
     setup_episodes,
 )
-from .episode import AgentTrajectory, EpisodeRecord, Turn
+from .episode import AgentTrajectory, EpisodeRecord
+from .episode_core import close_record, pay_answer, record_turn, reply, run_tool
 from .protocol import (
     format_error,
-    format_tool_response,
     parse_action,
     require_text,
     role_tools,
@@ -138,9 +135,7 @@ class SingleAgentEnv(gym.Env):
         text = require_text(action, "the single agent")
         traj = self._traj
         parsed = parse_action(text, role="single", allowed_tools=self._tools_spec, max_chars=self.max_action_chars)
-        turn = Turn(action=text, kind=parsed.kind, error_kind=parsed.error_kind)
-        traj.turns.append(turn)
-        traj.messages.append({"role": "assistant", "content": text})
+        turn = record_turn(traj, text, parsed)
         if parsed.kind == "answer":
             traj.final = parsed.content
             return {"text": self._obs}, *self._finish(terminated=True)
@@ -148,11 +143,8 @@ class SingleAgentEnv(gym.Env):
             traj.format_errors += 1
             observation = format_error(parsed)
         else:
-            turn.tool_call, out = call_tool(self._tools, parsed)
-            self.record.tool_s += turn.tool_call.latency_s
-            observation = format_tool_response(out)
-        turn.observation = observation
-        traj.messages.append({"role": "user", "content": observation})
+            observation = run_tool(self.record, self._tools, parsed, turn)
+        reply(traj, turn, observation)
         self._obs = sanitize(observation, self.max_observation_chars)
         if len(traj.turns) >= self.max_turns:
             traj.truncated = True
@@ -160,22 +152,11 @@ class SingleAgentEnv(gym.Env):
         return {"text": self._obs}, 0.0, False, False, self._info()
 
     def _finish(self, terminated: bool) -> tuple[float, bool, bool, dict[str, Any]]:
-        traj, record = self._traj, self.record
-        verdict, verify_error = safe_verify(self.scenario, self._task, traj.final)
-        correct = bool(verdict.correct) if verdict else False
-        traj.format_ok = traj.final is not None and traj.format_errors == 0
-        traj.reward = reward_fns.main_reward(traj.format_ok, correct, self.reward_config.main_weights)
-        components = {"format_ok": traj.format_ok, "correct": correct, "reward": traj.reward}
-        if verify_error:
-            components["verify_error"] = verify_error
-        record.final_answer = traj.final
-        record.correct = correct
-        record.score = float(verdict.score) if verdict else 0.0
-        record.truncated = not terminated
-        record.end_reason = "answer" if terminated else "turn_limit"
-        record.rewards = {traj.agent: traj.reward}
-        record.components = {traj.agent: components}
-        record.wall_s = time.perf_counter() - self._started
+        traj = self._traj
+        verdict, correct, components = pay_answer(self.scenario, self._task, traj, self.reward_config.main_weights)
+        close_record(self.record, traj.final, verdict, correct, truncated=not terminated,
+                     end_reason="answer" if terminated else "turn_limit", components={traj.agent: components},
+                     started=self._started)
         return traj.reward, terminated, not terminated, self._info(reward_components=components)
 
     @property

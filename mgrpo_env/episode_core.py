@@ -1,0 +1,72 @@
+"""What both envs do to an episode, written once: record a turn, run its tool call, reply, pay the
+agent that answers and close the record.
+
+The AEC env (:mod:`mgrpo_env.aec`: the hierarchy, whose sub-agents are paid there too) and the
+single-agent Gymnasium env (:mod:`mgrpo_env.single`) are the turn order and the observation
+plumbing of their APIs around these functions, as PettingZoo's ``raw_env`` is the logic and its
+wrappers the API.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from mgrpo_scenarios import Scenario, Task
+
+from . import rewards as reward_fns
+from .core import call_tool, safe_verify
+from .episode import AgentTrajectory, EpisodeRecord, Turn
+from .protocol import ParsedAction, format_tool_response
+
+__all__ = ["close_record", "pay_answer", "record_turn", "reply", "run_tool"]
+
+
+def record_turn(traj: AgentTrajectory, text: str, parsed: ParsedAction) -> Turn:
+    """Append the agent's turn (its text, the kind of action it parsed to) to its trajectory and chat."""
+    turn = Turn(action=text, kind=parsed.kind, error_kind=parsed.error_kind)
+    traj.turns.append(turn)
+    traj.messages.append({"role": "assistant", "content": text})
+    return turn
+
+
+def reply(traj: AgentTrajectory, turn: Turn, observation: str) -> None:
+    """What the agent reads next: the turn's observation, appended to its chat."""
+    turn.observation = observation
+    traj.messages.append({"role": "user", "content": observation})
+
+
+def run_tool(record: EpisodeRecord, tools: Mapping[str, Any], parsed: ParsedAction, turn: Turn) -> str:
+    """Run the turn's tool call against ``tools``: its record goes on the turn, its latency into the
+    episode's tool time; returns the tool response the agent reads (a failure included)."""
+    turn.tool_call, out = call_tool(tools, parsed)
+    record.tool_s += turn.tool_call.latency_s
+    return format_tool_response(out)
+
+
+def pay_answer(scenario: Scenario, task: Task, traj: AgentTrajectory, weights: tuple[float, float]
+               ) -> tuple[Any, bool, dict[str, Any]]:
+    """Verify the answering agent's final answer and pay it R = a1*format + a2*correct (0 when its
+    format was not valid): (verdict, correct, its reward components)."""
+    verdict, verify_error = safe_verify(scenario, task, traj.final)
+    correct = bool(verdict.correct) if verdict else False
+    traj.format_ok = traj.final is not None and traj.format_errors == 0
+    traj.reward = reward_fns.main_reward(traj.format_ok, correct, weights)
+    components: dict[str, Any] = {"format_ok": traj.format_ok, "correct": correct, "reward": traj.reward}
+    if verify_error:
+        components["verify_error"] = verify_error
+    return verdict, correct, components
+
+
+def close_record(record: EpisodeRecord, answer: str | None, verdict: Any, correct: bool, *, truncated: bool,
+                 end_reason: str, components: dict[str, dict[str, Any]], started: float) -> None:
+    """The record's outcome: answer, verdict, end, every agent's reward and components, wall time."""
+    record.final_answer = answer
+    record.correct = correct
+    record.score = float(verdict.score) if verdict else 0.0
+    record.truncated = truncated
+    record.end_reason = end_reason
+    record.rewards = {agent: c["reward"] for agent, c in components.items()}
+    record.components = components
+    record.wall_s = time.perf_counter() - started
