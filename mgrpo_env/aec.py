@@ -61,7 +61,7 @@ from .core import (
     setup_episodes,
 )
 from .episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
-from .episode_core import close_record, pay_answer, record_turn, reply, run_tool
+from .episode_core import close_record, pay_answer, record_turn, render_line, reply, run_tool, show
 from .protocol import (
     format_error,
     format_tool_response,
@@ -173,19 +173,8 @@ class MGRPOEnv(AECEnv):
         render mode."""
         if self.render_mode is None:
             return None
-        text = self._render_text()
-        if self.render_mode == "human":
-            print(text, flush=True)
-            return None
-        return text
-
-    def _render_text(self) -> str:
         agent = self.agent_selection
-        traj = self._trajectories.get(agent)
-        last = traj.turns[-1] if traj and traj.turns else None
-        if last is None:
-            return f"[{agent}] {self._observations.get(agent, '')[:500]}"
-        return f"[{agent} turn {len(traj.turns)}] {last.action[:300]!r} -> {last.observation[:300]!r}"
+        return show(self.render_mode, render_line(agent, self._trajectories.get(agent), self._observations.get(agent, "")))
 
     def close(self) -> None:
         self._world.close()

@@ -20,7 +20,7 @@ from .core import call_tool, safe_verify
 from .episode import AgentTrajectory, EpisodeRecord, Turn
 from .protocol import ParsedAction, format_tool_response
 
-__all__ = ["close_record", "pay_answer", "record_turn", "reply", "run_tool"]
+__all__ = ["close_record", "pay_answer", "record_turn", "render_line", "reply", "run_tool", "show"]
 
 
 def record_turn(traj: AgentTrajectory, text: str, parsed: ParsedAction) -> Turn:
@@ -70,3 +70,22 @@ def close_record(record: EpisodeRecord, answer: str | None, verdict: Any, correc
     record.rewards = {agent: c["reward"] for agent, c in components.items()}
     record.components = components
     record.wall_s = time.perf_counter() - started
+
+
+def render_line(agent: str, traj: AgentTrajectory | None, observation: str) -> str:
+    """An agent's last turn as one line (its first observation before it has acted)."""
+    last = traj.turns[-1] if traj is not None and traj.turns else None
+    if last is None:
+        return f"[{agent}] {observation[:500]}"
+    return f"[{agent} turn {len(traj.turns)}] {last.action[:300]!r} -> {last.observation[:300]!r}"
+
+
+def show(render_mode: str | None, text: str) -> str | None:
+    """``render()``'s contract in both APIs: the text for "ansi", printed (None returned) for
+    "human", None without a render mode."""
+    if render_mode is None:
+        return None
+    if render_mode == "human":
+        print(text, flush=True)
+        return None
+    return text

@@ -55,7 +55,7 @@ from .core import (
     setup_episodes,
 )
 from .episode import AgentTrajectory, EpisodeRecord
-from .episode_core import close_record, pay_answer, record_turn, reply, run_tool
+from .episode_core import close_record, pay_answer, record_turn, render_line, reply, run_tool, show
 from .protocol import (
     format_error,
     parse_action,
@@ -169,15 +169,7 @@ class SingleAgentEnv(gym.Env):
         for ``"human"`` (which ``reset`` and ``step`` also do by themselves); None otherwise."""
         if self.render_mode is None:
             return None
-        last = self._traj.turns[-1] if self._traj.turns else None
-        if last is None:
-            text = f"[single_0] {self._obs[:500]}"
-        else:
-            text = f"[single_0 turn {len(self._traj.turns)}] {last.action[:300]!r} -> {last.observation[:300]!r}"
-        if self.render_mode == "human":
-            print(text, flush=True)
-            return None
-        return text
+        return show(self.render_mode, render_line("single_0", self._traj, self._obs))
 
     def close(self) -> None:
         self._world.close()
