@@ -58,10 +58,18 @@ from .core import (
     Limits,
     RewardConfig,
     pick_task,
-    setup_episodes,
 )
 from .episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
-from .episode_core import close_record, pay_answer, record_turn, render_line, reply, run_tool, show
+from .episode_core import (
+    EpisodeSource,
+    close_record,
+    pay_answer,
+    record_turn,
+    render_line,
+    reply,
+    run_tool,
+    show,
+)
 from .protocol import (
     format_error,
     format_tool_response,
@@ -78,7 +86,7 @@ __all__ = ["MGRPOEnv", "env", "raw_env"]
 MAIN = "main_0"
 
 
-class MGRPOEnv(AECEnv):
+class MGRPOEnv(EpisodeSource, AECEnv):
     metadata = {"name": "mgrpo_v0", "render_modes": ["ansi", "human"], "is_parallelizable": False}
 
     def __init__(
@@ -100,7 +108,7 @@ class MGRPOEnv(AECEnv):
             raise ValueError("pass either limits=Limits(...) or limit keywords, not both")
         self.limits = limits or Limits(**limit_kwargs)
         self.reward_config = rewards or RewardConfig()
-        setup_episodes(self, scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
+        self._setup_episodes(scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
                        render_mode=render_mode)
 
         self.possible_agents = [MAIN] + [f"sub_{i}" for i in range(self.limits.max_delegations)]

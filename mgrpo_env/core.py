@@ -183,22 +183,6 @@ def resolve_scenario(scenario: str | Scenario, scenario_kwargs: Mapping[str, Any
     return scenario
 
 
-def setup_episodes(env: Any, scenario: str | Scenario, split: str, *, seed: int | None,
-                   scenario_kwargs: Mapping[str, Any] | None, world: Any | None, tasks: Sequence[Task] | None,
-                   render_mode: str | None) -> None:
-    """What both envs (the hierarchy's and the single agent's) set up alike: the render mode (checked
-    against ``env.metadata``), the scenario, its split's tasks, the shared world and the default seed."""
-    if render_mode is not None and render_mode not in env.metadata["render_modes"]:
-        raise ValueError(f"render_mode must be one of {env.metadata['render_modes']}, got {render_mode!r}")
-    env.scenario = resolve_scenario(scenario, scenario_kwargs)
-    env.split = split
-    env.render_mode = render_mode
-    env._tasks = split_tasks(env.scenario, split, tasks)
-    env._world = WorldHandle(env.scenario, world)
-    env._default_seed = seed
-    env._seeded = False
-
-
 def split_tasks(scenario: Scenario, split: str, tasks: Sequence[Task] | None) -> list[Task]:
     out = list(tasks) if tasks is not None else list(scenario.tasks(split))
     if not out:

@@ -16,11 +16,32 @@ from typing import Any
 from mgrpo_scenarios import Scenario, Task
 
 from . import rewards as reward_fns
-from .core import call_tool, safe_verify
+from .core import WorldHandle, call_tool, resolve_scenario, safe_verify, split_tasks
 from .episode import AgentTrajectory, EpisodeRecord, Turn
 from .protocol import ParsedAction, format_tool_response
 
-__all__ = ["close_record", "pay_answer", "record_turn", "render_line", "reply", "run_tool", "show"]
+__all__ = ["EpisodeSource", "close_record", "pay_answer", "record_turn", "render_line", "reply", "run_tool", "show"]
+
+
+class EpisodeSource:
+    """What both envs set up alike, as a base of each (it sets only its own attributes): the render
+    mode (checked against the env's ``metadata``), the scenario, its split's tasks, the shared world
+    and the default seed."""
+
+    metadata: dict[str, Any]
+
+    def _setup_episodes(self, scenario: str | Scenario, split: str, *, seed: int | None,
+                        scenario_kwargs: Mapping[str, Any] | None, world: Any | None, tasks: Any,
+                        render_mode: str | None) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.scenario = resolve_scenario(scenario, scenario_kwargs)
+        self.split = split
+        self.render_mode = render_mode
+        self._tasks = split_tasks(self.scenario, split, tasks)
+        self._world = WorldHandle(self.scenario, world)
+        self._default_seed = seed
+        self._seeded = False
 
 
 def record_turn(traj: AgentTrajectory, text: str, parsed: ParsedAction) -> Turn:

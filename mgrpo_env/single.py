@@ -52,10 +52,18 @@ from .core import (
     Limits,
     RewardConfig,
     pick_task,
-    setup_episodes,
 )
 from .episode import AgentTrajectory, EpisodeRecord
-from .episode_core import close_record, pay_answer, record_turn, render_line, reply, run_tool, show
+from .episode_core import (
+    EpisodeSource,
+    close_record,
+    pay_answer,
+    record_turn,
+    render_line,
+    reply,
+    run_tool,
+    show,
+)
 from .protocol import (
     format_error,
     parse_action,
@@ -68,7 +76,7 @@ from .spaces import action_space, observation_space, sanitize
 __all__ = ["SingleAgentEnv", "single_agent_env"]
 
 
-class SingleAgentEnv(gym.Env):
+class SingleAgentEnv(EpisodeSource, gym.Env):
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
     def __init__(
@@ -94,7 +102,7 @@ class SingleAgentEnv(gym.Env):
         max_observation_chars = self.limits.max_observation_chars if max_observation_chars is None else max_observation_chars
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        setup_episodes(self, scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
+        self._setup_episodes(scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
                        render_mode=render_mode)
         self.max_turns = max_turns
         self.max_action_chars = max_action_chars
