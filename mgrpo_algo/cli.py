@@ -148,8 +148,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         return 2
     command = shlex.join(["mgrpo", "compare", *(["--config", args.config] if args.config else []),
                           *[part for item in args.set for part in ("--set", item)],
-                          "--seeds", str(args.seeds), "--out", args.out, "--modes", ",".join(modes)])
-    summary = run_compare(config, seeds=args.seeds, out_dir=args.out, modes=modes, progress=not args.quiet, command=command)
+                          "--seeds", str(args.seeds), "--out", args.out, "--modes", ",".join(modes),
+                          *(["--jobs", str(args.jobs)] if args.jobs != 1 else [])])
+    summary = run_compare(config, seeds=args.seeds, out_dir=args.out, modes=modes, progress=not args.quiet, command=command,
+                          jobs=args.jobs)
     failures = summary.get("tool_backend_failures") or {}
     if failures:  # first, where it cannot be missed
         print(backend_failure_line(failures))
@@ -315,6 +317,9 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--modes", default=None,
                     help=f"comma-separated modes to compare (default: every registered mode: {','.join(mode_names())})")
     cp.add_argument("--quiet", action="store_true", help="no progress bars")
+    cp.add_argument("--jobs", type=int, default=1,
+                    help="processes: the hierarchy's modes and the single agent's run side by side with 2 "
+                         "(same numbers as 1; each uses torch_threads)")
     cp.set_defaults(func=_cmd_compare)
 
     cf = sub.add_parser("config", help="every config field (the TrainConfig tree) with its default and its doc")

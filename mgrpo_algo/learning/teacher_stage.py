@@ -150,7 +150,8 @@ def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path
             if role == "single" and teacher.single_matches_hierarchy:
                 target_steps = sum((_steps_of(done[r]) or 0) for r in ("main", "sub")) - before
                 per_epoch = len(token_budget_batches(sequences, cfg.batch_tokens, random.Random(0)))
-                epochs = max(0.0, target_steps / max(1, per_epoch))
+                # sft_train runs ceil(epochs * per_epoch) steps: half a step under the target lands on it
+                epochs = max(0.0, (target_steps - 0.5) / max(1, per_epoch))
             metrics = sft_train(model, shown, sft, pad_id=tokenizer.pad_token_id or 0, desc=f"teacher stage {role}",
                                 progress=progress, epochs=epochs)
             steps = int(metrics.get("steps", 0))
