@@ -39,7 +39,7 @@ def test_registry_imports_a_string_entry_once_and_maps_an_alias_with_a_warning()
 
     assert reg.get("path") is pathlib.Path
     assert reg._entries["path"] is pathlib.Path  # resolved once, kept
-    with pytest.warns(DeprecationWarning, match=r"config field 'f': thing 'old' is deprecated; use 'path'"):
+    with pytest.warns(FutureWarning, match=r"config field 'f': thing 'old' is deprecated; use 'path'"):
         assert reg.check("old", "f") == "path"
     with pytest.raises(ValueError, match="already registered"):
         reg.register("old", 1)  # an alias is taken too
@@ -84,7 +84,7 @@ def test_a_name_registered_at_run_time_loads():
 
 
 def test_in_process_is_the_local_placement_under_a_deprecated_name():
-    with pytest.warns(DeprecationWarning, match="'in-process' is deprecated; use 'local'"):
+    with pytest.warns(FutureWarning, match="'in-process' is deprecated; use 'local'"):
         config = load_config(None, ["placement={kind: in-process}"])
     assert config.placement.kind == "local"
     with warnings.catch_warnings():

@@ -11,7 +11,8 @@ nothing of ours), so that the env, the scenarios and the algorithm share one imp
 - an entry may be a ``"module:attr"`` string, imported on first :meth:`Registry.get`: a lower module
   can name an implementation that lives above it (the Redis store, the Ray placement) without
   importing it, which keeps the import graph acyclic;
-- ``aliases`` map an old name to its current one, with a deprecation message when used.
+- ``aliases`` map an old name to its current one, with a FutureWarning when used (shown by default:
+  the person who wrote the config reads it, not only a developer).
 
 >>> losses = Registry("policy loss")
 >>> @losses.register("half")
@@ -90,13 +91,13 @@ class Registry(Generic[T]):
     # -- looking up -------------------------------------------------------------------------------
 
     def canonical(self, name: str, field: str | None = None) -> str:
-        """``name`` itself, or the current name of an alias (with a DeprecationWarning); unknown
+        """``name`` itself, or the current name of an alias (with a FutureWarning); unknown
         names raise :class:`UnknownName` (with ``field``, the config's dotted path, in front)."""
         if name in self._aliases:
             new = self._aliases[name]
             where = f"config field '{field}': " if field else ""
             warnings.warn(f"{where}{self.kind} {name!r} is deprecated; use {new!r} (the same thing)",
-                          DeprecationWarning, stacklevel=3)
+                          FutureWarning, stacklevel=3)
             return new
         if isinstance(name, str) and name in self._entries:
             return name
