@@ -37,6 +37,8 @@ __all__ = [
     "ScoredBatch",
     "alignment_width",
     "annotate",
+    "annotate_main",
+    "annotate_sub",
     "turn_states",
     "anchor_state",
     "rollout_keys",
@@ -275,13 +277,25 @@ def alignment_metrics(records: Sequence[EpisodeRecord], d: int) -> dict[str, flo
 
 
 def annotate(records: Sequence[EpisodeRecord], batch: ScoredBatch) -> None:
-    """Write each trajectory's advantage into its record's components (episodes.jsonl, ``mgrpo view``);
-    a duplicated sub-agent repeats its original's advantage and counts its ``aligned_slots``."""
-    for m in batch.main:
+    """Write each trajectory's advantage into its record's components (episodes.jsonl, ``mgrpo view``):
+    :func:`annotate_main` and :func:`annotate_sub` of one batch scored in one place."""
+    annotate_main(records, batch.main)
+    annotate_sub(records, [(s.key.index, s.agent, s.advantage) for s in batch.sub])
+
+
+def annotate_main(records: Sequence[EpisodeRecord], slots: Sequence[MainSlot]) -> None:
+    """Each main (or single) agent's A_M into its record's components."""
+    for m in slots:
         records[m.key.index].components.setdefault(m.agent, {})["advantage"] = m.advantage
-    for s in batch.sub:
-        comp = records[s.key.index].components.setdefault(s.agent, {})
-        comp["advantage"] = s.advantage
+
+
+def annotate_sub(records: Sequence[EpisodeRecord], advantages: Sequence[tuple[int, str, float]]) -> None:
+    """The sub worker's A_S, as it returns them (record index, agent, A_S) per aligned slot, into the
+    records' components; a duplicated sub-agent repeats its original's advantage and counts its
+    ``aligned_slots``."""
+    for index, agent, advantage in advantages:
+        comp = records[index].components.setdefault(agent, {})
+        comp["advantage"] = advantage
         comp["aligned_slots"] = comp.get("aligned_slots", 0) + 1
 
 

@@ -38,12 +38,10 @@ from ..core.config import MODES, TrainConfig, config_to_dict
 from ..core.faults import FaultPoints
 from ..core.scoring import (
     COUNT_WINDOW,
-    RolloutKey,
-    ScoredBatch,
-    SubSlot,
     alignment_metrics,
     alignment_width,
-    annotate,
+    annotate_main,
+    annotate_sub,
     score_main_side,
 )
 from ..core.seeding import episode_seed, iteration_rngs
@@ -205,9 +203,8 @@ class Trainer:
         t_scored = time.perf_counter()
         worker_metrics, sub_advantages = self.roles.update(t, main, records, d)  # the sub side scores itself
         metrics.update(worker_metrics)
-        k = cfg.group_size  # the sub worker's A_S of this iteration (none yet when it lags: stale mode)
-        subs = [SubSlot(RolloutKey(i, i // k, i % k), 0, 0, agent, 0.0, adv) for i, agent, adv in sub_advantages.get(t, [])]
-        annotate(records, ScoredBatch(main, subs, d))
+        annotate_main(records, main)
+        annotate_sub(records, sub_advantages.get(t, []))  # the sub worker's A_S (none yet when it lags: stale mode)
         if metrics.get("sub/expert_disabled") and not self._warned_no_expert:
             print("note: r_expert is off (b3 = 0) for sub-agents of tasks without per-hop gold answers; "
                   "set expert_judge to score them with an LLM judge", flush=True)
