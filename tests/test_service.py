@@ -68,3 +68,28 @@ def test_no_string_named_call_crosses_the_worker_boundary():
                  if "distributed" not in path.parts
                  for i, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert offenders == []
+
+
+def test_the_sub_workers_advantages_reach_every_aligned_slot_of_the_records(small_scenario, tmp_path):
+    """Across the boundary and back: each (record, agent, A_S) the sub worker returns is written into
+    that record, once per aligned slot (the oracle clone delegates, so there are slots)."""
+    import json
+
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.training.trainer import Trainer
+
+    start = ROOT / "configs" / "oracle-warm-start"
+    config = load_config(None, [
+        f"main.model={start / 'main'}", f"sub.model={start / 'sub'}", "align_d=2", "questions_per_iteration=2",
+        "group_size=2", f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}, profile: tiny}}",
+        "limits={max_main_turns: 4, max_sub_turns: 3, max_delegations: 2}", "stages=[{split: stage2/train, iterations: 1}]",
+        f"out_dir={tmp_path / 'run'}", f"models_dir={tmp_path / 'models'}"])
+    with Trainer(config) as trainer:
+        trainer.run()
+    records = [json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    delegating = [r for r in records if r["subs"]]
+    assert delegating  # else the test checks nothing
+    for r in records:
+        slots = {agent: c["aligned_slots"] for agent, c in r["components"].items() if "aligned_slots" in c}
+        assert sum(slots.values()) == (2 if r["subs"] else 0)  # duplicate alignment fills d = 2 slots per rollout
+        assert all("advantage" in r["components"][agent] for agent in slots)
