@@ -292,6 +292,10 @@ def expected(states, limit, k, temperature, seed):
     return em, scores
 
 
+#: The order compare runs (seed, mode) in: by start group (the hierarchy's modes share theirs), seeds inside.
+RUN_ORDER = [(s, m) for s in (3, 4) for m in ("mgrpo", "frozen-sub")] + [(s, "single-agent") for s in (3, 4)]
+
+
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
 def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, small_scenario, sampled):
     world, tmp = fake
@@ -308,14 +312,16 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
     assert summary["start_seconds"] == 2 * START_S
     # each row's interval bootstraps with its run's seed, the pooled ones with the config's (before the
     # checks below compute their own)
-    assert world.bootstrap_seeds == [3, 3, 3, 4, 4, 4] + [3] * len(report.DIFFERENCES)
+    # runs go by start group (the hierarchy's modes, then the single agent's), seeds inside a group; the
+    # reference difference is not computed (no eval.reference)
+    assert world.bootstrap_seeds == [s for s, _ in RUN_ORDER] + [3] * (len(report.DIFFERENCES) - 1)
     starts = {r: str(tmp / "starts" / r) for r in ("main", "sub", "single")}
 
     # each (seed, mode) trained once, with its own seed and folder, from the pinned start models
     assert world.trainers == [
         {"seed": s, "mode": m, "out_dir": str(tmp / "out" / f"seed{s}" / m),
          "models": {r: starts[r] for r in (("single",) if m == "single-agent" else ("main", "sub"))}}
-        for s in (3, 4) for m in compare.MODES]
+        for s, m in RUN_ORDER]
 
     assert sorted(world.closed) == sorted(t["out_dir"] for t in world.trainers)  # every run's workers stopped
     starts_evaluated = [e for e in world.evals if e["name"].startswith("start")]
@@ -341,8 +347,8 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
         assert rewards.expert is not None  # the hop-answer expert (no judge in compare)
     # one bar per run, on when the caller asked, ticked per iteration with the run's own reward and accuracy
     assert [b.args for b in world.bars] == [(ITERATIONS, f"seed {s} {m}", "iter", not progress)
-                                            for s in (3, 4) for m in compare.MODES]
-    for bar, (s, m) in zip(world.bars, [(s, m) for s in (3, 4) for m in compare.MODES], strict=True):
+                                            for s, m in RUN_ORDER]
+    for bar, (s, m) in zip(world.bars, RUN_ORDER, strict=True):
         role = "single" if m == "single-agent" else "main"
         assert bar.updates == ITERATIONS and bar.closed >= 1
         assert bar.postfix == [{"reward": f"{metrics_of(s, m, i)[f'{role}/reward_mean']:.3f}",
@@ -370,10 +376,12 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
             history = [metrics_of(seed, mode, i) for i in range(ITERATIONS)]
             role = "single" if mode == "single-agent" else "main"
             # the figures of the row, each from its own model / run / metric
-            assert row["before"] == {"em": before_em, "f1": f1_of(before_em), "tasks": 3,
+            for when in ("before", "after"):  # the held-out mistake rates ride along, counted over every sample
+                assert row[when]["mistakes"]["episodes"] == 3 * k, when
+            assert {key: v for key, v in row["before"].items() if key != "mistakes"} == {"em": before_em, "f1": f1_of(before_em), "tasks": 3,
                                      "mean_k": iv.mean_at_k(before_scores), "pass_k": iv.pass_at_k(before_scores),
                                      "greedy_em": before_greedy}
-            assert row["after"] == {"em": after_em, "f1": f1_of(after_em), "tasks": 3,
+            assert {key: v for key, v in row["after"].items() if key != "mistakes"} == {"em": after_em, "f1": f1_of(after_em), "tasks": 3,
                                     "mean_k": iv.mean_at_k(after_scores), "pass_k": iv.pass_at_k(after_scores),
                                     "greedy_em": after_greedy}
             assert (row["before_em"], row["after_em"], row["before_f1"], row["after_f1"]) == (
