@@ -96,8 +96,9 @@ def test_the_plan_takes_whole_prompts_when_they_repeat_and_maps_each_row_to_its_
 
 # ------------------------------------------------------------------------- the update, on ChatML chats
 
-SYSTEM_PROMPT = ("You are the main agent. Answer the question; search the archive, visit pages and "
-                 "delegate a hop to a sub-agent when it helps. Write the answer inside answer tags.")
+MAIN_PROMPT = ("You are the main agent. Answer the question; search the archive, visit pages and "
+               "delegate a hop to a sub-agent when it helps. Write the answer inside answer tags.")
+SUB_PROMPT = "You are a sub-agent: search and visit pages."
 QUESTIONS = (  # the first four differ in digits only (one token each): their headers line up, and
     # their rows agree again after each differing digit
     "Which river crosses district 4 of Ostrava Nova in 1877?",
@@ -108,7 +109,7 @@ QUESTIONS = (  # the first four differ in digits only (one token each): their he
 )
 WORDS = ("river", "Lenta", "archive", "Velmora", "search", "visit", "page", "founded", "year", "district",
          "crosses", "north", "south", "harbour", "opened")
-CORPUS = [SYSTEM_PROMPT, *QUESTIONS, " ".join(WORDS),
+CORPUS = [MAIN_PROMPT, SUB_PROMPT, *QUESTIONS, " ".join(WORDS),
           '<think>search first</think><tool_call>{"name": "search", "arguments": {"queries": ["x"]}}</tool_call>',
           "<tool_response>The river Lenta crosses Ostrava Nova from north to south.</tool_response>",
           "<answer>Lenta</answer> 0 1 2 3 4 5 6 7 8 9"]
@@ -137,15 +138,16 @@ def _encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def chat_rows(tokenizer, k: int = 3, seed: int = 8) -> list[TokenSequence]:
+def chat_rows(tokenizer, k: int = 3, seed: int = 8, system: str = MAIN_PROMPT,
+              questions: tuple[str, ...] = QUESTIONS) -> list[TokenSequence]:
     """``k`` rollouts of each question as the env builds them: the chat template's prompt (system,
     user, generation prompt; not trained), an assistant turn (trained), for some rollouts a tool
     response in the template's user turn (not trained) and a second assistant turn; shuffled.
     ``meta["prompt"]`` is the question's index."""
     rng = random.Random(seed)
     out = []
-    for q, question in enumerate(QUESTIONS):
-        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
+    for question in questions:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
         prompt = _encode(tokenizer, tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
         for _ in range(k):
             ids, mask = list(prompt), [0] * len(prompt)
@@ -159,27 +161,43 @@ def chat_rows(tokenizer, k: int = 3, seed: int = 8) -> list[TokenSequence]:
                                   f"<answer>{rng.choice(WORDS)}</answer><|im_end|>")
                 ids, mask = ids + sampled, mask + [1] * len(sampled)
             out.append(TokenSequence(ids, mask, advantage=rng.choice([-1.0, 0.5, 1.0]), role="main",
-                                     meta={"prompt": q}))
+                                     meta={"prompt": QUESTIONS.index(question)}))
     rng.shuffle(out)
     return out
 
 
 def make(model_dir, **overrides) -> RoleLearner:
-    """A fresh learner on the saved tiny model: 1,200 padded tokens a micro-batch: the 15 chat
-    rows in 4 micro-batches of 3 to 5 rows, each of 2 to 4 prompts."""
+    """A fresh learner on the saved tiny model, 1,200 padded tokens a micro-batch."""
     return RoleLearner("main", model_dir, LearnerConfig(**{"lr": 1e-3, "micro_batch_tokens": 1200,
                                                            "share_prefix_min_tokens": 1, **overrides}))
 
 
-def test_the_chats_are_what_these_tests_need(chat_tokenizer, chat_model_dir) -> None:
+# Two batches, as two roles build them. Main agents: 5 questions x 3 rollouts under a long system
+# prompt, 4 micro-batches of 3 to 5 rows from 2 to 4 questions: every plan is the common run (the
+# system prompt outweighs the questions). Sub-agents: 3 questions x 8 rollouts under a short one, 4
+# micro-batches: one common run, then whole prompts in three micro-batches that share questions (one
+# prefix pass serves them all, deduplicated across micro-batches).
+CASES = {
+    "main agents, common run": dict(k=3, seed=8, system=MAIN_PROMPT, questions=QUESTIONS),
+    "sub-agents, whole prompts": dict(k=8, seed=2, system=SUB_PROMPT, questions=(QUESTIONS[0], QUESTIONS[1], QUESTIONS[4])),
+}
+PLANS = {  # (length, distinct prefixes) of each micro-batch's plan
+    "main agents, common run": [(152, 1), (152, 1), (152, 1), (140, 1)],
+    "sub-agents, whole prompts": [(47, 1), (87, 2), (87, 3), (87, 2)],
+}
+case = pytest.mark.parametrize("name", list(CASES))
+
+
+@case
+def test_the_chats_are_what_these_tests_need(chat_tokenizer, chat_model_dir, name) -> None:
     """Rows differ at the question and agree again before the first sampled token; micro-batches hold
-    several prompts; prompts span micro-batches; every micro-batch gets a prefix pass."""
-    seqs, learner = chat_rows(chat_tokenizer), make(chat_model_dir)
+    several prompts; prompts span micro-batches; the plans are the ones each case is for."""
+    seqs, learner = chat_rows(chat_tokenizer, **CASES[name]), make(chat_model_dir)
     groups = learner._micro_batches(seqs)
     prompts = [{seqs[i].meta["prompt"] for i in g} for g in groups]
     assert len(groups) == 4 and all(len(p) >= 2 for p in prompts)
     assert any(sum(q in p for p in prompts) >= 2 for q in range(len(QUESTIONS)))
-    reagree = 0
+    reagree, plans = 0, []
     for g in groups:
         batch = learner._collate([seqs[i] for i in g])
         columns, ids, _ = learner._columns(batch)
@@ -187,12 +205,16 @@ def test_the_chats_are_what_these_tests_need(chat_tokenizer, chat_model_dir) -> 
         agree = (ids[:, :first] == ids[:1, :first]).all(0)
         split = int(agree.int().cumprod(0).sum())  # the first column where rows differ
         reagree += bool(split < first and agree[split:].any())
-        assert plan_prefix(ids, columns, 1) is not None
-    assert reagree >= 3  # the fourth holds the longer question: its header is one column off
+        plan = plan_prefix(ids, columns, 1)
+        assert plan is not None
+        assert_rows_read_their_own_tokens(ids, plan)
+        plans.append((plan[0], plan[1].shape[0]))
+    assert reagree >= 1 and plans == PLANS[name]
 
 
-def test_shared_prefix_log_probs_are_the_plain_ones_on_chat_rows(chat_tokenizer, chat_model_dir) -> None:
-    seqs, learner = chat_rows(chat_tokenizer), make(chat_model_dir)
+@case
+def test_shared_prefix_log_probs_are_the_plain_ones_on_chat_rows(chat_tokenizer, chat_model_dir, name) -> None:
+    seqs, learner = chat_rows(chat_tokenizer, **CASES[name]), make(chat_model_dir)
     batches = [learner._collate([seqs[i] for i in g]) for g in learner._micro_batches(seqs)]
     with torch.no_grad():
         prefixes = learner._prefix_passes(batches)
@@ -205,8 +227,10 @@ def test_shared_prefix_log_probs_are_the_plain_ones_on_chat_rows(chat_tokenizer,
             torch.testing.assert_close(shared[mask], plain[mask], atol=2e-5, rtol=0)
 
 
-def test_shared_prefix_update_is_the_plain_update_on_chat_rows(chat_tokenizer, chat_model_dir, monkeypatch) -> None:
-    seqs = chat_rows(chat_tokenizer)
+@case
+def test_shared_prefix_update_is_the_plain_update_on_chat_rows(chat_tokenizer, chat_model_dir, monkeypatch,
+                                                               name) -> None:
+    seqs = chat_rows(chat_tokenizer, **CASES[name])
     plain, shared = make(chat_model_dir, share_prefix=False), make(chat_model_dir)
     passes: list[int] = []
     run = learner_module.run_prefixes
