@@ -10,7 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
 
 import pytest
-from web_fixtures import JS_FETCH_TEXT, JS_TEXT, RouteServer, other_server_fixture, route_server_fixture  # noqa: F401 - fixtures
+from web_fixtures import (  # noqa: F401 - fixtures
+    JS_FETCH_TEXT,
+    JS_LATE_TEXT,
+    JS_TEXT,
+    RouteServer,
+    other_server_fixture,
+    route_server_fixture,
+)
 
 from mgrpo_tools import BrowserFetcher, HttpFetcher, ToolError, UrlPolicy, VisitTool, make_browsing_tools
 
@@ -51,6 +58,24 @@ def test_browser_renders_javascript(browser: BrowserFetcher, route_server: Route
     assert JS_TEXT in result.text  # in the rendered DOM, not in the served HTML's text
     late = browser.fetch(route_server.url("/js-fetch"))
     assert JS_FETCH_TEXT in late.text  # content that arrives by fetch() after load
+
+
+def test_a_page_that_fetches_its_text_late_after_load_is_read_with_it(browser_policy: UrlPolicy,
+                                                                     route_server: RouteServer) -> None:
+    """The settle race, made deterministic: the page's script starts its fetch 0.3 s after `load` (busy
+    the whole time, as a renderer on a loaded machine) and the server answers it 0.3 s later. Quiet
+    for 0.1 s at the route handler is no proof: the page is read only once it has no fetch pending
+    and its handlers ran, and only such a read is offered to a render cache."""
+    from mgrpo_tools import RenderCache
+
+    cache = RenderCache()
+    with BrowserFetcher(browser_policy, executable_path=CHROMIUM, timeout_s=10, render_cache=cache) as fetcher:
+        before = len(route_server.hits("/late.json"))
+        late = fetcher.fetch(route_server.url("/js-late"))
+        assert JS_LATE_TEXT in late.text
+        assert len(route_server.hits("/late.json")) == before + 1
+        assert (cache.stats.misses, cache.stats.uncacheable, len(cache)) == (1, 0, 1)  # settled: kept
+        assert fetcher.fetch(route_server.url("/js-late")).text == late.text
 
 
 def test_browser_blocks_subresources_to_disallowed_origins(
