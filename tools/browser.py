@@ -64,6 +64,43 @@ CHROMIUM_ARGS = (
 )
 
 
+# Installed in every document before its scripts run: counts the page's own fetch() calls, their
+# body reads and XMLHttpRequests from the moment a script starts one, and ends each one task after
+# it settles (so the page's handlers of the answer have run). The route handler counts a request only
+# when Chromium hands it over, which on a loaded machine (a slow renderer, a stalled worker loop) can
+# come after a quiet window has passed; the page's own count cannot. `__mgrpoNet()` gives
+# [pending, ms since the last start or end].
+_NET_SCRIPT = """(() => {
+  if (window.__mgrpoNet) return;
+  let pending = 0, last = performance.now();
+  const start = () => { pending += 1; last = performance.now(); };
+  const end = () => { setTimeout(() => { pending -= 1; last = performance.now(); }, 0); };
+  const counted = (call) => function (...args) {
+    start();
+    let promise;
+    try { promise = call.apply(this, args); } catch (error) { end(); throw error; }
+    Promise.resolve(promise).then(end, end);
+    return promise;
+  };
+  if (window.fetch) window.fetch = counted(window.fetch);
+  if (window.Response) {
+    for (const name of ['arrayBuffer', 'blob', 'formData', 'json', 'text']) {
+      const read = Response.prototype[name];
+      if (read) Response.prototype[name] = counted(read);
+    }
+  }
+  if (window.XMLHttpRequest) {
+    const send = XMLHttpRequest.prototype.send;
+    XMLHttpRequest.prototype.send = function (...args) {
+      start();
+      this.addEventListener('loadend', end, { once: true });
+      try { return send.apply(this, args); } catch (error) { this.removeEventListener('loadend', end); end(); throw error; }
+    };
+  }
+  Object.defineProperty(window, '__mgrpoNet', { value: () => [pending, performance.now() - last] });
+})();"""
+
+
 @dataclass
 class _Job:
     """State of one fetch, shared between the navigation code and the route handler."""
@@ -298,6 +335,7 @@ class BrowserFetcher:
         context = await self._browser.new_context(service_workers="block", accept_downloads=False)
         tab = _Tab(context)
         try:
+            await context.add_init_script(_NET_SCRIPT)
             await context.route("**/*", lambda route: self._route(route, tab))
             if hasattr(context, "route_web_socket"):
                 # A WebSocket route that never calls connect_to_server() is never connected.
@@ -412,7 +450,7 @@ class BrowserFetcher:
             content_type = ""
             if response is not None:
                 content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-            settled = await self._settle(job)
+            settled = await self._settle(job, page)
             # A page still fetching when we read it, or one that forbids storing, is not reused.
             reusable = settled and "no-store" not in (
                 response.headers.get("cache-control", "").lower() if response is not None else "")
@@ -435,12 +473,14 @@ class BrowserFetcher:
             self._spawn(self._close_tab(tab), self._closing)
             self._schedule_refill()
 
-    async def _settle(self, job: _Job) -> bool:
+    async def _settle(self, job: _Job, page: Any) -> bool:
         """Wait until no request has been in flight for ``idle_s`` (bounded), for JS-loaded content;
         False when the wait ran out first (the page was still loading when read).
 
-        Requests are counted in the route handler, which sees them all; a document without
-        scripts cannot change after ``load``, so it is not waited for.
+        Quiet is judged at both ends: the route handler (every network request passes there) and the
+        page itself (:data:`_NET_SCRIPT`: fetches and XHRs from the moment its script starts them until
+        its handlers of the answer ran). A document without scripts cannot change after ``load``, so
+        it is not waited for.
         """
         if not job.has_scripts:
             return True
@@ -450,9 +490,32 @@ class BrowserFetcher:
         limit = min(time.monotonic() + self.max_idle_wait_s, job.deadline - 0.5)
         while time.monotonic() < limit:
             if job.inflight == 0 and time.monotonic() - job.last_activity >= self.idle_s:
-                return True
+                quiet_s = await self._page_quiet_s(page, limit - time.monotonic())
+                # Re-checked after the round trip: route events queued behind it have run by now.
+                if quiet_s >= self.idle_s and job.inflight == 0 and time.monotonic() - job.last_activity >= self.idle_s:
+                    return True
+                if quiet_s >= 0:  # pending: look again when the page's quiet could have lasted idle_s
+                    await asyncio.sleep(max(0.02, self.idle_s - quiet_s))
+                    continue
             await asyncio.sleep(0.02)
         return False
+
+    @staticmethod
+    async def _page_quiet_s(page: Any, timeout_s: float) -> float:
+        """Seconds since the page's last fetch / XHR started or ended, 0.0 while one is pending; -1.0
+        when the page could not answer in ``timeout_s`` (busy, or navigating); infinity when the
+        counter is absent (the route handler's count is then all there is)."""
+        from playwright.async_api import Error as PlaywrightError
+
+        try:
+            state = await asyncio.wait_for(
+                page.evaluate("() => window.__mgrpoNet ? window.__mgrpoNet() : null"), timeout=max(0.01, timeout_s))
+        except (asyncio.TimeoutError, TimeoutError, PlaywrightError):
+            return -1.0
+        if state is None:
+            return float("inf")
+        pending, quiet_ms = state
+        return 0.0 if pending > 0 else float(quiet_ms) / 1000.0
 
     @staticmethod
     async def _content(page: Any) -> str:
