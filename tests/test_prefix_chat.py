@@ -143,7 +143,7 @@ def chat_rows(tokenizer, k: int = 3, seed: int = 8, system: str = MAIN_PROMPT,
     """``k`` rollouts of each question as the env builds them: the chat template's prompt (system,
     user, generation prompt; not trained), an assistant turn (trained), for some rollouts a tool
     response in the template's user turn (not trained) and a second assistant turn; shuffled.
-    ``meta["prompt"]`` is the question's index."""
+    ``meta["prompt"]`` is the question's index in :data:`QUESTIONS`."""
     rng = random.Random(seed)
     out = []
     for question in questions:
@@ -153,7 +153,7 @@ def chat_rows(tokenizer, k: int = 3, seed: int = 8, system: str = MAIN_PROMPT,
             ids, mask = list(prompt), [0] * len(prompt)
             for turn in range(1 + (rng.random() < 0.5)):
                 if turn:  # the tool's reply in the template's user turn, then the next generation prompt
-                    reply = _encode(tokenizer, "<|im_start|>user\n<tool_response>"
+                    reply = _encode(tokenizer, "\n<|im_start|>user\n<tool_response>"
                                     f"{' '.join(rng.choices(WORDS, k=rng.randint(3, 8)))}</tool_response>"
                                     "<|im_end|>\n<|im_start|>assistant\n")
                     ids, mask = ids + reply, mask + [0] * len(reply)
