@@ -78,6 +78,26 @@ def test_a_page_that_fetches_its_text_late_after_load_is_read_with_it(browser_po
         assert fetcher.fetch(route_server.url("/js-late")).text == late.text
 
 
+def test_the_dom_read_when_the_page_settles_is_what_page_content_reads(browser_policy: UrlPolicy,
+                                                                       route_server: RouteServer,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settle reads the DOM in the page, in the task that found it quiet; the text is the one
+    Playwright's ``page.content()`` gives for the same page."""
+    paths = ["/js", "/js-fetch", "/js-late", "/storage"]
+    with BrowserFetcher(browser_policy, executable_path=CHROMIUM, timeout_s=10) as fetcher:
+        read = {path: fetcher.fetch(route_server.url(path)).text for path in paths}
+        settle_read = BrowserFetcher._read_when_idle
+
+        async def without_dom(page, timeout_s):
+            pending, _ = await settle_read(page, timeout_s)
+            return pending, None  # the caller then reads page.content()
+
+        monkeypatch.setattr(BrowserFetcher, "_read_when_idle", staticmethod(without_dom))
+        content = {path: fetcher.fetch(route_server.url(path)).text for path in paths}
+    assert read == content
+    assert JS_TEXT in read["/js"] and JS_FETCH_TEXT in read["/js-fetch"] and JS_LATE_TEXT in read["/js-late"]
+
+
 def test_browser_blocks_subresources_to_disallowed_origins(
     browser: BrowserFetcher, route_server: RouteServer, other_server: RouteServer
 ) -> None:
