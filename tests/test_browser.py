@@ -69,7 +69,9 @@ def test_a_page_that_fetches_its_text_late_after_load_is_read_with_it(browser_po
     from mgrpo_tools import RenderCache
 
     cache = RenderCache()
-    with BrowserFetcher(browser_policy, executable_path=CHROMIUM, timeout_s=10, render_cache=cache) as fetcher:
+    # A generous bound on the wait (the default is 2 s): this is about what is read, not how fast.
+    with BrowserFetcher(browser_policy, executable_path=CHROMIUM, timeout_s=15, max_idle_wait_s=6,
+                        render_cache=cache) as fetcher:
         before = len(route_server.hits("/late.json"))
         late = fetcher.fetch(route_server.url("/js-late"))
         assert JS_LATE_TEXT in late.text
