@@ -11,7 +11,7 @@ TORCH_PIN ?= torch==2.13.0
 CHROMIUM ?= $(or $(MGRPO_CHROMIUM),/usr/bin/chromium)
 APT_GET ?= apt-get
 
-.PHONY: install chromium test test-all demo demo-oracle warm-start lint clean bench bench-quick mutation
+.PHONY: install chromium test test-all demo demo-oracle warm-start warm-start-teacher lint clean bench bench-quick mutation
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,10 +46,15 @@ demo: chromium $(STAMP)
 	$(VENV)/bin/mgrpo compare --config configs/demo.yaml --seeds 1 --out runs/demo
 	$(VENV)/bin/mgrpo view runs/demo/seed0/mgrpo
 
-# Rebuild the demo's start models from scratch (world, tokenizer, tiny models, oracle demonstrations,
-# supervised warm start; ~25 min on 2 CPU cores) into configs/demo-warm-start with its SHA256SUMS.
+# Rebuild the demo's start models from scratch, both stages (world, tokenizer, tiny models; stage 1:
+# clone the scripted oracle, ~40 min on 2 CPU cores, exported to configs/oracle-warm-start; stage 2:
+# fine-tune on the imperfect teacher's demonstrations, ~30 min) into configs/demo-warm-start, with SHA256SUMS.
 warm-start: chromium $(STAMP)
-	$(VENV)/bin/mgrpo warm-start --config configs/demo.yaml --out configs/demo-warm-start
+	$(VENV)/bin/mgrpo warm-start --config configs/demo.yaml --oracle-out configs/oracle-warm-start --out configs/demo-warm-start
+
+# Stage 2 only, from the committed oracle clone (configs/oracle-warm-start): the demo's start models.
+warm-start-teacher: chromium $(STAMP)
+	$(VENV)/bin/mgrpo warm-start --config configs/demo.yaml --from configs/oracle-warm-start --out configs/demo-warm-start
 
 # The scripted oracle through the same env and tools (1-2 min): the world is solvable.
 demo-oracle: chromium $(STAMP)

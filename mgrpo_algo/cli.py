@@ -147,8 +147,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         return 2
     command = shlex.join(["mgrpo", "compare", *(["--config", args.config] if args.config else []),
                           *[part for item in args.set for part in ("--set", item)],
-                          "--seeds", str(args.seeds), "--out", args.out, "--modes", ",".join(modes)])
-    summary = run_compare(config, seeds=args.seeds, out_dir=args.out, modes=modes, progress=not args.quiet, command=command)
+                          "--seeds", str(args.seeds), "--out", args.out, "--modes", ",".join(modes),
+                          *(["--jobs", str(args.jobs)] if args.jobs != 1 else [])])
+    summary = run_compare(config, seeds=args.seeds, out_dir=args.out, modes=modes, progress=not args.quiet, command=command,
+                          jobs=args.jobs)
     failures = summary.get("tool_backend_failures") or {}
     if failures:  # first, where it cannot be missed
         print(backend_failure_line(failures))
@@ -185,7 +187,7 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
     from .core.config import load_config
     from .policies.models import ROLES
     from .policies.prebuilt import export_models
-    from .training.trainer import role_model_paths
+    from .training.trainer import oracle_stage_paths, role_model_paths
 
     try:
         config = load_config(args.config, args.set)
@@ -193,9 +195,26 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
     except (ValueError, OSError, KeyError, TypeError) as exc:
         print(f"mgrpo: bad config: {exc}", file=sys.stderr)
         return 2
-    for role in ROLES:
-        getattr(config, role).model = ""  # always the config's own tiny models, warm-started
-    paths = role_model_paths(config, scenario, list(ROLES))
+    teacher = config.warm_start.teacher
+    if args.from_dir:
+        # Stage 2 only, from a prebuilt stage-1 folder (the committed oracle clone): minutes, not an hour.
+        if not teacher.enabled:
+            print("mgrpo: --from trains the teacher stage, but warm_start.teacher has no rate above 0", file=sys.stderr)
+            return 2
+        from .learning.teacher_stage import teacher_warm_start
+        from .policies.prebuilt import verify_folder
+
+        for role in ROLES:
+            verify_folder(Path(args.from_dir) / role)
+        paths = {role: str(p) for role, p in teacher_warm_start(
+            scenario, args.from_dir, Path(config.models_dir) / "teacher", config.warm_start, limits=config.limits).items()}
+    else:
+        for role in ROLES:
+            getattr(config, role).model = ""  # always the config's own tiny models, warm-started
+        paths = role_model_paths(config, scenario, list(ROLES))
+        if args.oracle_out:
+            oracle = export_models(oracle_stage_paths(config, scenario, list(ROLES)), args.oracle_out)
+            print(f"wrote the oracle stage to {oracle} and {oracle}/SHA256SUMS")
     out = export_models(paths, args.out)
     print(f"wrote {out} ({', '.join(ROLES)}) and {out}/SHA256SUMS")
     return 0
@@ -294,6 +313,9 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--modes", default=",".join(("mgrpo", "frozen-sub", "single-agent")),
                     help="comma-separated modes to compare")
     cp.add_argument("--quiet", action="store_true", help="no progress bars")
+    cp.add_argument("--jobs", type=int, default=1,
+                    help="processes: the hierarchy's modes and the single agent's run side by side with 2 "
+                         "(same numbers as 1; each uses torch_threads)")
     cp.set_defaults(func=_cmd_compare)
 
     cf = sub.add_parser("config", help="every config field (the TrainConfig tree) with its default and its doc")
@@ -307,6 +329,9 @@ def _parser() -> argparse.ArgumentParser:
     ws.add_argument("--config", required=True, help="YAML file of TrainConfig fields (its warm_start section)")
     ws.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     ws.add_argument("--out", required=True, help="folder for <role>/ model folders and SHA256SUMS (replaced)")
+    ws.add_argument("--from", dest="from_dir", default="",
+                    help="train only the teacher stage, from this prebuilt oracle-stage folder (<role>/ + SHA256SUMS)")
+    ws.add_argument("--oracle-out", default="", help="also export the oracle stage (stage 1) to this folder")
     ws.set_defaults(func=_cmd_warm_start)
 
     sv = sub.add_parser("serve", help="serve a scenario's world on 127.0.0.1 (or --host) until interrupted")

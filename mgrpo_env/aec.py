@@ -336,7 +336,8 @@ class MGRPOEnv(AECEnv):
         for sub in record.subs:
             sub.format_ok = sub.final is not None and sub.format_errors == 0
             sub.expert, source = self._expert(sub)
-            sub.reward = reward_fns.paid_sub_reward(sub.format_ok, correct, sub.expert, self.reward_config.sub_weights)
+            sub.reward = reward_fns.paid_sub_reward(sub.format_ok, correct, sub.expert, self.reward_config.sub_weights,
+                                                    format_gate=self.reward_config.sub_format_gate)
             components[sub.agent] = {
                 "format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert,
                 "expert_source": source, "reward": sub.reward,

@@ -25,6 +25,8 @@ __all__ = [
     "WorldHandle",
     "hop_expert_score",
     "expert_scorer",
+    "subtask_expert_score",
+    "EXPERT_REFERENCES",
     "call_tool",
     "resolve_scenario",
     "split_tasks",
@@ -97,7 +99,36 @@ def hop_expert_score(task: Task, subtask: str, result: str) -> float | None:
 hop_expert_score.source = "hops"  # type: ignore[attr-defined]
 
 
-def expert_scorer(judge: Any | None = None) -> ExpertScorer:
+def subtask_expert_score(scenario: Any) -> ExpertScorer:
+    """r_expert against the subtask as the main agent delegated it (``expert_reference: subtask``).
+
+    The paper's score (:func:`hop_expert_score`) compares a report with the gold answer of the
+    question's hop, so a sub-agent that answers a mis-delegated subtask correctly ("the founder of Y"
+    where the hop is about X, because an earlier report named Y) scores 0 and is blamed for the main
+    agent's mistake. Here the reference is the scenario's answer to the subtask itself
+    (``scenario.subtask_answer(task, subtask)``); where the scenario cannot answer it (a subtask that
+    is no hop of the question, an entity the world does not hold) it falls back to the hop's score.
+    """
+    answer_of = getattr(scenario, "subtask_answer", None)
+
+    def score(task: Task, subtask: str, result: str) -> float | None:
+        gold = answer_of(task, subtask) if answer_of is not None else None
+        if gold is None:
+            return hop_expert_score(task, subtask, result)
+        norm_gold = normalize_answer(gold)
+        if norm_gold and f" {norm_gold} " in f" {normalize_answer(result)} ":
+            return 1.0
+        return token_f1(result, gold)
+
+    score.source = "subtask"  # type: ignore[attr-defined]
+    return score
+
+
+#: ``RewardConfig.expert_reference`` values: what a sub-agent's report is scored against.
+EXPERT_REFERENCES = ("hop", "subtask")
+
+
+def expert_scorer(judge: Any | None = None, *, reference: str = "hop", scenario: Any = None) -> ExpertScorer:
     """r_expert: from the scenario's per-hop gold answers when the task has hops, else from ``judge``
     (an ``LLMJudge``: ``score_subtask(subtask, gold, report)`` with the task's final answer as the
     reference), else None - the caller then drops the expert term (b3 = 0) and says so.
@@ -105,8 +136,12 @@ def expert_scorer(judge: Any | None = None) -> ExpertScorer:
     A judge that fails (network, bad reply after retries) gives None for that sub-agent, not a crash.
     """
 
+    if reference not in EXPERT_REFERENCES:
+        raise ValueError(f"expert reference must be one of {EXPERT_REFERENCES}, got {reference!r}")
+    by_gold = subtask_expert_score(scenario) if reference == "subtask" else hop_expert_score
+
     def score(task: Task, subtask: str, result: str) -> float | None:
-        from_hops = hop_expert_score(task, subtask, result)
+        from_hops = by_gold(task, subtask, result)
         if from_hops is not None or judge is None:
             return from_hops
         try:
@@ -114,7 +149,8 @@ def expert_scorer(judge: Any | None = None) -> ExpertScorer:
         except Exception:  # noqa: BLE001 - a judge outage must not end the episode
             return None
 
-    score.source = "hops+judge" if judge is not None else "hops"  # type: ignore[attr-defined]
+    name = "hops" if reference == "hop" else "subtask"
+    score.source = f"{name}+judge" if judge is not None else name  # type: ignore[attr-defined]
     return score
 
 
@@ -129,11 +165,14 @@ class RewardConfig:
         expert: scorer for r_expert; default uses the scenario's per-hop gold answers (see
             :func:`expert_scorer` to add an LLM judge). When it returns None (no hops, no judge)
             b3 is set to 0 for that sub-agent and ``infos`` say so (``expert_source: "none"``).
+        sub_format_gate: pay b1 in proportion to r_expert (:func:`~mgrpo_env.rewards.paid_sub_reward`);
+            False is the paper.
     """
 
     main_weights: tuple[float, float] = PAPER_MAIN_WEIGHTS
     sub_weights: tuple[float, float, float] = PAPER_SUB_WEIGHTS
     expert: ExpertScorer | None = hop_expert_score
+    sub_format_gate: bool = False
 
 
 def resolve_scenario(scenario: str | Scenario, scenario_kwargs: Mapping[str, Any] | None) -> Scenario:

@@ -98,11 +98,24 @@ def sub_reward(
 
 
 def paid_sub_reward(format_ok: bool, main_correct: float | bool, expert: float | None,
-                    weights: Sequence[float] = PAPER_SUB_WEIGHTS) -> float:
+                    weights: Sequence[float] = PAPER_SUB_WEIGHTS, *, format_gate: bool = False) -> float:
     """R_S as it is paid: :func:`sub_reward`, with b3 = 0 when there is no expert score (``None``: no
     judge, or nothing to judge by). The env pays it at episode end and the sub worker computes it from
-    the store's statistics: one rule for both."""
+    the store's statistics: one rule for both.
+
+    ``format_gate`` (not the paper's): the format term is paid in proportion to the expert score,
+    b1 * r_format * r_expert, so a well-formed wrong report earns nothing for its form. Under the
+    paper's R_S the sub-agents learned to report guesses (README, "Rewards that do not pay guessing").
+    Without an expert score there is nothing to gate by and b1 is paid as in the paper.
+
+    >>> paid_sub_reward(True, 0, 0.0), paid_sub_reward(True, 0, 0.0, format_gate=True)
+    (0.1, 0.0)
+    >>> round(paid_sub_reward(True, 1, 1.0, format_gate=True), 10), paid_sub_reward(True, 0, None, format_gate=True)
+    (1.0, 0.1)
+    """
     b1, b2, b3 = check_weights(weights, 3, "sub weights")
+    if expert is not None and format_gate:
+        b1 *= _unit(expert, "expert")
     return sub_reward(format_ok, main_correct, 0.0 if expert is None else expert, (b1, b2, 0.0 if expert is None else b3))
 
 

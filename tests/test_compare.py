@@ -369,10 +369,10 @@ def compared_in_process(small_scenario, tmp_path_factory):
     return tmp, _compare_once(small_scenario, tmp, "in-process")
 
 
-def _compare_once(small_scenario, tmp, placement: str) -> dict:
-    out = tmp / placement
+def _compare_once(small_scenario, tmp, placement: str, *extra: str) -> dict:
+    out = tmp / (placement + "".join(extra))
     args = ["compare", "--seeds", "1", "--out", str(out), "--modes", "mgrpo,frozen-sub,single-agent",
-            "--set", f"placement={{kind: {placement}}}"]
+            "--set", f"placement={{kind: {placement}}}", *extra]
     for item in _settings(small_scenario, tmp):
         args += ["--set", item]
     assert main(args) == 0
@@ -387,3 +387,14 @@ def test_compare_on_role_workers_gives_the_in_process_numbers(placement, small_s
     summary = _compare_once(small_scenario, tmp, placement)
     assert _numbers(summary) == _numbers(reference)
     assert all(row["curve"] for row in summary["results"]["mgrpo"]["per_seed"])  # curve points were evaluated
+
+
+def test_compare_with_two_jobs_gives_the_same_numbers(small_scenario, compared_in_process):
+    """--jobs 2 runs the single agent's mode in a worker process beside the hierarchy's: same numbers,
+    the same held-out mistake rates and intervals."""
+    tmp, reference = compared_in_process
+    summary = _compare_once(small_scenario, tmp, "in-process", "--jobs", "2")
+    assert _numbers(summary) == _numbers(reference)
+    assert summary["mistakes"] == reference["mistakes"] and summary["intervals"] == reference["intervals"]
+    assert set(summary["mistakes"]) == {"mgrpo", "frozen-sub", "single-agent"}
+    assert summary["mistakes"]["single-agent"]["start"].get("answer_early") is None  # no main decisions

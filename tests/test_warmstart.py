@@ -146,3 +146,33 @@ def test_two_warm_starts_from_scratch_give_identical_weights(small_scenario, tmp
         first, second = weights[0][role], weights[1][role]
         assert first.keys() == second.keys()
         assert all(torch.equal(first[name], second[name]) for name in first), role
+
+
+def test_teacher_stage_matches_the_single_agents_budget_and_is_reused(small_scenario, tmp_path):
+    """Stage 2 fine-tunes stage 1's models on the teacher's demonstrations (every episode kept); the
+    single agent's steps over both stages equal the main and sub roles' together; a rerun is reused."""
+    from mgrpo_algo.core.teacher_config import MistakeConfig, TeacherConfig
+    from mgrpo_algo.learning.teacher_stage import teacher_warm_start
+
+    sizes = {r: {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1} for r in ("main", "sub", "single")}
+    models = build_role_models(small_scenario, tmp_path / "models", sizes, vocab_size=512, roles=list(sizes))
+    cfg = WarmStartConfig(splits=["stage1/train"], max_tasks=3, epochs=1, noise=0.0, validation_tasks=0, batch_tokens=1024,
+                          teacher=TeacherConfig(answer_early=MistakeConfig(0.5), report_without_visit=MistakeConfig(0.5),
+                                                draws=2, role_epochs={"main": 2, "sub": 1}))
+    first = warm_start(small_scenario, {r: str(p) for r, p in models.items()}, tmp_path / "warm", cfg, progress=False)
+    out = teacher_warm_start(small_scenario, tmp_path / "warm", tmp_path / "teacher", cfg, progress=False)
+    info = {r: json.loads((out[r] / "warm_start.json").read_text()) for r in out}
+    oracle = {r: json.loads((first[r] / "warm_start.json").read_text())["metrics"]["steps"] for r in first}
+    for role in ("main", "sub", "single"):
+        assert info[role]["budget"]["oracle_stage_steps"] == oracle[role]
+        assert info[role]["budget"]["total_steps"] == oracle[role] + info[role]["metrics"]["steps"]
+    assert info["single"]["budget"]["total_steps"] == info["main"]["budget"]["total_steps"] + info["sub"]["budget"]["total_steps"]
+    assert info["single"]["budget"]["matched_to_hierarchy"] and not info["main"]["budget"]["matched_to_hierarchy"]
+    # every teacher episode is shown, right or wrong: 2 draws of 3 tasks for the main agent
+    assert info["main"]["counts"]["sequences"] == 6 and info["main"]["teacher"]["draw0"]["episodes"] == 3.0
+    stamp = (out["main"] / "warm_start.json").stat().st_mtime_ns
+    assert teacher_warm_start(small_scenario, tmp_path / "warm", tmp_path / "teacher", cfg) == out
+    assert (out["main"] / "warm_start.json").stat().st_mtime_ns == stamp
+    weights = AutoModelForCausalLM.from_pretrained(out["sub"]).state_dict()
+    before = AutoModelForCausalLM.from_pretrained(first["sub"]).state_dict()
+    assert any(not torch.equal(weights[n], before[n]) for n in weights)  # the fine-tune moved the sub model

@@ -12,10 +12,11 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from mgrpo_env.core import Limits
+from mgrpo_env.core import EXPERT_REFERENCES, Limits
 from mgrpo_env.rewards import PAPER_MAIN_WEIGHTS, PAPER_SUB_WEIGHTS
 
 from .config_types import coerce as _coerce
+from .teacher_config import TeacherConfig
 
 __all__ = [
     "LearnerConfig",
@@ -452,6 +453,8 @@ class WarmStartConfig:
     match on their demonstrations is recorded in ``warm_start.json`` (0: no validation)."""
     seed: int = 0
     """Seeds the warm start's noise, shuffles and relabelling (part of its cache key)."""
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    """Second stage: imitate an imperfect teacher (off when all its rates are 0; see TeacherConfig)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.noise <= 1.0:
@@ -529,6 +532,10 @@ class EvalConfig:
     curve); 0 = only before and after training. Each point costs one evaluation."""
     curve_limit: int = 32
     """Questions per curve point (``every`` > 0): fewer than ``limit`` to keep curves cheap."""
+    reference: str = ""
+    """A hierarchy start to evaluate beside the runs (a folder with ``main/`` and ``sub/``, e.g.
+    ``configs/oracle-warm-start``, the oracle clone): compare reports M-GRPO after RL minus it. "" = none.
+    Costs one more sampled evaluation (no greedy pass)."""
 
     def __post_init__(self) -> None:
         _check(isinstance(self.split, str) and bool(self.split), "eval.split", f"must name a split, got {self.split!r}")
@@ -584,6 +591,14 @@ class TrainConfig:
     """(a1, a2) of R_M; the paper's by default (``mgrpo_env.rewards.PAPER_MAIN_WEIGHTS``)."""
     sub_weights: tuple[float, float, float] = PAPER_SUB_WEIGHTS
     """(b1, b2, b3) of R_S; the paper's by default (``mgrpo_env.rewards.PAPER_SUB_WEIGHTS``)."""
+    sub_format_gate: bool = False
+    """Pay the sub-agents' format term in proportion to the expert score (b1 * r_format * r_expert), so
+    a well-formed wrong report earns nothing for its form. False: the paper. Under the paper's R_S
+    the sub-agents learned to report guesses (README, "Rewards that do not pay guessing")."""
+    expert_reference: str = "hop"
+    """What r_expert scores a report against: "hop" (the paper: the gold answer of the question's hop)
+    or "subtask" (the scenario's answer to the subtask the main agent actually delegated, so a
+    sub-agent is not blamed for a mis-delegation; falls back to "hop" where the scenario cannot answer)."""
     limits: Limits = field(default_factory=Limits)
     """Episode limits, the env's own :class:`mgrpo_env.Limits` (defaults there); both envs take this
     object (the single agent's turn budget is its ``single_agent_turns``)."""
@@ -635,6 +650,8 @@ class TrainConfig:
         _check(len(self.main_weights) == 2, "main_weights", "needs 2 values (a1, a2)")
         _check(self.step_advantage_weight >= 0, "step_advantage_weight", "must be >= 0")
         _check(len(self.sub_weights) == 3, "sub_weights", "needs 3 values (b1, b2, b3)")
+        _check(self.expert_reference in EXPERT_REFERENCES, "expert_reference",
+               f"must be one of {EXPERT_REFERENCES}, got {self.expert_reference!r}")
         _check(self.torch_threads >= 1, "torch_threads", "must be >= 1")
         _check(bool(self.stages), "stages", "needs at least one stage")
         served = [r for r in ("main", "sub", "single") if getattr(self, r).served.enabled]

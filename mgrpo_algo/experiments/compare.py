@@ -35,10 +35,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.mistakes import counts_by_question, mistake_rates
 from mgrpo_env.tool_health import backend_failures_in_files
 
 from ..core.config import MODE_TABLE, TRAIN_MODES, TrainConfig, config_to_dict
 from . import intervals as iv
+from .mistake_stats import mistake_changes, mistake_rates_of_counts, pool_counts
 from .report import DIFFERENCES, format_table, history_means, markdown, verdict
 
 __all__ = ["MODES", "check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate",
@@ -127,13 +129,12 @@ def evaluate_policies(config: TrainConfig, scenario: Any, policies: Mapping[str,
     config give the same episodes. ``on_episode`` / ``previous``: see :func:`evaluate_hierarchy`.
     Returns the :class:`EvalReport` and the episode records.
     """
-    from mgrpo_env.core import RewardConfig, expert_scorer
-
+    from ..training.trainer import reward_config
     from .evaluate import evaluate_agents
 
     e = config.eval
     mode = MODE_TABLE["single-agent" if "single" in policies else "mgrpo"]  # the env of the roles given
-    rewards = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(None))
+    rewards = reward_config(config, scenario)
     return evaluate_agents(scenario, e.split, dict(policies), env=mode.env, agent_name=name, k=e.samples,
                            limit=limit or None, seed=seed, progress=progress, max_workers=config.max_workers,
                            on_episode=on_episode, previous=previous,
@@ -181,6 +182,9 @@ def _full_evaluation(config: TrainConfig, scenario: Any, make_policies: Any, *, 
                                         progress=progress, name=name)
     scores = iv.per_question(records)
     figures: dict[str, Any] = {**eval_figures(report, records, scores), "scores": scores}
+    # the decision mistakes (rates for the summary; per-question counts, kept in memory, for the intervals)
+    figures["mistakes"] = mistake_rates(records, config.limits.max_delegations)
+    figures["mistake_counts"] = counts_by_question(records, config.limits.max_delegations)
     if config.eval.temperature == 0:  # the evaluation is greedy already
         figures["greedy_em"] = figures["em"]
     elif config.eval.greedy:
@@ -213,26 +217,45 @@ def run_compare(
     modes: Sequence[str] = MODES,
     progress: bool = True,
     command: str | None = None,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """Run every mode for ``seeds`` seeds (``config.seed + i``) and write the comparison under ``out_dir``.
 
     Returns the summary (also ``out_dir/summary.json``). A mode's seed folders are replaced, so a
     rerun into the same folder never mixes runs. ``command`` (the CLI's) is recorded in the report.
+    ``jobs`` > 1 runs the groups of modes that share start models (the hierarchy's; the single agent's)
+    in parallel processes: each run is seeded on its own, so the numbers do not depend on ``jobs``.
     """
+    import torch
     import transformers
 
-    from mgrpo_env.episode import write_jsonl
+    transformers.utils.logging.disable_progress_bar()  # per-shard bars of every model load drown the bars here
+
+    # The start evaluations run before any role worker sets its threads: without this they ran on torch's
+    # default (every core), which on a shared 2-core machine made a start evaluation ~8x slower than the
+    # same evaluation at config.torch_threads (tiny models are overhead-bound; contended threads spin).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.torch_threads)
+    try:
+        return _run_compare(config, seeds=seeds, out_dir=out_dir, modes=modes, progress=progress, command=command,
+                            jobs=jobs)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes: Sequence[str], progress: bool,
+                 command: str | None, jobs: int) -> dict[str, Any]:
 
     from ..training.trainer import role_model_paths
     from .plots import plot_curves
 
-    transformers.utils.logging.disable_progress_bar()  # per-shard bars of every model load drown the bars here
     modes = list(modes)
     scenario = check_compare(config, seeds, modes)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(_yaml(config))
     t0 = time.perf_counter()
+    scores: dict[str, dict[str, list[dict[str, list[bool]]]]] = {m: {"start": [], "after": []} for m in modes}
     starts: dict[str, dict[str, str]] = {}
     for mode in modes:
         roles = _roles(mode)
@@ -240,33 +263,44 @@ def run_compare(
         if key not in starts:
             starts[key] = role_model_paths(config, scenario, roles)
     start_seconds = time.perf_counter() - t0
+    # One group per start model set (the hierarchy's modes share theirs, and its start evaluation); with
+    # jobs > 1 the groups run side by side in worker processes (each run is seeded alone: same numbers).
+    groups: dict[str, list[str]] = {}
+    for mode in modes:
+        groups.setdefault("single" if MODE_TABLE[mode].single else "hierarchy", []).append(mode)
+    keys = sorted(groups, key=lambda k: -len(groups[k]))  # the largest group runs here, with the progress bars
+    reference_group = keys[-1] if config.eval.reference else None
+    jobs = max(1, min(jobs, len(keys)))
+    outcome: dict[str, Any] = {}
+    if jobs == 1:
+        for key in keys:
+            outcome[key] = run_group(config, groups[key], starts[key], seeds, str(out), progress, key == reference_group)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs - 1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {key: pool.submit(run_group, config, groups[key], starts[key], seeds, str(out), False,
+                                        key == reference_group) for key in keys[1:]}
+            outcome[keys[0]] = run_group(config, groups[keys[0]], starts[keys[0]], seeds, str(out), progress,
+                                         keys[0] == reference_group)
+            outcome.update({key: future.result() for key, future in futures.items()})
     per_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     curves: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
-    before_cache: dict[tuple[Any, ...], tuple[dict[str, Any], list[Any], float]] = {}
-    greedy_starts: dict[Any, float] = {}  # greedy EM of each start: the same for every seed
-    scores: dict[str, dict[str, list[dict[str, list[bool]]]]] = {m: {"start": [], "after": []} for m in modes}
-    for i in range(seeds):
-        seed = config.seed + i
-        for mode in modes:
-            paths = starts["single" if MODE_TABLE[mode].single else "hierarchy"]
-            run_dir, tb_dir = out / f"seed{seed}" / mode, out / "tb" / f"seed{seed}" / mode
-            for folder in (run_dir, tb_dir):
-                shutil.rmtree(folder, ignore_errors=True)
-            # greedy evaluation of the same start gives the same episodes for every seed: evaluate it once
-            cache_key = (tuple(sorted(paths.items())), None if config.eval.temperature == 0 else seed)
-            if cache_key not in before_cache:
-                before_cache[cache_key] = _full_evaluation(
-                    config, scenario, lambda c, p=paths, s=seed: evaluation_policies(c, p, p, s), seed=seed, progress=progress,
-                    name=f"start seed{seed}", greedy_cache=greedy_starts, greedy_key=cache_key[0])
-            before, records, before_seconds = before_cache[cache_key]
-            write_jsonl(run_dir / "eval_before.jsonl", records)
-            row, curve_data, after_scores = _train_and_evaluate(config, scenario, mode, seed, paths, run_dir, tb_dir,
-                                                                before, progress)
-            row["eval_seconds"] += before_seconds
-            per_mode[mode].append(row)
-            curves[mode].append(curve_data)
-            scores[mode]["start"].append(before["scores"])
-            scores[mode]["after"].append(after_scores)
+    counts: dict[str, dict[str, list[Any]]] = {m: {"start": [], "after": []} for m in modes}
+    reference = None
+    for key in keys:
+        for mode, runs in outcome[key]["runs"].items():
+            for run in runs:
+                per_mode[mode].append(run["row"])
+                curves[mode].append(run["curve"])
+                scores[mode]["start"].append(run["before_scores"])
+                scores[mode]["after"].append(run["after_scores"])
+                counts[mode]["start"].append(run["before_counts"])
+                counts[mode]["after"].append(run["after_counts"])
+        if outcome[key].get("reference"):
+            reference = outcome[key]["reference"]
+            scores["reference"] = {"after": [reference.pop("scores")]}
     results = {}
     for mode, rows in per_mode.items():
         stats = {key: aggregate([r[key] for r in rows]) for key in AGGREGATED}
@@ -288,6 +322,12 @@ def run_compare(
         "warm_start": {key: _warm_record(paths) for key, paths in starts.items()},
         "results": results,
         "intervals": _intervals(scores, config.seed),
+        "reference": reference,
+        # each mode's held-out mistake rates before -> after, pooled over seeds, with intervals
+        "mistakes": {mode: {"start": mistake_rates_of_counts(pool_counts(c["start"])),
+                            "after": mistake_rates_of_counts(pool_counts(c["after"])),
+                            "change": mistake_changes(pool_counts(c["after"]), pool_counts(c["start"]), seed=config.seed)}
+                     for mode, c in counts.items()},
         "command": command,
         "reproduce": _reproduce(out, seeds, modes),
     }
@@ -362,7 +402,9 @@ def _train_and_evaluate(
         for trainer in holder:  # its role workers (processes, Ray actors) end with it
             trainer.close()
     after_scores = after.pop("scores")
-    before = {k: v for k, v in before.items() if k != "scores"}
+    after_counts = after.pop("mistake_counts")
+    before_counts = before["mistake_counts"]
+    before = {k: v for k, v in before.items() if k not in ("scores", "mistake_counts")}
     rollouts = sum(int(h["rollouts"]) for h in history)
     row = {
         "seed": seed,
@@ -384,10 +426,64 @@ def _train_and_evaluate(
         "sub_reward": history_means(history, "sub/reward_mean"),
         "sub_expert": history_means(history, "sub/expert_mean"),
         "train_accuracy": history_means(history, f"{role}/accuracy"),
+        "mistake_change": mistake_changes(after_counts, before_counts, seed=seed),
     }
     numeric = [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in history]
     curve_data = {"history": numeric, "eval": [{"step": 0, **before}, {"step": total, **after}], "curve": curve}
-    return row, curve_data, after_scores
+    return row, curve_data, (after_scores, after_counts)
+
+
+def run_group(config: TrainConfig, modes: Sequence[str], paths: Mapping[str, str], seeds: int, out_dir: str,
+              progress: bool, with_reference: bool) -> dict[str, Any]:
+    """Every seed of ``modes`` (which share the start models ``paths`` and so one start evaluation per
+    seed), and the reference start's evaluation when asked. Runs in the caller's process or in a
+    worker process of ``compare --jobs``; returns plain data (rows, curves, per-question scores)."""
+    import torch
+
+    import mgrpo_scenarios
+    from mgrpo_env.episode import write_jsonl
+
+    torch.set_num_threads(config.torch_threads)
+    scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
+    out = Path(out_dir)
+    result: dict[str, Any] = {"runs": {mode: [] for mode in modes}}
+    if with_reference:
+        # a start evaluated beside the runs (the oracle clone): sampled like the starts, no greedy pass
+        ref_paths = {role: str(Path(config.eval.reference) / role) for role in ("main", "sub")}
+        ref_config = copy.deepcopy(config)
+        ref_config.eval.greedy = False
+        figures, ref_records, _ = _full_evaluation(
+            ref_config, scenario, lambda c: evaluation_policies(c, ref_paths, ref_paths, config.seed), seed=config.seed,
+            progress=progress, name="reference")
+        write_jsonl(out / "eval_reference.jsonl", ref_records)
+        figures.pop("mistake_counts")
+        result["reference"] = {"path": config.eval.reference, "name": Path(config.eval.reference).name, **figures}
+    before_cache: dict[Any, tuple[dict[str, Any], list[Any], float]] = {}
+    greedy_starts: dict[Any, float] = {}  # greedy EM of the start: the same for every seed
+    for i in range(seeds):
+        seed = config.seed + i
+        for mode in modes:
+            run_dir, tb_dir = out / f"seed{seed}" / mode, out / "tb" / f"seed{seed}" / mode
+            for folder in (run_dir, tb_dir):
+                shutil.rmtree(folder, ignore_errors=True)
+            # greedy evaluation of the same start gives the same episodes for every seed: evaluate it once
+            cache_key = None if config.eval.temperature == 0 else seed
+            if cache_key not in before_cache:
+                before_cache[cache_key] = _full_evaluation(
+                    config, scenario, lambda c, p=paths, s=seed: evaluation_policies(c, p, p, s), seed=seed,
+                    progress=progress, name=f"start seed{seed}", greedy_cache=greedy_starts, greedy_key="start")
+            before, records, before_seconds = before_cache[cache_key]
+            write_jsonl(run_dir / "eval_before.jsonl", records)
+            row, curve_data, (after_scores, after_counts) = _train_and_evaluate(config, scenario, mode, seed, paths,
+                                                                                run_dir, tb_dir, before, progress)
+            row["eval_seconds"] += before_seconds
+            result["runs"][mode].append({"row": row, "curve": curve_data, "before_scores": before["scores"],
+                                         "after_scores": after_scores, "before_counts": before["mistake_counts"],
+                                         "after_counts": after_counts})
+    return result
+
+
+
 
 
 def _intervals(scores: Mapping[str, Mapping[str, list[dict[str, list[bool]]]]], seed: int) -> dict[str, Any]:

@@ -94,3 +94,36 @@ def paired_difference(
                         random_state=np.random.default_rng(seed), vectorized=True)
         low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return {"diff": mean, "low": low, "high": high, "questions": float(len(keys)), "confidence": confidence}
+
+
+def paired_ratio_difference(
+    a: Mapping[str, Sequence[float]], b: Mapping[str, Sequence[float]], *, confidence: float = 0.95,
+    resamples: int = 10_000, seed: int = 0,
+) -> dict[str, float] | None:
+    """The change of a pooled rate, ``sum(num_a) / sum(den_a) - sum(num_b) / sum(den_b)``, with a
+    paired percentile bootstrap over questions (a question is resampled with both its counts).
+
+    ``a`` and ``b`` map a question to ``(mistakes, decisions)`` summed over its samples (e.g. the
+    early answers among the main agent's decisions with hops left); a question missing from one side
+    counts (0, 0) there. None when either side has no decision at all. Returns the keys of
+    :func:`paired_difference`, fractions.
+
+    >>> r = paired_ratio_difference({"q1": (1, 2), "q2": (0, 2)}, {"q1": (2, 2), "q2": (1, 2)})
+    >>> round(r["diff"], 3), r["questions"]
+    (-0.5, 2.0)
+    """
+    keys = sorted(set(a) | set(b))
+    counts = np.array([[*(a.get(q) or (0, 0)), *(b.get(q) or (0, 0))] for q in keys], dtype=np.float64).reshape(-1, 4)
+    totals = counts.sum(axis=0)
+    if not keys or totals[1] == 0 or totals[3] == 0:
+        return None
+    diff = float(totals[0] / totals[1] - totals[2] / totals[3])
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(keys), size=(resamples, len(keys)))
+    sums = counts[picks].sum(axis=1)  # [resamples, 4]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stats = sums[:, 0] / sums[:, 1] - sums[:, 2] / sums[:, 3]
+    stats = stats[np.isfinite(stats)]  # a resample with no decision on one side has no rate
+    alpha = (1.0 - confidence) / 2
+    low, high = (float(np.quantile(stats, alpha)), float(np.quantile(stats, 1 - alpha))) if len(stats) else (diff, diff)
+    return {"diff": diff, "low": low, "high": high, "questions": float(len(keys)), "confidence": confidence}

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PANELS", "SMOOTH", "moving_average", "plot_curves"]
+__all__ = ["PANELS", "MISTAKE_PANELS", "SMOOTH", "moving_average", "plot_curves"]
 
 #: (title, metric keys tried in order: a mode plots the first one its runs logged). Rewards are in
 #: [0, 1] like the rates, so every panel is in percent.
@@ -23,6 +23,15 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sub-agent reward R_S (%)", ("sub/reward_mean",)),
     ("sub-agent expert score (%)", ("sub/expert_mean",)),
     ("sub-agent format rate (%)", ("sub/format_ok",)),
+)
+#: The mechanism, not only the score: the decision mistakes of :mod:`mgrpo_env.mistakes` per
+#: iteration (training rollouts), with the held-out rate before and after as large markers.
+#: (title, training metric keys, held-out key in an eval point's ``mistakes``, scale).
+MISTAKE_PANELS: tuple[tuple[str, tuple[str, ...], str, float], ...] = (
+    ("main answers early, per decision with hops left (%)", ("mistakes/answer_early",), "answer_early", 100.0),
+    ("episodes answered early, main / single (%)", ("mistakes/answer_early_episodes",), "answer_early_episodes", 100.0),
+    ("reports without a visit: sub-agents / single-agent hops (%)", ("mistakes/report_without_visit",), "report_without_visit", 100.0),
+    ("delegations per episode", ("mistakes/delegations",), "delegations", 1.0),
 )
 #: Iterations in the moving average of the training panels (the paper's figures smooth the same way).
 SMOOTH = 5
@@ -51,10 +60,11 @@ def moving_average(values: Sequence[float], window: int = SMOOTH) -> list[float]
 
 def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path) -> Path:
     """Write the curves PNG: six training panels (moving average over :data:`SMOOTH` iterations, the
-    raw values faint behind) and the held-out accuracy (mean@k) after 0, ..., N updates.
+    raw values faint behind), the held-out accuracy (mean@k) after 0, ..., N updates, and the decision
+    mistakes (:data:`MISTAKE_PANELS`: per iteration, and held-out before and after).
 
     ``runs[mode]`` is one dict per seed: ``history`` (the trainer's per-iteration metric dicts),
-    ``eval`` (before/after points ``{"step", "em", "f1"}`` on the full held-out set) and ``curve``
+    ``eval`` (before/after points ``{"step", "em", "f1", "mistakes"?}`` on the full held-out set) and ``curve``
     (the same on ``eval.curve_limit`` questions during training, possibly empty).
     """
     import matplotlib
@@ -63,8 +73,22 @@ def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Pat
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(2, 4, figsize=(20, 8), squeeze=False)
+    fig, axes = plt.subplots(3, 4, figsize=(20, 12), squeeze=False)
     flat = list(axes.flat)
+    for ax, (title, keys, held_out, scale) in zip(flat[8:], MISTAKE_PANELS, strict=True):
+        for i, (mode, seeds) in enumerate(runs.items()):
+            key = keys[0]
+            series = [[(int(h["iteration"]), float(h[key]) * scale) for h in s["history"] if key in h] for s in seeds]
+            if any(series):
+                steps, values = _mean_by_step(series)
+                ax.plot(steps, values, "-", color=f"C{i}", alpha=0.25, linewidth=1)
+                ax.plot(steps, moving_average(values), "-", color=f"C{i}", label=f"{mode} (training)")
+            points = [[(p["step"], float(p["mistakes"][held_out]) * scale) for p in s["eval"]
+                       if (p.get("mistakes") or {}).get(held_out) is not None] for s in seeds]
+            if any(points):
+                steps, values = _mean_by_step(points)
+                ax.plot(steps, values, "s--", color=f"C{i}", markersize=8, label=f"{mode} (held-out)")
+        ax.set_title(title)
     for ax, (title, keys) in zip(flat, PANELS, strict=False):
         for i, (mode, seeds) in enumerate(runs.items()):
             key = next((k for k in keys if any(k in h for s in seeds for h in s["history"])), None)
@@ -75,7 +99,7 @@ def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Pat
             ax.plot(steps, values, "-", color=f"C{i}", alpha=0.25, linewidth=1)
             ax.plot(steps, moving_average(values), "-", color=f"C{i}", label=f"{mode} ({key.split('/')[0]})")
         ax.set_title(title)
-    for ax, metric in zip(flat[6:], ("em", "f1"), strict=True):
+    for ax, metric in zip(flat[6:8], ("em", "f1"), strict=True):
         for i, (mode, seeds) in enumerate(runs.items()):
             color = f"C{i}"
             steps, values = _mean_by_step([[(p["step"], p[metric] * 100) for p in s["eval"]] for s in seeds])

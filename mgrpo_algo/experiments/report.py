@@ -16,7 +16,7 @@ from typing import Any
 
 from mgrpo_env.tool_health import backend_failure_line
 
-__all__ = ["MODES", "format_table", "verdict", "markdown", "history_means", "interval_text"]
+__all__ = ["MODES", "format_table", "verdict", "markdown", "history_means", "interval_text", "mistake_checks", "MISTAKE_NAMES"]
 
 MODES = ("mgrpo", "frozen-sub", "single-agent")
 #: The differences whose paired intervals the report shows: (name, minuend, subtrahend); "start" is the
@@ -27,6 +27,7 @@ DIFFERENCES = (
     ("single-agent: after - start", "single-agent", "start"),
     ("after: mgrpo - frozen-sub", "mgrpo", "frozen-sub"),
     ("after: frozen-sub - single-agent", "frozen-sub", "single-agent"),
+    ("after: mgrpo - reference", "mgrpo", "reference"),
 )
 
 
@@ -101,7 +102,7 @@ def verdict(summary: Mapping[str, Any], rise_points: float = 10.0) -> dict[str, 
     above = _interval_check(intervals, "after: mgrpo - frozen-sub", f"after training, mgrpo > frozen-sub in mean@{k} (interval above 0)")
     below = _interval_check(intervals, "after: frozen-sub - single-agent",
                             f"after training, frozen-sub > single-agent in mean@{k} (interval above 0)")
-    checks = [rise, above, below, _delegation_check(results)]
+    checks = [rise, above, below, _delegation_check(results), *mistake_checks(summary), *_reference_checks(summary)]
     order_held = None if None in (above["passed"], below["passed"]) else bool(above["passed"] and below["passed"])
     sentences = []
     if rise["passed"] is not None:
@@ -113,6 +114,72 @@ def verdict(summary: Mapping[str, Any], rise_points: float = 10.0) -> dict[str, 
                          f"(mgrpo - frozen-sub {interval_text(intervals['after: mgrpo - frozen-sub'])}, frozen-sub - "
                          f"single-agent {interval_text(intervals['after: frozen-sub - single-agent'])} points).")
     return {"order_held": order_held, "rise_held": rise["passed"], "checks": checks, "text": " ".join(sentences)}
+
+
+#: The mistake kinds the checks read (mgrpo_env.mistakes), with the words the report uses for them.
+MISTAKE_NAMES = {
+    "answer_early": "main answers early (per decision with hops left)",
+    "answer_early_episodes": "episodes answered early (main / single)",
+    "report_without_visit": "reports without a visit (sub-agents / single-agent hops)",
+}
+#: Which side of the hierarchy makes each kind: frozen-sub cannot train the "sub" ones away.
+MISTAKE_SIDE = {"answer_early": "main", "answer_early_episodes": "main", "report_without_visit": "sub"}
+
+
+def _change_text(change: Mapping[str, float] | None) -> str:
+    return "n/a" if not change else interval_text(change)
+
+
+def mistake_checks(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The mechanism: each mistake rate falls under M-GRPO (interval below 0), and the sub-agents'
+    falls not under frozen-sub (its interval is not below 0). None where a mode was not run."""
+    mistakes = summary.get("mistakes") or {}
+    checks = []
+    for kind in ("answer_early", "report_without_visit"):
+        change = (mistakes.get("mgrpo") or {}).get("change", {}).get(kind)
+        check = f"under M-GRPO, held-out '{MISTAKE_NAMES[kind]}' falls (interval below 0)"
+        checks.append({"check": check, "passed": None if not change else bool(change["high"] < 0),
+                       "figures": "not run" if not change else f"{_change_text(change)} points"})
+    change = (mistakes.get("frozen-sub") or {}).get("change", {}).get("report_without_visit")
+    checks.append({"check": "under frozen-sub, the sub-agents' 'reports without a visit' does not fall (interval not below 0)",
+                   "passed": None if not change else bool(change["high"] >= 0),
+                   "figures": "not run" if not change else f"{_change_text(change)} points"})
+    return checks
+
+
+def _reference_checks(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """M-GRPO after RL against the reference start (``eval.reference``, e.g. the oracle clone)."""
+    reference = summary.get("reference")
+    diff = (summary.get("intervals") or {}).get("after: mgrpo - reference")
+    if not reference or not diff:
+        return []
+    k = int(summary.get("eval", {}).get("samples", 1))
+    return [{"check": f"after RL, M-GRPO's mean@{k} is at or above the reference start's ({reference['name']}: "
+                      f"{reference['mean_k'] * 100:.1f}) (point estimate >= 0)",
+             "passed": bool(diff["diff"] >= 0), "figures": f"{interval_text(diff)} points"}]
+
+
+def _mistakes_section(summary: Mapping[str, Any]) -> list[str]:
+    """Each mode's held-out mistake rates at the start and after RL, with the change's interval."""
+    mistakes = summary.get("mistakes") or {}
+    rows = []
+    for mode, m in mistakes.items():
+        for kind, name in MISTAKE_NAMES.items():
+            start, after = (m.get("start") or {}).get(kind), (m.get("after") or {}).get(kind)
+            if start is None and after is None:
+                continue
+            rows.append(f"| {mode} | {name} | {_pct(start)} | {_pct(after)} | {_change_text((m.get('change') or {}).get(kind))} |")
+        start, after = (m.get("start") or {}).get("delegations"), (m.get("after") or {}).get("delegations")
+        if start is not None:
+            rows.append(f"| {mode} | delegations per episode | {start:.2f} | {after:.2f} | |")
+    if not rows:
+        return []
+    return ["## Decision mistakes (held-out)", "",
+            "What RL should remove from a start cloned from an imperfect teacher (`mgrpo_env.mistakes`): the "
+            "main agent answering with hops left, and reports made without visiting a page. Rates over every "
+            "held-out sample, pooled over seeds; the change is after - start with a paired bootstrap interval "
+            "over questions (points). Frozen-sub cannot train its sub-agents, so their rate should stay.", "",
+            "| mode | mistake | start | after | change [95% CI] |", "|---|---|---:|---:|---|", *rows, ""]
 
 
 def _delegation_check(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,6 +243,18 @@ def _intervals_section(summary: Mapping[str, Any]) -> list[str]:
             "| difference | points [95% CI] | questions |", "|---|---|---:|", *rows, ""]
 
 
+def _reference_section(summary: Mapping[str, Any]) -> list[str]:
+    reference = summary.get("reference")
+    if not reference:
+        return []
+    k = int(summary.get("eval", {}).get("samples", 1))
+    diff = (summary.get("intervals") or {}).get("after: mgrpo - reference")
+    return ["## Reference start", "",
+            f"`{reference['path']}` ({reference['name']}), evaluated once like the starts: mean@{k} "
+            f"{reference['mean_k'] * 100:.1f}, pass@{k} {reference['pass_k'] * 100:.1f}"
+            + (f"; M-GRPO after RL minus it: {interval_text(diff)} points." if diff else "."), ""]
+
+
 def markdown(summary: Mapping[str, Any]) -> str:
     """report.md of a comparison summary."""
     e, b = summary["eval"], summary["budget"]
@@ -206,6 +285,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
           for c in summary["verdict"].get("checks", [])],
         "",
         *_intervals_section(summary),
+        *_mistakes_section(summary),
+        *_reference_section(summary),
         *_sub_agents_paragraph(summary),
         "",
         backend_failure_line(failures) + ".",

@@ -344,6 +344,7 @@ def _role_key(scenario: Any, cfg: WarmStartConfig, role: str, path: str, limits:
     options = {k: getattr(scenario, k) for k in ("page_chars", "search_k", "browser_mode", "profile") if hasattr(scenario, k)}
     config = {**asdict(cfg), "epochs": cfg.epochs_for(role)}
     config.pop("role_epochs")
+    config.pop("teacher")  # the second stage's settings do not change the oracle stage
     key = {"role": role, "config": config, "model": str(path), "scenario": scenario.metadata,
            "scenario_options": options, "limits": asdict(limits or Limits())}
     return json.loads(json.dumps(key, default=str))

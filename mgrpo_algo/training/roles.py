@@ -359,7 +359,8 @@ class RoleWorker:
             pending.pop(str(iteration), None)
             return {}, []
         facts, sc = entry["facts"], entry["scoring"]
-        rewards = [[paid_sub_reward(f["format_ok"], correct[i], f["expert"], sc["sub_weights"]) for f in row]
+        gate = bool(sc.get("sub_format_gate", False))
+        rewards = [[paid_sub_reward(f["format_ok"], correct[i], f["expert"], sc["sub_weights"], format_gate=gate) for f in row]
                    for i, row in enumerate(facts)]
         states = None
         if sc["step_weight"]:

@@ -30,6 +30,7 @@ from typing import Any
 import mgrpo_scenarios
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
+from mgrpo_env.mistakes import MISTAKE_RATE_KEYS, mistake_rates
 from mgrpo_env.rollout import CollectStats, collect
 from mgrpo_env.tool_health import backend_failures
 
@@ -65,18 +66,42 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
     if missing:
         from ..policies.models import build_role_models
 
+        teacher = config.warm_start.teacher
+        stage2 = config.warm_start.epochs > 0 and teacher.enabled
+        needed = list(missing)
+        if stage2 and "single" in missing and teacher.single_matches_hierarchy:
+            needed += [r for r in ("main", "sub") if r not in needed]  # the single agent's budget is theirs together
         built = build_role_models(
-            scenario, config.models_dir, {r: config.model_sizes.get(r, {}) for r in missing}, seed=config.model_seed,
-            roles=missing,
+            scenario, config.models_dir, {r: config.model_sizes.get(r, {}) for r in needed}, seed=config.model_seed,
+            roles=needed,
         )
-        paths = {role: str(built[role]) for role in missing}
+        paths = {role: str(built[role]) for role in needed}
         if config.warm_start.epochs > 0:
             from ..learning.warmstart import warm_start
 
             warm = warm_start(scenario, paths, Path(config.models_dir) / "warm", config.warm_start, limits=config.limits)
             paths = {role: str(path) for role, path in warm.items()}
-        explicit.update(paths)
+        if stage2:
+            from ..learning.teacher_stage import STAGE_ROLES, teacher_warm_start
+
+            taught = teacher_warm_start(scenario, Path(config.models_dir) / "warm", Path(config.models_dir) / "teacher",
+                                        config.warm_start, limits=config.limits,
+                                        roles=[r for r in STAGE_ROLES if r in needed])
+            paths = {role: str(path) for role, path in taught.items()}
+        explicit.update({role: paths[role] for role in missing})
     return explicit
+
+
+def reward_config(config: TrainConfig, scenario: Any, judge: Any = None) -> RewardConfig:
+    """The env's rewards as ``config`` sets them (weights, expert reference and judge, format gate)."""
+    return RewardConfig(config.main_weights, config.sub_weights,
+                        expert_scorer(judge, reference=config.expert_reference, scenario=scenario),
+                        sub_format_gate=config.sub_format_gate)
+
+
+def oracle_stage_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> dict[str, str]:
+    """The first warm-start stage's folders (the oracle clone), as :func:`role_model_paths` builds them."""
+    return {role: str(Path(config.models_dir) / "warm" / role) for role in roles}
 
 
 def trained_roles(config: TrainConfig) -> list[str]:
@@ -106,7 +131,7 @@ class Trainer:
         store = placement.store or f"sqlite:{self.out / 'stats.sqlite'}"
         (self.out / "config.json").write_text(json.dumps(config_to_dict(config), indent=2, default=str) + "\n")
         # the env pays R_M and R_S once, with the judge wherever the roles run
-        self.reward_config = RewardConfig(config.main_weights, config.sub_weights, expert_scorer(config.expert_judge.make()))
+        self.reward_config = reward_config(config, self.scenario, config.expert_judge.make())
         self._warned_no_expert = False
         self.mode = MODE_TABLE[config.mode]
         paths = self.model_paths = role_model_paths(config, self.scenario, list(self.mode.roles))
@@ -199,6 +224,9 @@ class Trainer:
         failures = backend_failures(records)  # a missing browser or search backend degrades results: say so
         metrics["tools/backend_failures"] = sum(failures.values())
         metrics.update({f"tools/backend_failures/{kind.replace(' ', '_')}": n for kind, n in failures.items()})
+        # the decision mistakes the imperfect-teacher start makes (mgrpo_env.mistakes): RL should remove them
+        rates = mistake_rates(records, cfg.limits.max_delegations)
+        metrics.update({f"mistakes/{k}": v for k, v in rates.items() if k in MISTAKE_RATE_KEYS + ("delegations",) and v is not None})
         metrics.update({
             "iteration": t,
             "split": split,

@@ -131,7 +131,8 @@ class RoleWorkers:
         calls: dict[str, tuple[str, tuple, dict]] = {main_role: ("update_main", (iteration, slot_payload(main)), {})}
         if "sub" in self.handles:
             scoring = {"k": cfg.group_size, "d": d, "strategy": cfg.align_strategy, "step_weight": cfg.step_advantage_weight,
-                       "sub_weights": list(cfg.sub_weights), "estimator": cfg.sub_estimator}
+                       "sub_weights": list(cfg.sub_weights), "estimator": cfg.sub_estimator,
+                       "sub_format_gate": cfg.sub_format_gate}
             calls["sub"] = ("update_sub", (iteration, sub_facts(records), scoring), {"staleness": self.staleness})
         results: dict[str, dict[str, Any]] = {}
         if self.staleness == 0:

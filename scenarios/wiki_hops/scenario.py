@@ -151,6 +151,7 @@ class WikiHops:
         self.render_cache = bool(render_cache)
         self.prerender = bool(prerender) and self.render_cache
         self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+        self._by_name: Any = None  # (graph, name -> entity), built on the first subtask_answer
         self.metadata: dict[str, Any] = {
             "version": VERSION,
             "seed": self.seed,
@@ -336,6 +337,33 @@ class WikiHops:
         from .oracle import combine
 
         return combine(task, finals)
+
+    def subtask_answer(self, task: Task, subtask: str) -> str | None:
+        """The gold answer of ``subtask`` as delegated: one of ``task``'s hop questions asked about
+        whatever entity the subtask names (a chained hop names what the previous report said, right
+        or wrong). None when the subtask is no hop question of the task, or names no entity of the world.
+        The ``expert_reference: subtask`` reward scores a sub-agent's report against it."""
+        from .world import REVERSE_BY_KEY
+
+        subtask = subtask.strip()
+        for hop in task.hops:
+            if not hop.entity or hop.entity not in hop.question:
+                continue
+            prefix, _, suffix = hop.question.partition(hop.entity)
+            if not (subtask.startswith(prefix) and subtask.endswith(suffix) and len(subtask) > len(prefix) + len(suffix)):
+                continue
+            name = subtask[len(prefix) : len(subtask) - len(suffix)]
+            if self._by_name is None:
+                graph = self.graph()
+                self._by_name = (graph, {e.name: e for e in graph.entities})
+            graph, by_name = self._by_name
+            entity = by_name.get(name)
+            if entity is None:
+                return None
+            if hop.relation in REVERSE_BY_KEY:
+                return str(len(graph.members(entity, hop.relation)))
+            return graph.answer(entity, hop.relation)
+        return None
 
     def page_url(self, name: str) -> str:
         """The page of an entity by its name, as agents may write it (``http://wiki-hops.test/wiki/<Name>``;

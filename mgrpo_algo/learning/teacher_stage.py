@@ -1,0 +1,190 @@
+"""The warm start's second stage: fine-tune the oracle clone on an imperfect teacher's demonstrations.
+
+Stage 1 (:func:`mgrpo_algo.learning.warmstart.warm_start`) clones the scripted oracle: the start
+models copy names and values well but make no decision mistakes, so RL finds only idiosyncratic
+copy errors to fix, and those do not transfer to held-out questions. Stage 2 (this module) shows the
+stage-1 models demonstrations of :class:`mgrpo_env.teacher.ImperfectTeacher` (``warm_start.teacher``:
+the mistake kinds and their rates), every episode kept, right or wrong, ``draws`` independent draws
+of each training task, so the clone makes the teacher's mistakes at the teacher's rates: decision
+mistakes that recur across questions, which is what RL is for.
+
+The single agent gets the same teacher and rates, and (``single_matches_hierarchy``) as many
+optimiser steps over both stages as the main and sub roles together, at the same ``batch_tokens``.
+Everything is seeded; on CPU a rerun is bit-identical. Each role folder's ``warm_start.json`` keeps
+the stage's key (a match is reused), the teacher's own accuracy and mistake rates on its
+demonstrations, the training metrics and the step budget of both stages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mgrpo_env.mistakes import mistake_rates
+from mgrpo_env.rollout import collect
+from mgrpo_env.teacher import ImperfectTeacher
+
+from ..core.config import Limits, WarmStartConfig
+from ..policies.hf_policy import load_tokenizer
+from .warmstart import Relabeled, sft_sequences, sft_train, token_budget_batches, token_groups
+
+__all__ = ["teacher_demonstrations", "teacher_warm_start", "STAGE_ROLES"]
+
+#: The order roles are fine-tuned in: the single agent's budget is the other two's sum.
+STAGE_ROLES = ("main", "sub", "single")
+#: Tasks per ``collect`` call (bounds the episodes in flight; the teacher is fast).
+_CHUNK = 100
+
+
+def teacher_demonstrations(scenario: Any, world: Any, cfg: WarmStartConfig, *, single: bool,
+                           limits: Limits | None = None) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """The teacher's chats per role ({"main", "sub"} or {"single"}), every episode kept, ``draws``
+    draws of the first ``max_tasks`` tasks of each split (the last ``validation_tasks`` held out, as
+    in stage 1), and the teacher's accuracy and :func:`~mgrpo_env.mistakes.mistake_rates` per draw."""
+    limits = limits or Limits()
+    teacher = cfg.teacher
+    rates = teacher.rates()
+    roles = ("single",) if single else ("main", "sub")
+    chats: dict[str, list[Any]] = {role: [] for role in roles}
+    stats: dict[str, Any] = {}
+    env_kwargs = ({"limits": limits, "max_turns": max(limits.single_agent_turns, 24)} if single
+                  else {"limits": limits})
+    for draw in range(teacher.draws):
+        policies = {role: ImperfectTeacher(scenario, role, rates, seed=cfg.seed * 1000 + draw) for role in roles}
+        records = []
+        for split in cfg.splits:
+            every = list(scenario.tasks(split))
+            tasks = every[: max(0, len(every) - cfg.validation_tasks)][: cfg.max_tasks]
+            for start in range(0, len(tasks), _CHUNK):
+                records += collect(scenario, tasks[start:start + _CHUNK], 1, policies, world=world,
+                                   env_kwargs=env_kwargs, env="single" if single else "hierarchy",
+                                   seed=1000 * draw + start)
+        for r in records:  # behaviour cloning: right or wrong, the teacher's decisions are what is shown
+            if single:
+                chats["single"].append(r.main.messages)
+            else:
+                chats["main"].append(r.main.messages)
+                chats["sub"] += [s.messages for s in r.subs]
+        rates_seen = mistake_rates(records, limits.max_delegations)
+        stats[f"draw{draw}"] = {"accuracy": sum(r.correct for r in records) / max(1, len(records)), **rates_seen}
+    return chats, stats
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()[:16]
+
+
+def _stage_key(scenario: Any, cfg: WarmStartConfig, role: str, start: Path, limits: Limits | None) -> Any:
+    key = {"stage": "teacher", "role": role, "teacher": asdict(cfg.teacher), "splits": cfg.splits,
+           "max_tasks": cfg.max_tasks, "validation_tasks": cfg.validation_tasks, "batch_tokens": cfg.batch_tokens,
+           "max_seq_tokens": cfg.max_seq_tokens, "beta2": cfg.beta2, "relabel": cfg.relabel, "seed": cfg.seed,
+           "start": _digest(start), "scenario": scenario.metadata, "limits": asdict(limits or Limits())}
+    return json.loads(json.dumps(key, default=str))
+
+
+def _steps_of(folder: Path) -> int | None:
+    """Optimiser steps recorded in a role folder's warm_start.json (both stages when it has both)."""
+    file = folder / "warm_start.json"
+    if not file.is_file():
+        return None
+    record = json.loads(file.read_text())
+    budget = record.get("budget")
+    return int(budget["total_steps"]) if budget else int(record.get("metrics", {}).get("steps", 0)) or None
+
+
+def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path, cfg: WarmStartConfig, *,
+                       limits: Limits | None = None, roles: Sequence[str] = STAGE_ROLES,
+                       progress: bool = True) -> dict[str, Path]:
+    """Fine-tune ``start_dir/<role>`` (stage 1's models) into ``out_dir/<role>`` on the teacher's
+    demonstrations; a role whose ``warm_start.json`` key matches is reused. Returns the role folders."""
+    from transformers import AutoModelForCausalLM
+
+    start, out = Path(start_dir), Path(out_dir)
+    teacher = cfg.teacher
+    if not teacher.enabled:
+        raise ValueError("warm_start.teacher has no mistake with a rate above 0: the second stage would be the oracle again")
+    keys = {role: _stage_key(scenario, cfg, role, start / role, limits) for role in roles}
+    done = {role: out / role for role in roles}
+
+    def reusable(role: str) -> bool:
+        file = done[role] / "warm_start.json"
+        return file.is_file() and json.loads(file.read_text()).get("key") == keys[role]
+
+    todo = [role for role in roles if not reusable(role)]
+    if not todo:
+        return done
+    chats: dict[str, list[Any]] = {}
+    stats: dict[str, Any] = {}
+    with scenario.open() as world:
+        for single in sorted({role == "single" for role in todo}):
+            got, seen = teacher_demonstrations(scenario, world, cfg, single=single, limits=limits)
+            chats.update(got)
+            stats.update({role: seen for role in got})
+    sft = replace(cfg, lr=teacher.lr, warmup_steps=teacher.warmup_steps, min_lr_ratio=teacher.min_lr_ratio,
+                  noise=0.0, validation_tasks=0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(teacher.torch_threads)
+    try:
+        for role in [r for r in STAGE_ROLES if r in todo]:
+            source = start / role
+            tokenizer = load_tokenizer(str(source))
+            model = AutoModelForCausalLM.from_pretrained(str(source))
+            sequences, counts = sft_sequences(tokenizer, chats[role], role=role, noise=0.0,
+                                              rng=random.Random(f"teacher-{cfg.seed}-{role}"),
+                                              max_seq_tokens=cfg.max_seq_tokens)
+            shown: Sequence[tuple[list[int], list[int]]] = sequences
+            if cfg.relabel:
+                shown = Relabeled(sequences, token_groups(scenario, tokenizer), seed=cfg.seed)
+            before = _steps_of(source) or 0
+            epochs = float(teacher.role_epochs.get(role, 0.0))
+            target_steps = None
+            if role == "single" and teacher.single_matches_hierarchy:
+                target_steps = sum((_steps_of(done[r]) or 0) for r in ("main", "sub")) - before
+                per_epoch = len(token_budget_batches(sequences, cfg.batch_tokens, random.Random(0)))
+                # sft_train runs ceil(epochs * per_epoch) steps: half a step under the target lands on it
+                epochs = max(0.0, (target_steps - 0.5) / max(1, per_epoch))
+            metrics = sft_train(model, shown, sft, pad_id=tokenizer.pad_token_id or 0, desc=f"teacher stage {role}",
+                                progress=progress, epochs=epochs)
+            steps = int(metrics.get("steps", 0))
+            target = done[role]
+            if target.exists():
+                shutil.rmtree(target)
+            target.mkdir(parents=True)
+            model.save_pretrained(target)
+            tokenizer.save_pretrained(target)
+            for name in ("generation_config.json", "chat_template.jinja"):
+                if (source / name).is_file() and not (target / name).is_file():
+                    shutil.copy2(source / name, target / name)
+            budget = {"oracle_stage_steps": before, "teacher_stage_steps": steps, "total_steps": before + steps,
+                      "batch_tokens": cfg.batch_tokens, "epochs": epochs,
+                      "matched_to_hierarchy": target_steps is not None}
+            record = {"key": keys[role], "counts": counts, "teacher": stats.get(role, {}), "metrics": metrics,
+                      "budget": budget, "from": str(source)}
+            (target / "warm_start.json").write_text(json.dumps(record, indent=2, default=_json_default) + "\n")
+    finally:
+        torch.set_num_threads(threads)
+    return done
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return str(value)
+
+
+def teacher_summary(folders: Mapping[str, Path]) -> dict[str, Any]:
+    """Per role: the teacher's first-draw accuracy and rates, and the step budget (for the CLI's line)."""
+    out = {}
+    for role, folder in folders.items():
+        record = json.loads((folder / "warm_start.json").read_text())
+        out[role] = {"teacher": record.get("teacher", {}).get("draw0", {}), "budget": record.get("budget", {})}
+    return out

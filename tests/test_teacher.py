@@ -1,0 +1,183 @@
+"""The imperfect teacher: the oracle at rate 0, each mistake kind as documented, its rates, seeds and the
+single agent's replayed mistakes; and the mistake rates of episode records, computed by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mgrpo_env.core import Limits
+from mgrpo_env.mistakes import counts_by_question, mistake_rates, record_counts
+from mgrpo_env.rollout import collect
+from mgrpo_env.scripted import OraclePolicy
+from mgrpo_env.teacher import MistakeRate, teacher_policies
+
+
+@pytest.fixture(scope="module")
+def tiny(small_scenario):
+    from mgrpo_scenarios.wiki_hops import WikiHops
+
+    return WikiHops(seed=0, num_entities=300, profile="tiny", data_dir=small_scenario.data_dir)
+
+
+@pytest.fixture(scope="module")
+def tiny_world(tiny):
+    with tiny.open() as world:
+        yield world
+
+
+LIMITS = Limits(max_main_turns=5, max_sub_turns=3, max_delegations=3)
+SINGLE = {"limits": LIMITS, "max_turns": 24}
+
+
+def _run(scenario, world, tasks, policies, *, single=False, seed=0):
+    return collect(scenario, tasks, 1, policies, world=world, seed=seed, env="single" if single else "hierarchy",
+                   env_kwargs=SINGLE if single else {"limits": LIMITS})
+
+
+def _actions(records):
+    return [[m["content"] for m in r.main.messages] + [m["content"] for s in r.subs for m in s.messages] for r in records]
+
+
+def test_every_rate_zero_is_the_oracle(tiny, tiny_world):
+    tasks = list(tiny.tasks("stage2/train"))[:24]
+    oracle = {r: OraclePolicy(tiny, r) for r in ("main", "sub")}
+    teacher = teacher_policies(tiny, ("main", "sub"), {"answer_early": 0.0, "report_without_visit": 0.0}, seed=3)
+    assert _actions(_run(tiny, tiny_world, tasks, teacher)) == _actions(_run(tiny, tiny_world, tasks, oracle))
+    single_teacher = teacher_policies(tiny, ("single",), {"visit_wrong_hit": MistakeRate(0.0)}, seed=3)
+    single_oracle = {"single": OraclePolicy(tiny, "single")}
+    assert (_actions(_run(tiny, tiny_world, tasks[:12], single_teacher, single=True))
+            == _actions(_run(tiny, tiny_world, tasks[:12], single_oracle, single=True)))
+
+
+def test_answer_early_guesses_the_named_entity_and_spares_comparisons(tiny, tiny_world):
+    tasks = list(tiny.tasks("stage2/train"))[:40]
+    rates = {"answer_early": MistakeRate(1.0, question_kinds={"comparison": 0.0})}
+    records = _run(tiny, tiny_world, tasks, teacher_policies(tiny, ("main", "sub"), rates, seed=0))
+    for r in records:
+        first = r.main.turns[0]
+        if r.task["kind"] == "comparison":
+            assert first.tool_call is not None and first.tool_call.tool == "delegate"
+        else:  # no report yet: the guess is the entity the question names (its first hop's)
+            assert first.kind == "answer" and r.main.final == r.task["hops"][0]["entity"] and not r.subs
+    assert {r.task["kind"] for r in records} >= {"comparison", "chain"}
+
+
+def test_report_without_visit_reports_another_hit(tiny, tiny_world):
+    tasks = list(tiny.tasks("stage2/train"))[:16]
+    records = _run(tiny, tiny_world, tasks, teacher_policies(tiny, ("main", "sub"), {"report_without_visit": 1.0}, seed=0))
+    subs = [s for r in records for s in r.subs]
+    assert subs and all(s.final is not None for s in subs)
+    for s in subs:
+        tools = [t.tool_call.tool for t in s.turns if t.tool_call]
+        assert tools == ["search"]  # searched once, reported at once
+        hits = [line.split("] ", 1)[1] for line in s.turns[0].observation.splitlines() if line.startswith("[")]
+        entity = s.turns[0].tool_call.arguments["queries"][0]
+        others = [h for h in hits if h != entity]
+        assert s.final == (others[0] if others else entity)
+    assert mistake_rates(records)["report_without_visit"] == 1.0
+
+
+def test_visit_wrong_hit_visits_another_page(tiny, tiny_world):
+    tasks = list(tiny.tasks("stage1/train"))[:16]
+    records = _run(tiny, tiny_world, tasks, teacher_policies(tiny, ("main", "sub"), {"visit_wrong_hit": 1.0}, seed=0))
+    visits = 0
+    for s in (s for r in records for s in r.subs):
+        calls = [t.tool_call for t in s.turns if t.tool_call]
+        entity = calls[0].arguments["queries"][0]
+        hits = [line.split("] ", 1)[1] for line in s.turns[0].observation.splitlines() if line.startswith("[")]
+        if [h for h in hits if h != entity] and len(calls) > 1:
+            assert calls[1].tool == "visit" and not calls[1].arguments["url"].endswith(f"/wiki/{entity}")
+            visits += 1
+    assert visits >= 8
+    assert sum(r.correct for r in records) < sum(r.correct for r in _run(
+        tiny, tiny_world, tasks, {k: OraclePolicy(tiny, k) for k in ("main", "sub")}))
+
+
+def test_rates_are_met_and_draws_follow_the_seed(tiny, tiny_world):
+    tasks = list(tiny.tasks("stage2/train"))[:150]
+    rates = {"answer_early": 0.3, "report_without_visit": 0.3}
+    records = _run(tiny, tiny_world, tasks, teacher_policies(tiny, ("main", "sub"), rates, seed=0))
+    seen = mistake_rates(records, LIMITS.max_delegations)
+    # ~300 decisions of each kind: the binomial standard error is ~0.027
+    assert 0.22 <= seen["answer_early"] <= 0.38 and 0.22 <= seen["report_without_visit"] <= 0.38
+    again = _run(tiny, tiny_world, tasks, teacher_policies(tiny, ("main", "sub"), rates, seed=0))
+    other = _run(tiny, tiny_world, tasks, teacher_policies(tiny, ("main", "sub"), rates, seed=1))
+    assert _actions(again) == _actions(records) and _actions(other) != _actions(records)
+
+
+def test_single_agent_replays_its_own_mistakes(tiny, tiny_world):
+    """The single agent's teacher recomputes its earlier skips from its chat: with every hop taken from
+    a search hit, it never visits, and it moves on to the next hop (a search for the guessed name)."""
+    tasks = [t for t in tiny.tasks("stage2/train") if t.kind == "chain"][:12]
+    records = _run(tiny, tiny_world, tasks, teacher_policies(tiny, ("single",), {"report_without_visit": 1.0}, seed=0),
+                   single=True)
+    for r in records:
+        tools = [t.tool_call.tool for t in r.main.turns if t.tool_call]
+        assert "visit" not in tools and r.main.final is not None
+        calls = [t for t in r.main.turns if t.tool_call]
+        assert len(calls) == len(r.task["hops"])  # one search per hop, no visit
+        for turn, after in zip(calls, [*calls[1:], None], strict=True):
+            query = turn.tool_call.arguments["queries"][0]
+            hits = [line.split("] ", 1)[1] for line in turn.observation.splitlines() if line.startswith("[")]
+            guess = next((h for h in hits if h != query), query)  # the next hop is about the guessed name
+            assert (after.tool_call.arguments["queries"][0] if after else r.main.final) == guess or after is None
+    rates = mistake_rates(records)
+    assert rates["report_without_visit"] == 1.0 and rates["answer_early"] is None
+    early = teacher_policies(tiny, ("single",), {"answer_early": 1.0}, seed=0)
+    first = _run(tiny, tiny_world, tasks[:4], early, single=True)
+    assert all(r.main.turns[0].kind == "answer" and r.main.final == r.task["hops"][0]["entity"] for r in first)
+
+
+def test_unknown_kind_and_bad_rate_are_refused(tiny):
+    from mgrpo_env.teacher import ImperfectTeacher
+
+    with pytest.raises(ValueError, match="unknown mistake kind 'guess'.*answer_early"):
+        ImperfectTeacher(tiny, "main", {"guess": 0.1})
+    with pytest.raises(ValueError, match="must be in"):
+        MistakeRate(1.5)
+    assert MistakeRate(0.3, roles={"single": 0.1}, question_kinds={"comparison": 0.0}).for_("single", "chain") == 0.1
+    assert MistakeRate(0.3, roles={"single": 0.1}, question_kinds={"comparison": 0.0}).for_("single", "comparison") == 0.0
+
+
+# -- mistake rates of records, by hand ---------------------------------------------------------
+
+def _turn(kind, tool=None, **arguments):
+    return {"kind": kind, "tool_call": {"tool": tool, "arguments": arguments} if tool else None}
+
+
+def _hierarchy(qid, hops, main_turns, subs):
+    return {"task": {"id": qid, "hops": [{}] * hops}, "main": {"role": "main", "turns": main_turns},
+            "subs": [{"final": final, "turns": [_turn("tool_call", t) for t in tools]} for final, tools in subs]}
+
+
+def test_mistake_rates_by_hand():
+    d, a = _turn("tool_call", "delegate"), _turn("answer")
+    records = [
+        # 3 hops: delegate, answer with 2 left -> decisions 2, early 1; one sub reported after a visit
+        _hierarchy("q1", 3, [d, a], [("x", ["search", "visit"])]),
+        # 2 hops: delegate twice, answer (no hops left): decisions 2, early 0; one report without a visit,
+        # one sub without a result (not a report)
+        _hierarchy("q2", 2, [d, d, a], [("y", ["search"]), (None, ["search"])]),
+        # 4 hops capped at 3 delegations: answers at once -> decisions 1, early 1
+        _hierarchy("q1", 4, [a], []),
+        # 1 hop, delegated twice: the second delegation is no decision with hops left -> decisions 1
+        _hierarchy("q3", 1, [d, d, a], []),
+    ]
+    rates = mistake_rates(records, max_delegations=3)
+    assert rates["answer_early"] == pytest.approx(2 / 6)
+    assert rates["answer_early_episodes"] == pytest.approx(2 / 4)
+    assert rates["report_without_visit"] == pytest.approx(1 / 2)
+    assert rates["delegations"] == pytest.approx(5 / 4)
+    assert counts_by_question(records) == {
+        "q1": {"answer_early": [2, 3], "answer_early_episodes": [2, 2], "report_without_visit": [0, 1], "delegations": [1, 2]},
+        "q2": {"answer_early": [0, 2], "answer_early_episodes": [0, 1], "report_without_visit": [1, 1], "delegations": [2, 1]},
+        "q3": {"answer_early": [0, 1], "answer_early_episodes": [0, 1], "report_without_visit": [0, 0], "delegations": [2, 1]},
+    }
+    single = {"task": {"id": "s", "hops": [{}, {}, {}]}, "main": {"role": "single", "turns": [
+        _turn("tool_call", "search", queries=["A"]), _turn("tool_call", "search", queries=['"A"']),
+        _turn("tool_call", "visit", url="u"), _turn("tool_call", "search", queries=["B"]), _turn("answer")]}}
+    # hops A (visited) and B (left for the answer without a visit); 2 of 3 hops worked on: early
+    assert record_counts(single) == {"answer_early_episodes": (1, 1), "report_without_visit": (1, 2)}
+    assert json.dumps(mistake_rates([single]))  # JSON-ready
