@@ -39,11 +39,11 @@ test: chromium $(STAMP)
 test-all: chromium $(STAMP)
 	$(PY) -m pytest -q -m "not gpu"
 
-# The main job: from the committed warm start (configs/demo-warm-start, checksum-verified),
-# M-GRPO / frozen-sub / single-agent at the same rollout budget (configs/demo.yaml, 2 cores),
-# then the episode viewer of the M-GRPO run.
+# The main job: from the committed warm start (configs/demo-warm-start, the imperfect teacher's clone,
+# checksum-verified), M-GRPO / frozen-sub / single-agent at the same rollout budget (configs/demo.yaml),
+# the hierarchy's modes and the single agent's in two processes (one per core), then the viewer of the M-GRPO run.
 demo: chromium $(STAMP)
-	$(VENV)/bin/mgrpo compare --config configs/demo.yaml --seeds 1 --out runs/demo
+	$(VENV)/bin/mgrpo compare --config configs/demo.yaml --seeds 1 --jobs 2 --out runs/demo
 	$(VENV)/bin/mgrpo view runs/demo/seed0/mgrpo
 
 # Rebuild the demo's start models from scratch, both stages (world, tokenizer, tiny models; stage 1:
