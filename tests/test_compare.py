@@ -398,3 +398,25 @@ def test_compare_with_two_jobs_gives_the_same_numbers(small_scenario, compared_i
     assert summary["mistakes"] == reference["mistakes"] and summary["intervals"] == reference["intervals"]
     assert set(summary["mistakes"]) == {"mgrpo", "frozen-sub", "single-agent"}
     assert summary["mistakes"]["single-agent"]["start"].get("answer_early") is None  # no main decisions
+
+
+def test_report_shows_each_modes_decision_mistakes(compared):
+    """The mechanism beside the score: held-out mistake rates per mode, before -> after with intervals,
+    recomputed here from the episode files, and the checks built from them."""
+    from mgrpo_env.episode import read_jsonl
+    from mgrpo_env.mistakes import mistake_rates
+
+    out, summary = compared
+    assert set(summary["mistakes"]) == set(MODES)
+    for mode in MODES:
+        after = [r for seed in summary["seeds"] for r in read_jsonl(out / f"seed{seed}" / mode / "eval_after.jsonl")]
+        rates = mistake_rates(after, 1)  # the tiny settings' max_delegations
+        for kind in ("answer_early", "answer_early_episodes", "report_without_visit"):
+            assert summary["mistakes"][mode]["after"].get(kind) == pytest.approx(rates[kind]) if rates[kind] is not None \
+                else summary["mistakes"][mode]["after"].get(kind) is None
+    report = (out / "report.md").read_text()
+    assert "## Decision mistakes (held-out)" in report
+    checks = [c["check"] for c in summary["verdict"]["checks"]]
+    assert sum("falls (interval below 0)" in c for c in checks) == 2 and any("does not fall" in c for c in checks)
+    history = [json.loads(line) for line in (out / "seed0" / "mgrpo" / "metrics.jsonl").read_text().splitlines()]
+    assert all("mistakes/answer_early_episodes" in h for h in history)  # per iteration, for the curves

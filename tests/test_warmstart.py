@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -176,3 +177,11 @@ def test_teacher_stage_matches_the_single_agents_budget_and_is_reused(small_scen
     weights = AutoModelForCausalLM.from_pretrained(out["sub"]).state_dict()
     before = AutoModelForCausalLM.from_pretrained(first["sub"]).state_dict()
     assert any(not torch.equal(weights[n], before[n]) for n in weights)  # the fine-tune moved the sub model
+    # a second build into another folder (fresh world port, fresh demonstrations) is bit-identical
+    cfg_main = replace(cfg, teacher=replace(cfg.teacher, role_epochs={"main": 2, "sub": 1}, single_matches_hierarchy=False))
+    again = teacher_warm_start(small_scenario, tmp_path / "warm", tmp_path / "teacher-again", cfg_main,
+                               roles=("main", "sub"), progress=False)
+    for role in ("main", "sub"):
+        a = AutoModelForCausalLM.from_pretrained(out[role]).state_dict()
+        b = AutoModelForCausalLM.from_pretrained(again[role]).state_dict()
+        assert all(torch.equal(a[n], b[n]) for n in a), role
