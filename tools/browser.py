@@ -64,11 +64,65 @@ CHROMIUM_ARGS = (
 )
 
 
+# Installed in every document before its scripts run: counts the page's own fetch() calls, their
+# body reads and XMLHttpRequests from the moment a script starts one, and ends each one task after
+# it settles (so the page's handlers of the answer have run). The route handler sees a request only
+# when Chromium hands it over, which on a loaded machine (a slow renderer, a stalled worker loop) can
+# come after its quiet window has passed; the page's own count cannot lag. `__mgrpoNet(waitMs)`
+# resolves once nothing is pending (or after waitMs) to [pending, the DOM as page.content() reads
+# it, or null while pending], read in the same task, with serializers taken before any page script ran.
+_NET_SCRIPT = """(() => {
+  if (window.__mgrpoNet) return;
+  const Serializer = XMLSerializer, serialize = XMLSerializer.prototype.serializeToString;
+  const outer = Object.getOwnPropertyDescriptor(Element.prototype, 'outerHTML').get;
+  let pending = 0, waiters = [];
+  const start = () => { pending += 1; };
+  const end = () => { setTimeout(() => {
+    pending -= 1;
+    if (pending === 0) { const ready = waiters; waiters = []; ready.forEach((wake) => wake()); }
+  }, 0); };
+  const counted = (call) => function (...args) {
+    start();
+    let promise;
+    try { promise = call.apply(this, args); } catch (error) { end(); throw error; }
+    Promise.resolve(promise).then(end, end);
+    return promise;
+  };
+  if (window.fetch) window.fetch = counted(window.fetch);
+  if (window.Response) {
+    for (const name of ['arrayBuffer', 'blob', 'formData', 'json', 'text']) {
+      const read = Response.prototype[name];
+      if (read) Response.prototype[name] = counted(read);
+    }
+  }
+  if (window.XMLHttpRequest) {
+    const send = XMLHttpRequest.prototype.send;
+    XMLHttpRequest.prototype.send = function (...args) {
+      start();
+      this.addEventListener('loadend', end, { once: true });
+      try { return send.apply(this, args); } catch (error) { this.removeEventListener('loadend', end); end(); throw error; }
+    };
+  }
+  const read = () => {
+    if (pending > 0) return [pending, null];
+    let html = document.doctype ? serialize.call(new Serializer(), document.doctype) : '';
+    if (document.documentElement) html += outer.call(document.documentElement);
+    return [0, html];
+  };
+  Object.defineProperty(window, '__mgrpoNet', { value: (waitMs) => new Promise((resolve) => {
+    if (pending === 0) { resolve(read()); return; }
+    const wake = () => resolve(read());
+    waiters.push(wake);
+    setTimeout(wake, waitMs);
+  }) });
+})();"""
+
+
 class BrowserFetcher(RequestGuard):
     """Fetch pages with headless Chromium; same ``fetch(url) -> FetchResult`` as the HTTP fetcher.
 
     The browser starts on the first fetch. ``FetchResult.text`` is the rendered DOM
-    (``page.content()``) after the ``load`` event and a short network-quiet wait.
+    (what ``page.content()`` reads) after the ``load`` event and a short network-quiet wait.
 
     Args:
         policy: URL policy for the page and each of its requests.
@@ -81,8 +135,9 @@ class BrowserFetcher(RequestGuard):
             Chromium to start a renderer process (~150 ms); a prepared context has never loaded
             anything, so every fetch still gets a clean one. 0 turns this off.
         max_redirects: redirect hops followed for the document and for each sub-resource.
-        idle_s: after ``load``, wait until no request has been in flight for this long (pages that
-            fetch their content with JavaScript), bounded by ``max_idle_wait_s``.
+        idle_s: after ``load``, wait until no request has been in flight for this long at the route
+            handler and none is pending in the page (pages that fetch their content with JavaScript),
+            bounded by ``max_idle_wait_s``.
         max_idle_wait_s: the longest wait for that quiet period.
         launch_args: Chromium command-line switches.
         startup_timeout_s: limit for launching the browser.
@@ -271,6 +326,7 @@ class BrowserFetcher(RequestGuard):
         context = await self._browser.new_context(service_workers="block", accept_downloads=False)
         tab = _Tab(context)
         try:
+            await context.add_init_script(_NET_SCRIPT)
             await context.route("**/*", lambda route: self._route(route, tab))
             if hasattr(context, "route_web_socket"):
                 # A WebSocket route that never calls connect_to_server() is never connected.
@@ -385,11 +441,11 @@ class BrowserFetcher(RequestGuard):
             content_type = ""
             if response is not None:
                 content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-            settled = await self._settle(job)
+            settled, html = await self._settle(job, page)
             # A page still fetching when we read it, or one that forbids storing, is not reused.
             reusable = settled and "no-store" not in (
                 response.headers.get("cache-control", "").lower() if response is not None else "")
-            html = self.policy.origin_map.virtualize_text(await self._content(page))
+            html = self.policy.origin_map.virtualize_text(html if html is not None else await self._content(page))
             if len(html.encode("utf-8", errors="replace")) > self.max_bytes:
                 raise ToolError("content", f"page larger than {self.max_bytes} bytes at {current}")
             return FetchResult(
@@ -408,24 +464,53 @@ class BrowserFetcher(RequestGuard):
             self._spawn(self._close_tab(tab), self._closing)
             self._schedule_refill()
 
-    async def _settle(self, job: _Job) -> bool:
-        """Wait until no request has been in flight for ``idle_s`` (bounded), for JS-loaded content;
-        False when the wait ran out first (the page was still loading when read).
+    async def _settle(self, job: _Job, page: Any) -> tuple[bool, str | None]:
+        """Wait until the page is quiet (bounded by ``max_idle_wait_s``), for JS-loaded content:
+        ``(settled, its DOM read at that moment or None)``; False when the wait ran out first (the page
+        was still loading when read).
 
-        Requests are counted in the route handler, which sees them all; a document without
-        scripts cannot change after ``load``, so it is not waited for.
+        Quiet at both ends: no request at the route handler (which sees every network request) for
+        ``idle_s``, and none pending in the page (:data:`_NET_SCRIPT`: fetches and XHRs from the moment
+        a script starts them until its handlers of the answer ran; the page is asked once the route is
+        quiet, and waits in the page for its own requests). A document without scripts cannot change
+        after ``load``, so it is not waited for.
         """
         if not job.has_scripts:
-            return True
+            return True, None
         # A script may start a request from its onload handler just after we got "load": wait
         # at least idle_s from now, not from the last request.
         job.last_activity = time.monotonic()
         limit = min(time.monotonic() + self.max_idle_wait_s, job.deadline - 0.5)
         while time.monotonic() < limit:
             if job.inflight == 0 and time.monotonic() - job.last_activity >= self.idle_s:
-                return True
+                started = job.started
+                pending, html = await self._read_when_idle(page, limit - time.monotonic())
+                # A request the route saw start meanwhile may change the page after this read.
+                if pending == 0 and job.started == started and job.inflight == 0:
+                    return True, html
+                if pending < 0:  # the page could not answer (busy, or navigating)
+                    await asyncio.sleep(0.02)
+                continue
             await asyncio.sleep(0.02)
-        return False
+        return False, None
+
+    @staticmethod
+    async def _read_when_idle(page: Any, timeout_s: float) -> tuple[int, str | None]:
+        """``(requests pending in the page, its DOM when none)``, waiting in the page up to ``timeout_s``
+        for them; ``(0, None)`` without the counter (the route handler's count is then all there is),
+        ``(-1, None)`` when the page did not answer in time."""
+        from playwright.async_api import Error as PlaywrightError
+
+        wait_ms = max(1, int(timeout_s * 1000))
+        try:
+            state = await asyncio.wait_for(
+                page.evaluate("(ms) => window.__mgrpoNet ? window.__mgrpoNet(ms) : null", wait_ms),
+                timeout=max(0.01, timeout_s) + 0.5)
+        except (asyncio.TimeoutError, TimeoutError, PlaywrightError):
+            return -1, None
+        if state is None:
+            return 0, None
+        return int(state[0]), state[1]
 
     @staticmethod
     async def _content(page: Any) -> str:

@@ -34,6 +34,7 @@ class _Job:
     error: ToolError | None = None  # why the main-frame request was aborted
     blocked: list[str] = field(default_factory=list)
     inflight: int = 0  # requests inside the route handler (every network request passes there)
+    started: int = 0  # requests that reached the route handler so far
     last_activity: float = field(default_factory=time.monotonic)
     has_scripts: bool = True  # whether the document has <script>; without, nothing changes after load
 
@@ -62,6 +63,7 @@ class RequestGuard:
             await route.abort("blockedbyclient")
             return
         job.inflight += 1
+        job.started += 1
         try:
             await self._guard(route, job)
         finally:
