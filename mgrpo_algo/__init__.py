@@ -27,7 +27,6 @@ _EXPORTS = {
     "load_config": "core.config",
     "main_advantages": "core.advantages",
     "sub_advantages": "core.advantages",
-    "score_batch": "core.scoring",
     "TransformersPolicy": "policies.hf_policy",
     "OpenAICompatiblePolicy": "policies.http_policy",
     "RoleLearner": "learning.learner",

@@ -50,7 +50,7 @@ def _build_scenario(name: str, pairs: Sequence[str]) -> Any:
 def _cmd_train(args: argparse.Namespace) -> int:
     from mgrpo_env.tool_health import backend_failure_line
 
-    from .core.config import MODE_TABLE, load_config
+    from .core.config import MODES, load_config
     from .training.preflight import PreflightError, preflight
     from .training.run_folder import check_fresh_run_folder, clear_run_folder
 
@@ -91,7 +91,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if not writers:
             writers.append(SummaryWriter(log_dir=str(Path(config.out_dir) / "tb"), flush_secs=5))
         log_scalars(writers[0], metrics, int(metrics["iteration"]))
-        role = MODE_TABLE[config.mode].roles[0]  # the main (or single) agent
+        role = MODES[config.mode].roles[0]  # the main (or single) agent
         print(
             f"iter {metrics['iteration']:>3} {metrics['split']:<13} {role} reward {metrics[f'{role}/reward_mean']:.3f} "
             f"acc {metrics[f'{role}/accuracy']:.3f} | {metrics['time/iteration']:.1f}s "
@@ -129,10 +129,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from mgrpo_env.tool_health import backend_failure_line
 
     from .core.config import load_config
+    from .core.modes import mode_names
     from .experiments.compare import check_compare, format_table, run_compare
     from .training.preflight import PreflightError, check_writable, preflight
 
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    modes = [m.strip() for m in (args.modes or ",".join(mode_names())).split(",") if m.strip()]
     try:
         config = load_config(args.config, args.set)
         check_compare(config, args.seeds, modes)
@@ -277,6 +278,9 @@ def _cmd_view(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .core.modes import mode_names  # the tables, so a registered mode or placement is listed
+    from .distributed.placement import PLACEMENTS
+
     parser = argparse.ArgumentParser(prog="mgrpo", description="Train and evaluate multi-agent deep-research systems with M-GRPO.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -288,7 +292,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", default=None, help="YAML file of mgrpo_algo.core.config.TrainConfig fields")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field, dotted for nested ones (main.learner.lr=1e-4)")
-    tr.add_argument("--placement", choices=("local", "processes", "ray"), default=None,
+    tr.add_argument("--placement", default=None, metavar="{" + ",".join(PLACEMENTS.names()) + "}",
                     help="run each role on its own server (decoupled M-GRPO): in this process, one process per "
                     "role, or Ray actors; default: the single-process trainer")
     tr.add_argument("--store", default=None, help="shared statistics store: sqlite:PATH (default: OUT_DIR/stats.sqlite) "
@@ -310,8 +314,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="override a config field, dotted for nested ones (eval.limit=50)")
     cp.add_argument("--seeds", type=int, default=3, help="seeds per mode: config seed, seed + 1, ...")
     cp.add_argument("--out", default="runs/compare", help="folder for summary.json, report.md, curves.png, tb/, runs")
-    cp.add_argument("--modes", default=",".join(("mgrpo", "frozen-sub", "single-agent")),
-                    help="comma-separated modes to compare")
+    cp.add_argument("--modes", default=None,
+                    help=f"comma-separated modes to compare (default: every registered mode: {','.join(mode_names())})")
     cp.add_argument("--quiet", action="store_true", help="no progress bars")
     cp.add_argument("--jobs", type=int, default=1,
                     help="processes: the hierarchy's modes and the single agent's run side by side with 2 "

@@ -57,12 +57,19 @@ from . import rewards as reward_fns
 from .core import (
     Limits,
     RewardConfig,
-    call_tool,
     pick_task,
-    safe_verify,
-    setup_episodes,
 )
 from .episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
+from .episode_core import (
+    EpisodeSource,
+    close_record,
+    pay_answer,
+    record_turn,
+    render_line,
+    reply,
+    run_tool,
+    show,
+)
 from .protocol import (
     format_error,
     format_tool_response,
@@ -71,6 +78,7 @@ from .protocol import (
     role_tools,
     system_prompt,
 )
+from .roles import env_roles
 from .spaces import action_space, observation_space, sanitize
 
 __all__ = ["MGRPOEnv", "env", "raw_env"]
@@ -78,7 +86,7 @@ __all__ = ["MGRPOEnv", "env", "raw_env"]
 MAIN = "main_0"
 
 
-class MGRPOEnv(AECEnv):
+class MGRPOEnv(EpisodeSource, AECEnv):
     metadata = {"name": "mgrpo_v0", "render_modes": ["ansi", "human"], "is_parallelizable": False}
 
     def __init__(
@@ -100,7 +108,7 @@ class MGRPOEnv(AECEnv):
             raise ValueError("pass either limits=Limits(...) or limit keywords, not both")
         self.limits = limits or Limits(**limit_kwargs)
         self.reward_config = rewards or RewardConfig()
-        setup_episodes(self, scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
+        self._setup_episodes(scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
                        render_mode=render_mode)
 
         self.possible_agents = [MAIN] + [f"sub_{i}" for i in range(self.limits.max_delegations)]
@@ -110,7 +118,7 @@ class MGRPOEnv(AECEnv):
         self.observation_spaces = {a: obs_space for a in self.possible_agents}
         self.action_spaces = {a: (main_space if a == MAIN else sub_space) for a in self.possible_agents}
         style = getattr(self.scenario, "prompt_style", "full")  # a scenario's profile may ask for compact prompts
-        self._tools_of = {role: role_tools(self.scenario, role) for role in ("main", "sub")}  # the scenario's sets
+        self._tools_of = {role: role_tools(self.scenario, role) for role in env_roles("hierarchy")}  # the scenario's sets
         self._prompts = {role: system_prompt(role, tools, style) for role, tools in self._tools_of.items()}
         self.record: EpisodeRecord | None = None
 
@@ -173,19 +181,8 @@ class MGRPOEnv(AECEnv):
         render mode."""
         if self.render_mode is None:
             return None
-        text = self._render_text()
-        if self.render_mode == "human":
-            print(text, flush=True)
-            return None
-        return text
-
-    def _render_text(self) -> str:
         agent = self.agent_selection
-        traj = self._trajectories.get(agent)
-        last = traj.turns[-1] if traj and traj.turns else None
-        if last is None:
-            return f"[{agent}] {self._observations.get(agent, '')[:500]}"
-        return f"[{agent} turn {len(traj.turns)}] {last.action[:300]!r} -> {last.observation[:300]!r}"
+        return show(self.render_mode, render_line(agent, self._trajectories.get(agent), self._observations.get(agent, "")))
 
     def close(self) -> None:
         self._world.close()
@@ -223,22 +220,15 @@ class MGRPOEnv(AECEnv):
             "messages": traj.messages,
         }
 
-    def _record_turn(self, traj: AgentTrajectory, text: str, kind: str, error_kind: str | None = None) -> Turn:
-        turn = Turn(action=text, kind=kind, error_kind=error_kind)
-        traj.turns.append(turn)
-        traj.messages.append({"role": "assistant", "content": text})
-        return turn
-
     def _reply(self, agent: str, turn: Turn, observation: str) -> None:
         """Give ``agent`` its next observation (also appended to its chat)."""
-        turn.observation = observation
-        self._trajectories[agent].messages.append({"role": "user", "content": observation})
+        reply(self._trajectories[agent], turn, observation)
         self._set_observation(agent, observation)
 
     def _step_main(self, text: str) -> None:
         traj = self._trajectories[MAIN]
         parsed = parse_action(text, role="main", allowed_tools=self._tools_of["main"], max_chars=self.limits.max_action_chars)
-        turn = self._record_turn(traj, text, parsed.kind, parsed.error_kind)
+        turn = record_turn(traj, text, parsed)
         if not parsed.ok:
             traj.format_errors += 1
             self._reply(MAIN, turn, format_error(parsed))
@@ -256,9 +246,7 @@ class MGRPOEnv(AECEnv):
                 self._delegate(turn, n, str(parsed.arguments.get("task", "")), parsed.arguments.get("context"))
                 return
         else:  # a tool the main agent may name but that this env does not run (e.g. reason without a reasoner)
-            record, out = call_tool({}, parsed)
-            turn.tool_call = record
-            self._reply(MAIN, turn, format_tool_response(out))
+            self._reply(MAIN, turn, run_tool(self.record, {}, parsed, turn))
         if len(traj.turns) >= self.limits.max_main_turns:
             traj.truncated = True
             self._finish(end_reason="main_turn_limit")
@@ -280,7 +268,7 @@ class MGRPOEnv(AECEnv):
     def _step_sub(self, agent: str, text: str) -> None:
         traj = self._trajectories[agent]
         parsed = parse_action(text, role="sub", allowed_tools=self._tools_of["sub"], max_chars=self.limits.max_action_chars)
-        turn = self._record_turn(traj, text, parsed.kind, parsed.error_kind)
+        turn = record_turn(traj, text, parsed)
         if not parsed.ok:
             traj.format_errors += 1
             self._reply(agent, turn, format_error(parsed))
@@ -289,10 +277,7 @@ class MGRPOEnv(AECEnv):
             self._return_to_main(parsed.content)
             return
         else:
-            record, out = call_tool(self._tools[agent], parsed)
-            turn.tool_call = record
-            self.record.tool_s += record.latency_s
-            self._reply(agent, turn, format_tool_response(out))
+            self._reply(agent, turn, run_tool(self.record, self._tools[agent], parsed, turn))
         if len(traj.turns) >= self.limits.max_sub_turns:
             traj.truncated = True
             self._return_to_main(
@@ -326,13 +311,8 @@ class MGRPOEnv(AECEnv):
         record = self.record
         main = self._trajectories[MAIN]
         answer = main.final
-        verdict, verify_error = safe_verify(self.scenario, self._task, answer)
-        correct = bool(verdict.correct) if verdict else False
-        main.format_ok = answer is not None and main.format_errors == 0
-        main.reward = reward_fns.main_reward(main.format_ok, correct, self.reward_config.main_weights)
-        components: dict[str, Any] = {MAIN: {"format_ok": main.format_ok, "correct": correct, "reward": main.reward}}
-        if verify_error:
-            components[MAIN]["verify_error"] = verify_error
+        verdict, correct, paid = pay_answer(self.scenario, self._task, main, self.reward_config.main_weights)
+        components: dict[str, Any] = {MAIN: paid}
         for sub in record.subs:
             sub.format_ok = sub.final is not None and sub.format_errors == 0
             sub.expert, source = self._expert(sub)
@@ -342,14 +322,8 @@ class MGRPOEnv(AECEnv):
                 "format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert,
                 "expert_source": source, "reward": sub.reward,
             }
-        record.final_answer = answer
-        record.correct = correct
-        record.score = float(verdict.score) if verdict else 0.0
-        record.truncated = answer is None
-        record.end_reason = end_reason
-        record.rewards = {a: c["reward"] for a, c in components.items()}
-        record.components = components
-        record.wall_s = time.perf_counter() - self._started
+        close_record(record, answer, verdict, correct, truncated=answer is None, end_reason=end_reason,
+                     components=components, started=self._started)
         done = self.truncations if answer is None else self.terminations
         for agent in self.agents:
             self.rewards[agent] = components[agent]["reward"]

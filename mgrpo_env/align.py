@@ -3,8 +3,7 @@
 Rollout k of a query has d_k sub-trajectories (one per delegation; d_k varies and may be 0). The
 sub learner wants exactly ``d`` per rollout, ``d * K`` per query. :func:`plan` decides, for each
 rollout, which of its own sub-trajectories fill its ``d`` slots; ``None`` is a masked slot
-(weight 0, see :func:`slot_weights`). Plans hold indices only, so they work for any record type;
-:func:`apply_plan` turns one into the aligned objects.
+(weight 0). Plans hold indices only, so they work for any record type.
 
 Strategies (registry :data:`STRATEGIES`, add more with :func:`register_strategy`):
 
@@ -39,9 +38,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TypeVar
 
 import numpy as np
+
+from mgrpo_tools.registry import Registry
 
 __all__ = [
     "Slot",
@@ -52,25 +52,20 @@ __all__ = [
     "plan_with_stats",
     "AlignmentStats",
     "choose_d",
-    "slot_weights",
-    "apply_plan",
 ]
 
 Slot = int | None
 Plan = list[list[Slot]]
 #: A strategy maps (d_k, d, rng) to the d slots of one rollout, for d_k >= 1 (d_k == 0 is handled once, in plan).
 Strategy = Callable[[int, int, np.random.Generator], list[Slot]]
-T = TypeVar("T")
 
-STRATEGIES: dict[str, Strategy] = {}
+#: Alignment strategies by name (``TrainConfig.align_strategy``, checked when the config loads).
+STRATEGIES: Registry[Strategy] = Registry("alignment strategy")
 
 
 def register_strategy(name: str, fn: Strategy) -> Strategy:
     """Add a strategy under ``name``; a duplicate name raises ValueError."""
-    if name in STRATEGIES:
-        raise ValueError(f"alignment strategy {name!r} is already registered")
-    STRATEGIES[name] = fn
-    return fn
+    return STRATEGIES.add(name, fn)
 
 
 def _subset(d_k: int, d: int, rng: np.random.Generator) -> list[Slot]:
@@ -128,8 +123,7 @@ class AlignmentStats:
 def _validate(num_subs: Sequence[int], d: int, strategy: str) -> list[int]:
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
         raise ValueError(f"d must be an integer >= 1, got {d!r}")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown alignment strategy {strategy!r}; valid: {sorted(STRATEGIES)}")
+    STRATEGIES.canonical(strategy)  # an unknown name raises, listing the valid ones
     counts = []
     for c in num_subs:
         if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0:
@@ -201,30 +195,3 @@ def choose_d(observed_counts: Sequence[int], quantile: float = 0.99) -> int:
     frac = np.arange(1, counts.size + 1) / counts.size
     first = int(np.argmax(frac >= quantile))  # quantile <= 1 == frac[-1], so argmax always hits
     return max(1, int(counts[first]))
-
-
-def slot_weights(plan: Sequence[Sequence[Slot]]) -> np.ndarray:
-    """Loss weights of a plan: float64 array [K, d], 1.0 for a filled slot and 0.0 for None.
-
-    >>> slot_weights([[0, None], [1, 1]]).tolist()
-    [[1.0, 0.0], [1.0, 1.0]]
-    """
-    if len(plan) == 0:
-        return np.zeros((0, 0), dtype=np.float64)
-    widths = {len(row) for row in plan}
-    if len(widths) != 1:
-        raise ValueError(f"every rollout must have the same number of slots, got {sorted(widths)}")
-    return np.array([[0.0 if s is None else 1.0 for s in row] for row in plan], dtype=np.float64).reshape(
-        len(plan), widths.pop()
-    )
-
-
-def apply_plan(plan: Sequence[Sequence[Slot]], subs: Sequence[Sequence[T]]) -> list[list[T | None]]:
-    """Aligned sub-trajectories: ``out[k][j] = subs[k][plan[k][j]]`` (None where the slot is None).
-
-    >>> apply_plan([[0, 0], [None, None]], [["a"], []])
-    [['a', 'a'], [None, None]]
-    """
-    if len(plan) != len(subs):
-        raise ValueError(f"plan has {len(plan)} rollouts but subs has {len(subs)}")
-    return [[None if s is None else items[s] for s in row] for row, items in zip(plan, subs, strict=True)]

@@ -16,7 +16,7 @@ from mgrpo_scenarios import Scenario, Task
 from mgrpo_scenarios.verifiers import normalize_answer, token_f1
 
 from .episode import ToolCall
-from .protocol import ParsedAction
+from .protocol import TOOL_FACTORIES, ParsedAction
 from .rewards import PAPER_MAIN_WEIGHTS, PAPER_SUB_WEIGHTS
 
 __all__ = [
@@ -183,22 +183,6 @@ def resolve_scenario(scenario: str | Scenario, scenario_kwargs: Mapping[str, Any
     return scenario
 
 
-def setup_episodes(env: Any, scenario: str | Scenario, split: str, *, seed: int | None,
-                   scenario_kwargs: Mapping[str, Any] | None, world: Any | None, tasks: Sequence[Task] | None,
-                   render_mode: str | None) -> None:
-    """What both envs (the hierarchy's and the single agent's) set up alike: the render mode (checked
-    against ``env.metadata``), the scenario, its split's tasks, the shared world and the default seed."""
-    if render_mode is not None and render_mode not in env.metadata["render_modes"]:
-        raise ValueError(f"render_mode must be one of {env.metadata['render_modes']}, got {render_mode!r}")
-    env.scenario = resolve_scenario(scenario, scenario_kwargs)
-    env.split = split
-    env.render_mode = render_mode
-    env._tasks = split_tasks(env.scenario, split, tasks)
-    env._world = WorldHandle(env.scenario, world)
-    env._default_seed = seed
-    env._seeded = False
-
-
 def split_tasks(scenario: Scenario, split: str, tasks: Sequence[Task] | None) -> list[Task]:
     out = list(tasks) if tasks is not None else list(scenario.tasks(split))
     if not out:
@@ -251,7 +235,10 @@ class WorldHandle:
             return self._world
 
     def make_tools(self) -> dict[str, Any]:
-        return self.world.make_tools()
+        """A fresh tool set for one agent: the world's own (search, visit, click) and one instance of
+        every registered tool (``protocol.register_tool``), built by its factory from the world."""
+        world = self.world
+        return {**world.make_tools(), **{name: TOOL_FACTORIES.get(name)(world) for name in TOOL_FACTORIES}}
 
     def close(self) -> None:
         with self._lock:

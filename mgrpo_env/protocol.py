@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
 from mgrpo_tools import schemas as tool_schemas
+from mgrpo_tools.registry import Registry
 
 from .prompts import FINAL_TAGS, PROMPT_STYLES, system_prompt
 from .schema_checks import check_arguments, signature
@@ -60,6 +61,10 @@ __all__ = [
     "SUB_TOOLS",
     "SINGLE_TOOLS",
     "ALL_TOOLS",
+    "TOOLS",
+    "TOOL_FACTORIES",
+    "register_tool",
+    "unregister_tool",
     "DEFAULT_ROLE_TOOLS",
     "role_tools",
     "parse_action",
@@ -181,11 +186,42 @@ MAIN_TOOLS: Mapping[str, ToolSpec] = MappingProxyType({t.name: t for t in (DELEG
 SUB_TOOLS: Mapping[str, ToolSpec] = MappingProxyType({t.name: t for t in (SEARCH, VISIT, CLICK)})
 #: The single-agent baseline holds all of the sub-agent's tools.
 SINGLE_TOOLS: Mapping[str, ToolSpec] = SUB_TOOLS
-#: Every built-in spec by name; a bare list of names in ``allowed_tools`` is checked against these.
-ALL_TOOLS: Mapping[str, ToolSpec] = MappingProxyType({**MAIN_TOOLS, **SUB_TOOLS})
+#: Every tool an agent may be shown, by name: the built-in specs and those registered with
+#: :func:`register_tool`. A name a scenario's ``role_tools`` gives must be here; a bare list of names in
+#: ``allowed_tools`` is checked against it.
+TOOLS: Registry[ToolSpec] = Registry("tool", {t.name: t for t in (DELEGATE, REASON, SEARCH, VISIT, CLICK)})
+ALL_TOOLS = TOOLS
+#: ``factory(world) -> Tool`` of every registered tool: the env builds one per agent beside the world's
+#: own tools (``mgrpo_env.core.WorldHandle.make_tools``). The built-in tools have none here (delegate
+#: and reason are the env's, the web tools the world's).
+TOOL_FACTORIES: Registry[Callable[[Any], Any]] = Registry("tool factory")
+_DEFAULT_ROLE_TOOLS = {"main": tuple(MAIN_TOOLS), "sub": tuple(SUB_TOOLS), "single": tuple(SINGLE_TOOLS)}
 #: Each role's tool names unless a scenario declares its own (``Scenario.role_tools``).
-DEFAULT_ROLE_TOOLS: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {"main": tuple(MAIN_TOOLS), "sub": tuple(SUB_TOOLS), "single": tuple(SINGLE_TOOLS)})
+DEFAULT_ROLE_TOOLS: Mapping[str, tuple[str, ...]] = MappingProxyType(_DEFAULT_ROLE_TOOLS)
+
+
+def register_tool(spec: ToolSpec, factory: Callable[[Any], Any], *, roles: Collection[str] = ()) -> ToolSpec:
+    """Add a tool: its spec (what the agent is shown: name, description, argument schema, checked on
+    every call), ``factory(world) -> Tool`` (a fresh instance per agent, called with the running
+    world) and the roles whose default tool set gets it (a scenario's own ``role_tools`` may name it
+    too). A duplicate name raises ValueError. Register before an env is built."""
+    unknown = [r for r in roles if r not in ("sub", "single")]  # the roles that run world tools
+    if unknown:
+        raise ValueError(f"tool {spec.name!r}: roles {unknown} run no world tool; a registered tool is for sub or single")
+    TOOLS.add(spec.name, spec)
+    TOOL_FACTORIES.add(spec.name, factory)
+    for role in roles:
+        _DEFAULT_ROLE_TOOLS[role] = (*_DEFAULT_ROLE_TOOLS[role], spec.name)
+    return spec
+
+
+def unregister_tool(name: str) -> None:
+    """Remove a tool :func:`register_tool` added (tests and examples)."""
+    if name in TOOL_FACTORIES:
+        TOOLS.unregister(name)
+        TOOL_FACTORIES.unregister(name)
+        for role, names in _DEFAULT_ROLE_TOOLS.items():
+            _DEFAULT_ROLE_TOOLS[role] = tuple(n for n in names if n != name)
 
 
 def role_tools(scenario: Any, role: str) -> Mapping[str, ToolSpec]:

@@ -24,6 +24,7 @@ from mgrpo_scenarios import Scenario, Task
 
 from .aec import MGRPOEnv
 from .episode import EpisodeRecord
+from .roles import env_roles
 
 __all__ = ["PolicyRequest", "PolicyResponse", "Policy", "CollectStats", "EPISODES", "collect"]
 
@@ -92,7 +93,7 @@ class CollectStats:
 class _HierarchyEpisode:
     """One rollout of the hierarchy: the AEC env, its selected agent asked in turn."""
 
-    roles = ("main", "sub")
+    roles = env_roles("hierarchy")
 
     def __init__(self, scenario: Scenario, tasks: Sequence[Task], task: Task, world: Any, seed: int,
                  env_kwargs: Mapping[str, Any]) -> None:
@@ -133,7 +134,7 @@ class _HierarchyEpisode:
 class _SingleEpisode:
     """One rollout of the single-agent baseline: the Gymnasium env, one agent ``single_0``."""
 
-    roles = ("single",)
+    roles = env_roles("single")
 
     def __init__(self, scenario: Scenario, tasks: Sequence[Task], task: Task, world: Any, seed: int,
                  env_kwargs: Mapping[str, Any]) -> None:

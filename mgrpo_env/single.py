@@ -48,19 +48,24 @@ import gymnasium as gym
 
 from mgrpo_scenarios import Scenario, Task
 
-from . import rewards as reward_fns
 from .core import (
     Limits,
     RewardConfig,
-    call_tool,
     pick_task,
-    safe_verify,
-    setup_episodes,
 )
-from .episode import AgentTrajectory, EpisodeRecord, Turn
+from .episode import AgentTrajectory, EpisodeRecord
+from .episode_core import (
+    EpisodeSource,
+    close_record,
+    pay_answer,
+    record_turn,
+    render_line,
+    reply,
+    run_tool,
+    show,
+)
 from .protocol import (
     format_error,
-    format_tool_response,
     parse_action,
     require_text,
     role_tools,
@@ -71,7 +76,7 @@ from .spaces import action_space, observation_space, sanitize
 __all__ = ["SingleAgentEnv", "single_agent_env"]
 
 
-class SingleAgentEnv(gym.Env):
+class SingleAgentEnv(EpisodeSource, gym.Env):
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
     def __init__(
@@ -97,7 +102,7 @@ class SingleAgentEnv(gym.Env):
         max_observation_chars = self.limits.max_observation_chars if max_observation_chars is None else max_observation_chars
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        setup_episodes(self, scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
+        self._setup_episodes(scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
                        render_mode=render_mode)
         self.max_turns = max_turns
         self.max_action_chars = max_action_chars
@@ -138,9 +143,7 @@ class SingleAgentEnv(gym.Env):
         text = require_text(action, "the single agent")
         traj = self._traj
         parsed = parse_action(text, role="single", allowed_tools=self._tools_spec, max_chars=self.max_action_chars)
-        turn = Turn(action=text, kind=parsed.kind, error_kind=parsed.error_kind)
-        traj.turns.append(turn)
-        traj.messages.append({"role": "assistant", "content": text})
+        turn = record_turn(traj, text, parsed)
         if parsed.kind == "answer":
             traj.final = parsed.content
             return {"text": self._obs}, *self._finish(terminated=True)
@@ -148,11 +151,8 @@ class SingleAgentEnv(gym.Env):
             traj.format_errors += 1
             observation = format_error(parsed)
         else:
-            turn.tool_call, out = call_tool(self._tools, parsed)
-            self.record.tool_s += turn.tool_call.latency_s
-            observation = format_tool_response(out)
-        turn.observation = observation
-        traj.messages.append({"role": "user", "content": observation})
+            observation = run_tool(self.record, self._tools, parsed, turn)
+        reply(traj, turn, observation)
         self._obs = sanitize(observation, self.max_observation_chars)
         if len(traj.turns) >= self.max_turns:
             traj.truncated = True
@@ -160,22 +160,11 @@ class SingleAgentEnv(gym.Env):
         return {"text": self._obs}, 0.0, False, False, self._info()
 
     def _finish(self, terminated: bool) -> tuple[float, bool, bool, dict[str, Any]]:
-        traj, record = self._traj, self.record
-        verdict, verify_error = safe_verify(self.scenario, self._task, traj.final)
-        correct = bool(verdict.correct) if verdict else False
-        traj.format_ok = traj.final is not None and traj.format_errors == 0
-        traj.reward = reward_fns.main_reward(traj.format_ok, correct, self.reward_config.main_weights)
-        components = {"format_ok": traj.format_ok, "correct": correct, "reward": traj.reward}
-        if verify_error:
-            components["verify_error"] = verify_error
-        record.final_answer = traj.final
-        record.correct = correct
-        record.score = float(verdict.score) if verdict else 0.0
-        record.truncated = not terminated
-        record.end_reason = "answer" if terminated else "turn_limit"
-        record.rewards = {traj.agent: traj.reward}
-        record.components = {traj.agent: components}
-        record.wall_s = time.perf_counter() - self._started
+        traj = self._traj
+        verdict, correct, components = pay_answer(self.scenario, self._task, traj, self.reward_config.main_weights)
+        close_record(self.record, traj.final, verdict, correct, truncated=not terminated,
+                     end_reason="answer" if terminated else "turn_limit", components={traj.agent: components},
+                     started=self._started)
         return traj.reward, terminated, not terminated, self._info(reward_components=components)
 
     @property
@@ -188,15 +177,7 @@ class SingleAgentEnv(gym.Env):
         for ``"human"`` (which ``reset`` and ``step`` also do by themselves); None otherwise."""
         if self.render_mode is None:
             return None
-        last = self._traj.turns[-1] if self._traj.turns else None
-        if last is None:
-            text = f"[single_0] {self._obs[:500]}"
-        else:
-            text = f"[single_0 turn {len(self._traj.turns)}] {last.action[:300]!r} -> {last.observation[:300]!r}"
-        if self.render_mode == "human":
-            print(text, flush=True)
-            return None
-        return text
+        return show(self.render_mode, render_line("single_0", self._traj, self._obs))
 
     def close(self) -> None:
         self._world.close()

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from .roles import ROLES
+
 __all__ = ["CHARSET", "sanitize", "observation_space", "action_space", "ProtocolText"]
 
 
@@ -97,7 +99,7 @@ class ProtocolText(UnicodeText):
     """
 
     def __init__(self, max_length: int, role: str, protocol_share: float = 0.5, seed: int | None = None) -> None:
-        if role not in ("main", "sub", "single"):
+        if role not in ROLES:
             raise ValueError(f"role must be main, sub or single, got {role!r}")
         super().__init__(max_length=max_length, min_length=0, charset=CHARSET, seed=seed)
         self.role = role

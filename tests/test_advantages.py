@@ -165,7 +165,7 @@ def test_registry():
         register_estimator("test-only")(main_advantages)
         assert get_estimator("test-only") is main_advantages
     finally:
-        adv_mod.ESTIMATORS.pop("test-only")
+        adv_mod.ESTIMATORS.unregister("test-only")
     assert "test-only" not in ESTIMATORS
 
 

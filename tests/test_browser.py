@@ -10,7 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
 
 import pytest
-from web_fixtures import JS_FETCH_TEXT, JS_TEXT, RouteServer, other_server_fixture, route_server_fixture  # noqa: F401 - fixtures
+from web_fixtures import (  # noqa: F401 - fixtures
+    JS_FETCH_TEXT,
+    JS_LATE_TEXT,
+    JS_TEXT,
+    RouteServer,
+    other_server_fixture,
+    route_server_fixture,
+)
 
 from mgrpo_tools import BrowserFetcher, HttpFetcher, ToolError, UrlPolicy, VisitTool, make_browsing_tools
 
@@ -51,6 +58,46 @@ def test_browser_renders_javascript(browser: BrowserFetcher, route_server: Route
     assert JS_TEXT in result.text  # in the rendered DOM, not in the served HTML's text
     late = browser.fetch(route_server.url("/js-fetch"))
     assert JS_FETCH_TEXT in late.text  # content that arrives by fetch() after load
+
+
+def test_a_page_that_fetches_its_text_late_after_load_is_read_with_it(browser_policy: UrlPolicy,
+                                                                     route_server: RouteServer) -> None:
+    """The settle race, made deterministic: the page's script starts its fetch 0.3 s after `load` (busy
+    the whole time, as a renderer on a loaded machine) and the server answers it 0.3 s later. Quiet
+    for 0.1 s at the route handler is no proof: the page is read only once it has no fetch pending
+    and its handlers ran, and only such a read is offered to a render cache."""
+    from mgrpo_tools import RenderCache
+
+    cache = RenderCache()
+    # A generous bound on the wait (the default is 2 s): this is about what is read, not how fast.
+    with BrowserFetcher(browser_policy, executable_path=CHROMIUM, timeout_s=15, max_idle_wait_s=6,
+                        render_cache=cache) as fetcher:
+        before = len(route_server.hits("/late.json"))
+        late = fetcher.fetch(route_server.url("/js-late"))
+        assert JS_LATE_TEXT in late.text
+        assert len(route_server.hits("/late.json")) == before + 1
+        assert (cache.stats.misses, cache.stats.uncacheable, len(cache)) == (1, 0, 1)  # settled: kept
+        assert fetcher.fetch(route_server.url("/js-late")).text == late.text
+
+
+def test_the_dom_read_when_the_page_settles_is_what_page_content_reads(browser_policy: UrlPolicy,
+                                                                       route_server: RouteServer,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settle reads the DOM in the page, in the task that found it quiet; the text is the one
+    Playwright's ``page.content()`` gives for the same page."""
+    paths = ["/js", "/js-fetch", "/js-late", "/storage"]
+    with BrowserFetcher(browser_policy, executable_path=CHROMIUM, timeout_s=10) as fetcher:
+        read = {path: fetcher.fetch(route_server.url(path)).text for path in paths}
+        settle_read = BrowserFetcher._read_when_idle
+
+        async def without_dom(page, timeout_s):
+            pending, _ = await settle_read(page, timeout_s)
+            return pending, None  # the caller then reads page.content()
+
+        monkeypatch.setattr(BrowserFetcher, "_read_when_idle", staticmethod(without_dom))
+        content = {path: fetcher.fetch(route_server.url(path)).text for path in paths}
+    assert read == content
+    assert JS_TEXT in read["/js"] and JS_FETCH_TEXT in read["/js-fetch"] and JS_LATE_TEXT in read["/js-late"]
 
 
 def test_browser_blocks_subresources_to_disallowed_origins(

@@ -56,8 +56,8 @@ def test_train_bad_config_exits_2_naming_the_field(tmp_path, capsys):
     bad.write_text("mode: mgrpo\nmain: {learnr: {lr: 1}}\n")
     assert main(["train", "--config", str(bad)]) == 2
     assert "main.learnr" in capsys.readouterr().err
-    # a cross-field check (every mode runs on every placement now; a served engine still needs in-process)
-    assert main(["train", "--set", "main.served={base_url: 'http://127.0.0.1:9'}", "--placement", "local",
+    # a cross-field check (every mode runs on every placement; a served engine needs the local placement)
+    assert main(["train", "--set", "main.served={base_url: 'http://127.0.0.1:9'}", "--placement", "processes",
                  "--set", f"out_dir={tmp_path}/x", "--set", "warm_start.epochs=0"]) == 2
     assert "placement.kind" in capsys.readouterr().err
 

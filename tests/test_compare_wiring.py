@@ -221,7 +221,7 @@ def fake(monkeypatch, tmp_path):
                 previous, env_kwargs):
             kind = {"hierarchy": "hierarchy", "single": "single"}[env]
             # a trained model is evaluated through its worker's handle: read the policy it built
-            policies = {r: p.handle.eval_policy if hasattr(p, "handle") else p for r, p in policies.items()}
+            policies = {r: p.worker.handle.eval_policy if hasattr(p, "worker") else p for r, p in policies.items()}
             states = tuple((r, p.model.state()) for r, p in sorted(policies.items()))
             temperature = {p.temperature for p in policies.values()}
             assert len(temperature) == 1

@@ -111,14 +111,16 @@ def test_cycle_finder_finds_a_cycle():
 
 
 def test_backend_registries_resolve():
-    from mgrpo_algo.distributed.placement import PLACEMENT_BACKENDS, PLACEMENTS
-    from mgrpo_algo.distributed.store import STORE_BACKENDS
+    from mgrpo_algo.distributed.placement import PLACEMENTS, RoleHandle
+    from mgrpo_algo.distributed.store import STORE_BACKENDS, StatsStore
 
-    assert set(PLACEMENT_BACKENDS) == set(PLACEMENTS)
+    assert PLACEMENTS.names() == ("local", "processes", "ray")
     pytest.importorskip("ray")
-    for registry in (PLACEMENT_BACKENDS, STORE_BACKENDS):
-        for target in registry.values():
-            assert isinstance(target, type) or isinstance(resolve_name(target), type), target
+    for name in PLACEMENTS:
+        assert issubclass(PLACEMENTS.get(name), RoleHandle), name
+    for name in STORE_BACKENDS:
+        opener = resolve_name(STORE_BACKENDS.get(name).open)
+        assert callable(opener) and (not isinstance(opener, type) or issubclass(opener, StatsStore)), name
 
 
 def _third_party(package: str) -> set[str]:

@@ -294,7 +294,7 @@ def test_registry_errors():
             == 3.0
         )
     finally:
-        losses_mod.AGGREGATIONS.pop("test-token-max")
+        losses_mod.AGGREGATIONS.unregister("test-token-max")
 
 
 def test_shape_errors():

@@ -25,7 +25,7 @@ def halved_loss():
         return 0.5 * loss, {**metrics, "halved_marker": 2.0, "peak": float(loss_mask.shape[1])}
 
     yield "test-halved"
-    loss_mod.POLICY_LOSSES.pop("test-halved")
+    loss_mod.POLICY_LOSSES.unregister("test-halved")
 
 
 def test_the_learner_uses_the_loss_named_in_its_config_and_merges_its_metrics(model_dir, halved_loss):  # noqa: F811
@@ -56,7 +56,7 @@ def reversed_estimator():
             -adv_mod.sub_advantages(rewards, mask, eps=eps)
 
     yield "test-reversed"
-    adv_mod.ESTIMATORS.pop("test-reversed")
+    adv_mod.ESTIMATORS.unregister("test-reversed")
 
 
 def test_scoring_resolves_the_estimator_by_name(reversed_estimator):

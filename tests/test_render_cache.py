@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -155,6 +155,63 @@ def test_concurrent_visits_of_one_page_share_one_render() -> None:
     assert "q" not in cache._entries
 
 
+def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Return once ``condition()`` holds (checked every millisecond); fail after ``timeout_s``. A wait
+    for a state, not a guess of how long a thread takes to reach it."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.001)
+
+
+def held_visits(cache: RenderCache, key: str, cacheable: bool) -> tuple[FetchResult, FetchResult, list[str]]:
+    """Two visits of ``key``: the first held inside its render (an Event) until the second has joined
+    it. Each visit renders its own text ("render by visit N"); returns both results and who rendered."""
+    entered, release, rendered = threading.Event(), threading.Event(), []
+
+    def render(visit: int) -> Callable[[], tuple[FetchResult, bool]]:
+        def go() -> tuple[FetchResult, bool]:
+            rendered.append(f"visit {visit}")
+            if visit == 1:
+                entered.set()
+                assert release.wait(10)
+            return _page(key, f"<p>render by visit {visit}</p>"), cacheable
+        return go
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(cache.get_or_render, key, render(1), _zero)
+        assert entered.wait(10)  # visit 1 is inside its render
+        second = pool.submit(cache.get_or_render, key, render(2), _zero)
+        wait_until(lambda: cache.stats.joined == 1)  # visit 2 waits on visit 1's render
+        assert rendered == ["visit 1"]
+        release.set()
+        return first.result(timeout=10), second.result(timeout=10), rendered
+
+
+def test_a_visit_that_joins_the_render_of_an_uncacheable_page_renders_it_afresh() -> None:
+    cache = RenderCache()
+    first, second, rendered = held_visits(cache, "http://a.test/live", cacheable=False)
+    # The live page's first render may not be reused, not even by a visit that waited for it: the
+    # second visit renders the page itself, after the first, and is not reported as a cached page.
+    assert rendered == ["visit 1", "visit 2"]
+    assert (first.text, first.from_cache) == ("<p>render by visit 1</p>", False)
+    assert (second.text, second.from_cache) == ("<p>render by visit 2</p>", False)
+    assert cache.stats.as_dict() == {"hits": 0, "misses": 1, "joined": 1, "uncacheable": 1, "evictions": 0,
+                                     "loaded": 0, "unreadable": 0, "write_errors": 0}
+    assert len(cache) == 0
+
+
+def test_a_visit_that_joins_the_render_of_a_cacheable_page_gets_that_render_as_cached() -> None:
+    cache = RenderCache()
+    first, second, rendered = held_visits(cache, "http://a.test/static", cacheable=True)
+    assert rendered == ["visit 1"]  # one render serves both visits
+    assert (first.text, first.from_cache) == ("<p>render by visit 1</p>", False)
+    assert (second.text, second.from_cache, second.elapsed_s) == ("<p>render by visit 1</p>", True, 0.0)
+    assert cache.stats.as_dict() == {"hits": 0, "misses": 1, "joined": 1, "uncacheable": 0, "evictions": 0,
+                                     "loaded": 0, "unreadable": 0, "write_errors": 0}
+    assert "http://a.test/static" in cache
+
+
 # ------------------------------------------------------------------------- through Chromium
 
 
@@ -244,3 +301,88 @@ def test_a_static_cache_fetches_each_page_over_http_once(route_server: RouteServ
         with pytest.raises(ToolError):
             fetcher.fetch(route_server.url("/missing"))
         assert fetcher.static_cache.stats.misses == 3 and len(fetcher.static_cache) == 1
+
+
+class HeldSite:
+    """A loopback site of two script pages, ``/live`` (``Cache-Control: no-store``) and ``/static``:
+    each request is numbered per page and the page's script writes "render N"; the first request of
+    each page is held (``arrived`` set, then it waits for ``release``), so a visit stays inside its
+    render for as long as a test needs."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.counts: dict[str, int] = {}
+        self.arrived = {path: threading.Event() for path in ("/live", "/static")}
+        self.release = threading.Event()
+        site, lock = self, threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+                pass
+
+            def do_GET(self) -> None:
+                if self.path not in site.arrived:
+                    self.send_error(404)
+                    return
+                with lock:
+                    n = site.counts[self.path] = site.counts.get(self.path, 0) + 1
+                if n == 1:
+                    site.arrived[self.path].set()
+                    site.release.wait(10)
+                body = (f"<!doctype html><html><body><div id=\"app\"></div><script>document.getElementById('app')"
+                        f".textContent = 'render {n}';</script></body></html>").encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                if self.path == "/live":
+                    self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        self.origin = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.release.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+@pytest.mark.browser
+@chromium
+@pytest.mark.parametrize("path", ["/live", "/static"])
+def test_a_second_visit_during_a_render_through_chromium(path: str) -> None:
+    """A visit arrives while another renders the same page: of a no-store page it renders the page
+    itself (the site sees two requests, it reads its own render, not from cache); of a static page it
+    gets the first render, reported as cached (one request)."""
+    site = HeldSite()
+    policy = UrlPolicy()
+    policy.allow_origin(site.origin)
+    cache = RenderCache()
+    try:
+        with BrowserFetcher(policy, executable_path=CHROMIUM, timeout_s=20, render_cache=cache) as browser, \
+                ThreadPoolExecutor(2) as pool:
+            browser.start()
+            url = site.origin + path
+            first = pool.submit(browser.fetch, url)
+            assert site.arrived[path].wait(20)  # the first visit's page request is held at the site
+            second = pool.submit(browser.fetch, url)
+            wait_until(lambda: cache.stats.joined == 1)
+            site.release.set()
+            a, b = first.result(timeout=30), second.result(timeout=30)
+    finally:
+        site.stop()
+    assert "render 1" in a.text and not a.from_cache
+    if path == "/live":
+        assert site.counts == {"/live": 2}
+        assert "render 2" in b.text and not b.from_cache
+        assert (cache.stats.misses, cache.stats.joined, cache.stats.uncacheable, len(cache)) == (1, 1, 1, 0)
+    else:
+        assert site.counts == {"/static": 1}
+        assert b.text == a.text and b.from_cache
+        assert (cache.stats.misses, cache.stats.joined, cache.stats.uncacheable, len(cache)) == (1, 1, 0, 1)

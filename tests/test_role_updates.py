@@ -25,14 +25,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: F401
 
 from mgrpo_algo.core.config import GenerationConfig, LearnerConfig, RoleConfig
-from mgrpo_algo.core.scoring import MainSlot, RolloutKey, score_sub_side, slot_payload
+from mgrpo_algo.core.scoring import MainSlot, RolloutKey, anchor_state, score_sub_side, slot_payload
 from mgrpo_algo.core.seeding import iteration_rngs
 from mgrpo_algo.core.sequences import slot_sequence
 from mgrpo_algo.distributed.placement import spawn
 from mgrpo_algo.learning.learner import RoleLearner
 from mgrpo_algo.policies.hf_policy import TransformersPolicy  # noqa: F401
 from mgrpo_algo.policies.models import build_tiny_model, train_tokenizer
-from mgrpo_algo.training.roles import RoleWorker, request_state
+from mgrpo_algo.training.roles import RoleWorker
 from mgrpo_env.rewards import paid_sub_reward
 from mgrpo_env.rollout import PolicyRequest
 
@@ -79,7 +79,7 @@ def _act(worker, iteration, agents):
         for request, response in zip(requests, responses, strict=True):
             chats[(request.episode, request.agent)].append({"role": "assistant", "content": response.text})
             seen[(request.episode, request.agent)][0].append(copy.deepcopy(response.extra))
-            seen[(request.episode, request.agent)][1].append(request_state(request.messages))
+            seen[(request.episode, request.agent)][1].append(anchor_state(request.messages))
     worker.commit(iteration)
     return seen
 

@@ -26,13 +26,13 @@ from redis_server import (  # noqa: F401 - fixtures
 
 from mgrpo_algo.distributed.store import (
     MainStat,
-    SQLiteStore,
     StoreError,
     StoreTimeout,
     open_store,
     shipped_trajectory_bytes,
 )
 from mgrpo_algo.distributed.store_redis import RedisStore
+from mgrpo_algo.distributed.store_sqlite import SQLiteStore
 
 B, K = 2, 3  # queries x rollouts per iteration in most tests
 

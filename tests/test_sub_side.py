@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scoring_reference import score_batch
 
-from mgrpo_algo.core.scoring import score_batch, score_sub_side, sub_facts, turn_states
-from mgrpo_algo.training.roles import request_state, state_digest
+from mgrpo_algo.core.scoring import anchor_state, score_sub_side, sub_facts, turn_states
 from mgrpo_env.rewards import PAPER_SUB_WEIGHTS, paid_sub_reward
 from mgrpo_env.rollout import collect
 from mgrpo_env.scripted import OraclePolicy
@@ -27,7 +27,7 @@ class _Recording:
 
     def __call__(self, requests):
         for r in requests:
-            self.seen.setdefault((r.episode, r.agent), []).append(request_state(r.messages))
+            self.seen.setdefault((r.episode, r.agent), []).append(anchor_state(r.messages))
         actions = list(self.policy(requests))
         if self.role == "sub":
             actions = ["<result>unknown</result>" if r.episode % 2 else a for r, a in zip(requests, actions, strict=True)]
@@ -56,7 +56,7 @@ def test_worker_states_equal_the_records_turn_states(episodes):
     records, seen = episodes
     for i, record in enumerate(records):
         for trajectory in record.subs:
-            assert seen[(i, trajectory.agent)] == [state_digest(key) for key in turn_states(trajectory)]
+            assert seen[(i, trajectory.agent)] == turn_states(trajectory)
 
 
 def test_sub_side_from_the_workers_inputs_equals_scoring_the_records(episodes):

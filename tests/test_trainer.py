@@ -6,9 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from scoring_reference import score_batch
 
 from mgrpo_algo.core.config import load_config
-from mgrpo_algo.core.scoring import annotate, score_batch
+from mgrpo_algo.core.scoring import annotate
 from mgrpo_algo.core.sequences import slot_sequence
 from mgrpo_algo.training.trainer import Trainer
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, Turn

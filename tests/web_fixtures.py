@@ -50,6 +50,15 @@ JS_BUSY_HTML = """<!doctype html><html><head><title>Busy Page</title></head><bod
 <script>let n = 0; setInterval(() => fetch('/data.json').then(() => {
 document.getElementById('n').textContent = String(++n); }), 20);</script></body></html>"""
 JS_FETCH_TEXT = "Loaded later by fetch: the harbour of Velmora opened in 1877."
+# A page that starts its text's fetch only after `load` and 0.3 s of script work (what a renderer
+# slowed by a loaded machine does to /js-fetch), from a server that answers it 0.3 s later: a
+# browser that waits for quiet at its own end reads it without its text.
+JS_LATE_HTML = """<!doctype html><html><head><title>Late Page</title></head><body><div id="app"></div>
+<script>addEventListener('load', () => setTimeout(() => {
+  const t = performance.now(); while (performance.now() - t < 300) {}
+  fetch('/late.json').then(r => r.json()).then(d => { document.getElementById('app').textContent = d.message; });
+}, 0));</script></body></html>"""
+JS_LATE_TEXT = "Loaded after load and a busy script: the lighthouse of Velmora was lit in 1902."
 
 STORAGE_HTML = """<!doctype html><html><head><title>Storage</title></head><body><script>
 const before = 'cookie=' + (document.cookie || 'none') + ' stored=' + (localStorage.getItem('k') || 'none');
@@ -135,6 +144,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, JS_HTML.encode("utf-8"), "text/html; charset=utf-8", Cache_Control="no-store")
         elif path == "/js-busy":  # a script page that never goes quiet: its DOM depends on when it is read
             self._html(JS_BUSY_HTML)
+        elif path == "/js-late":
+            self._html(JS_LATE_HTML)
+        elif path == "/late.json":  # answered late (0.3 s, or ?s=)
+            owner.release.wait(float(query.get("s", "0.3")))
+            self._send(200, json.dumps({"message": JS_LATE_TEXT}).encode(), "application/json")
         elif path == "/data.json":
             self._send(200, json.dumps({"message": JS_FETCH_TEXT}).encode(), "application/json")
         elif path == "/subresource":

@@ -5,7 +5,9 @@
 * :mod:`.url_policy` - which URLs may be fetched (schemes, hosts, no private networks).
 * :mod:`.origin_map` - stable virtual origins for sites served on a loopback port.
 * :mod:`.fetch` - plain HTTP fetching with the policy on every redirect hop.
-* :mod:`.browser` - headless Chromium (Playwright) for pages that need JavaScript.
+* :mod:`.browser` - headless Chromium (Playwright) for pages that need JavaScript;
+  :mod:`.browser_route` - the policy on each of its requests.
+* :mod:`.registry` - the one name -> entry table behind every registry of the project.
 * :mod:`.chromium` - where Chromium is (``MGRPO_CHROMIUM``) and how to install it.
 * :mod:`.browser_check` - a one-shot launch check for preflight.
 * :mod:`.html_text` - HTML to readable, paginated text with numbered links.

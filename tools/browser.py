@@ -8,8 +8,9 @@ that single thread, each in a fresh browser context (no cookies or storage leak 
 one never-used context is kept ready (``prewarm``) because starting Chromium's renderer for a new
 context is most of a fetch's cost.
 
-The policy applies to the top-level URL and to every request the page makes: a route handler checks
-each request, aborts what the policy refuses, and makes the rest itself with the pinned HTTP client
+The policy applies to the top-level URL and to every request the page makes: a route handler
+(:mod:`.browser_route`, split out by concern) checks each request, aborts what the policy refuses,
+and makes the rest itself with the pinned HTTP client
 (:mod:`.pinning`: a name is resolved once, by the policy, and the socket goes to the address it
 checked), handing the reply to Chromium with ``route.fulfill``. Chromium's own resolver is switched
 off (``--host-resolver-rules``), so it cannot open a connection of its own. Bodies are streamed and
@@ -32,16 +33,15 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin
 
 import httpx
 
 from .base import ToolError
+from .browser_route import RequestGuard, _Job, _Tab
 from .cache import ResponseCache
 from .chromium import INSTALL_HINT, default_chromium
-from .fetch import REDIRECT_STATUSES, FetchResult, _looks_binary, is_text_content_type
+from .fetch import FetchResult
 from .pinning import AsyncPinnedTransport
 from .render_cache import RenderCache
 from .url_policy import UrlPolicy
@@ -64,38 +64,65 @@ CHROMIUM_ARGS = (
 )
 
 
-@dataclass
-class _Job:
-    """State of one fetch, shared between the navigation code and the route handler."""
+# Installed in every document before its scripts run: counts the page's own fetch() calls, their
+# body reads and XMLHttpRequests from the moment a script starts one, and ends each one task after
+# it settles (so the page's handlers of the answer have run). The route handler sees a request only
+# when Chromium hands it over, which on a loaded machine (a slow renderer, a stalled worker loop) can
+# come after its quiet window has passed; the page's own count cannot lag. `__mgrpoNet(waitMs)`
+# resolves once nothing is pending (or after waitMs) to [pending, the DOM as page.content() reads
+# it, or null while pending], read in the same task, with serializers taken before any page script ran.
+_NET_SCRIPT = """(() => {
+  if (window.__mgrpoNet) return;
+  const Serializer = XMLSerializer, serialize = XMLSerializer.prototype.serializeToString;
+  const outer = Object.getOwnPropertyDescriptor(Element.prototype, 'outerHTML').get;
+  let pending = 0, waiters = [];
+  const start = () => { pending += 1; };
+  const end = () => { setTimeout(() => {
+    pending -= 1;
+    if (pending === 0) { const ready = waiters; waiters = []; ready.forEach((wake) => wake()); }
+  }, 0); };
+  const counted = (call) => function (...args) {
+    start();
+    let promise;
+    try { promise = call.apply(this, args); } catch (error) { end(); throw error; }
+    Promise.resolve(promise).then(end, end);
+    return promise;
+  };
+  if (window.fetch) window.fetch = counted(window.fetch);
+  if (window.Response) {
+    for (const name of ['arrayBuffer', 'blob', 'formData', 'json', 'text']) {
+      const read = Response.prototype[name];
+      if (read) Response.prototype[name] = counted(read);
+    }
+  }
+  if (window.XMLHttpRequest) {
+    const send = XMLHttpRequest.prototype.send;
+    XMLHttpRequest.prototype.send = function (...args) {
+      start();
+      this.addEventListener('loadend', end, { once: true });
+      try { return send.apply(this, args); } catch (error) { this.removeEventListener('loadend', end); end(); throw error; }
+    };
+  }
+  const read = () => {
+    if (pending > 0) return [pending, null];
+    let html = document.doctype ? serialize.call(new Serializer(), document.doctype) : '';
+    if (document.documentElement) html += outer.call(document.documentElement);
+    return [0, html];
+  };
+  Object.defineProperty(window, '__mgrpoNet', { value: (waitMs) => new Promise((resolve) => {
+    if (pending === 0) { resolve(read()); return; }
+    const wake = () => resolve(read());
+    waiters.push(wake);
+    setTimeout(wake, waitMs);
+  }) });
+})();"""
 
-    url: str
-    deadline: float
-    navigating: bool = True  # main-frame requests are the fetch's own navigation until load
-    redirect_to: str | None = None  # a main-frame redirect, followed by the navigation loop
-    error: ToolError | None = None  # why the main-frame request was aborted
-    blocked: list[str] = field(default_factory=list)
-    inflight: int = 0  # requests inside the route handler (every network request passes there)
-    last_activity: float = field(default_factory=time.monotonic)
-    has_scripts: bool = True  # whether the document has <script>; without, nothing changes after load
 
-    def remaining_ms(self) -> float:
-        return max(1.0, (self.deadline - time.monotonic()) * 1000.0)
-
-
-@dataclass
-class _Tab:
-    """A browser context with its one page; ``job`` is the fetch it serves (None while prepared)."""
-
-    context: Any
-    page: Any = None
-    job: _Job | None = None
-
-
-class BrowserFetcher:
+class BrowserFetcher(RequestGuard):
     """Fetch pages with headless Chromium; same ``fetch(url) -> FetchResult`` as the HTTP fetcher.
 
     The browser starts on the first fetch. ``FetchResult.text`` is the rendered DOM
-    (``page.content()``) after the ``load`` event and a short network-quiet wait.
+    (what ``page.content()`` reads) after the ``load`` event and a short network-quiet wait.
 
     Args:
         policy: URL policy for the page and each of its requests.
@@ -108,8 +135,9 @@ class BrowserFetcher:
             Chromium to start a renderer process (~150 ms); a prepared context has never loaded
             anything, so every fetch still gets a clean one. 0 turns this off.
         max_redirects: redirect hops followed for the document and for each sub-resource.
-        idle_s: after ``load``, wait until no request has been in flight for this long (pages that
-            fetch their content with JavaScript), bounded by ``max_idle_wait_s``.
+        idle_s: after ``load``, wait until no request has been in flight for this long at the route
+            handler and none is pending in the page (pages that fetch their content with JavaScript),
+            bounded by ``max_idle_wait_s``.
         max_idle_wait_s: the longest wait for that quiet period.
         launch_args: Chromium command-line switches.
         startup_timeout_s: limit for launching the browser.
@@ -298,6 +326,7 @@ class BrowserFetcher:
         context = await self._browser.new_context(service_workers="block", accept_downloads=False)
         tab = _Tab(context)
         try:
+            await context.add_init_script(_NET_SCRIPT)
             await context.route("**/*", lambda route: self._route(route, tab))
             if hasattr(context, "route_web_socket"):
                 # A WebSocket route that never calls connect_to_server() is never connected.
@@ -412,11 +441,11 @@ class BrowserFetcher:
             content_type = ""
             if response is not None:
                 content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-            settled = await self._settle(job)
+            settled, html = await self._settle(job, page)
             # A page still fetching when we read it, or one that forbids storing, is not reused.
             reusable = settled and "no-store" not in (
                 response.headers.get("cache-control", "").lower() if response is not None else "")
-            html = self.policy.origin_map.virtualize_text(await self._content(page))
+            html = self.policy.origin_map.virtualize_text(html if html is not None else await self._content(page))
             if len(html.encode("utf-8", errors="replace")) > self.max_bytes:
                 raise ToolError("content", f"page larger than {self.max_bytes} bytes at {current}")
             return FetchResult(
@@ -435,24 +464,53 @@ class BrowserFetcher:
             self._spawn(self._close_tab(tab), self._closing)
             self._schedule_refill()
 
-    async def _settle(self, job: _Job) -> bool:
-        """Wait until no request has been in flight for ``idle_s`` (bounded), for JS-loaded content;
-        False when the wait ran out first (the page was still loading when read).
+    async def _settle(self, job: _Job, page: Any) -> tuple[bool, str | None]:
+        """Wait until the page is quiet (bounded by ``max_idle_wait_s``), for JS-loaded content:
+        ``(settled, its DOM read at that moment or None)``; False when the wait ran out first (the page
+        was still loading when read).
 
-        Requests are counted in the route handler, which sees them all; a document without
-        scripts cannot change after ``load``, so it is not waited for.
+        Quiet at both ends: no request at the route handler (which sees every network request) for
+        ``idle_s``, and none pending in the page (:data:`_NET_SCRIPT`: fetches and XHRs from the moment
+        a script starts them until its handlers of the answer ran; the page is asked once the route is
+        quiet, and waits in the page for its own requests). A document without scripts cannot change
+        after ``load``, so it is not waited for.
         """
         if not job.has_scripts:
-            return True
+            return True, None
         # A script may start a request from its onload handler just after we got "load": wait
         # at least idle_s from now, not from the last request.
         job.last_activity = time.monotonic()
         limit = min(time.monotonic() + self.max_idle_wait_s, job.deadline - 0.5)
         while time.monotonic() < limit:
             if job.inflight == 0 and time.monotonic() - job.last_activity >= self.idle_s:
-                return True
+                started = job.started
+                pending, html = await self._read_when_idle(page, limit - time.monotonic())
+                # A request the route saw start meanwhile may change the page after this read.
+                if pending == 0 and job.started == started and job.inflight == 0:
+                    return True, html
+                if pending < 0:  # the page could not answer (busy, or navigating)
+                    await asyncio.sleep(0.02)
+                continue
             await asyncio.sleep(0.02)
-        return False
+        return False, None
+
+    @staticmethod
+    async def _read_when_idle(page: Any, timeout_s: float) -> tuple[int, str | None]:
+        """``(requests pending in the page, its DOM when none)``, waiting in the page up to ``timeout_s``
+        for them; ``(0, None)`` without the counter (the route handler's count is then all there is),
+        ``(-1, None)`` when the page did not answer in time."""
+        from playwright.async_api import Error as PlaywrightError
+
+        wait_ms = max(1, int(timeout_s * 1000))
+        try:
+            state = await asyncio.wait_for(
+                page.evaluate("(ms) => window.__mgrpoNet ? window.__mgrpoNet(ms) : null", wait_ms),
+                timeout=max(0.01, timeout_s) + 0.5)
+        except (asyncio.TimeoutError, TimeoutError, PlaywrightError):
+            return -1, None
+        if state is None:
+            return 0, None
+        return int(state[0]), state[1]
 
     @staticmethod
     async def _content(page: Any) -> str:
@@ -464,130 +522,3 @@ class BrowserFetcher:
             # The page navigated itself (script or meta refresh) while we read it: read the new one.
             await page.wait_for_load_state("load")
             return await page.content()
-
-    # -- the policy on every request -----------------------------------------------------------
-
-    async def _route(self, route: Any, tab: _Tab) -> None:
-        """Count the request as in flight while :meth:`_guard` decides and serves it."""
-        job = tab.job
-        if job is None:  # a prepared tab loads nothing before it is handed to a fetch
-            await route.abort("blockedbyclient")
-            return
-        job.inflight += 1
-        try:
-            await self._guard(route, job)
-        finally:
-            job.inflight -= 1
-            job.last_activity = time.monotonic()
-
-    async def _guard(self, route: Any, job: _Job) -> None:
-        """Serve a request only if the policy accepts it and every redirect hop it takes.
-
-        The request is made here, by the pinned HTTP client (:mod:`.pinning`), and handed to
-        Chromium with ``route.fulfill``: Chromium never opens a connection itself, so a name is
-        resolved once, by the policy, and the socket goes to the address it checked.
-        """
-        from playwright.async_api import Error as PlaywrightError
-
-        request = route.request
-        main = job.navigating and request.is_navigation_request() and request.frame.parent_frame is None
-        origins = self.policy.origin_map
-        url = origins.to_virtual(request.url)  # judged (and recorded when blocked) as the agent sees it
-        try:
-            method, body = request.method, request.post_data_buffer
-            headers = _forward_headers(await request.all_headers())  # with cookies, unlike .headers
-            for _hop in range(self.max_redirects + 1):
-                real = origins.to_real(url)
-                try:
-                    self.policy.check(url, resolve=False)  # the address rules run at connect time
-                    status, reply_headers, content = await self._fetch_pinned(
-                        method, real, headers, body, job, main, shown=url
-                    )
-                except ToolError as exc:
-                    if exc.kind == "policy" or exc.message.startswith("cannot resolve"):
-                        job.blocked.append(url)
-                    if main:
-                        job.error = exc
-                    await route.abort("blockedbyclient" if exc.kind == "policy" else "failed")
-                    return
-                location = reply_headers.get("location")
-                if status not in REDIRECT_STATUSES or not location:
-                    break
-                if main:
-                    # Navigate to the hop ourselves so that the page's URL is the final one.
-                    job.redirect_to = origins.to_virtual(urljoin(real, location))
-                    await route.abort("aborted")
-                    return
-                url = origins.to_virtual(urljoin(real, location))
-                method, body = "GET", None
-            else:
-                await route.abort("failed")
-                return
-            if main:
-                job.has_scripts = b"<script" in content.lower()
-            await route.fulfill(status=status, headers=reply_headers, body=content)
-        except PlaywrightError:
-            with contextlib.suppress(PlaywrightError):  # the page or context is already gone
-                await route.abort("failed")
-
-    async def _fetch_pinned(
-        self, method: str, url: str, headers: dict[str, str], body: bytes | None, job: _Job, main: bool,
-        *, shown: str,
-    ) -> tuple[int, dict[str, str], bytes]:
-        """``(status, headers, body)`` of one request without following redirects; ToolError on failure.
-
-        The body is streamed and cut at ``max_bytes`` (a 50 MB page or a gzip bomb is never held
-        whole), and the whole exchange is bounded by the job's deadline (a server that drips bytes).
-        ``url`` is where to connect; errors name ``shown`` (the URL as the agent sees it).
-        """
-        assert self._http is not None
-
-        async def exchange() -> tuple[int, dict[str, str], bytes]:
-            async with self._http.stream(method, url, headers=headers, content=body) as response:
-                reply = _reply_headers(response.headers)
-                if response.status_code in REDIRECT_STATUSES:
-                    return response.status_code, reply, b""
-                mime = response.headers.get("content-type", "")
-                if main and mime and not is_text_content_type(mime):
-                    raise ToolError("content", f"{shown} is not a text page (content-type {mime.split(';')[0]})")
-                declared = response.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > self.max_bytes:
-                    raise ToolError("content", f"page larger than {self.max_bytes} bytes ({declared} declared) at {shown}")
-                content = bytearray()
-                async for chunk in response.aiter_bytes():
-                    content += chunk
-                    if len(content) > self.max_bytes:
-                        raise ToolError("content", f"page larger than {self.max_bytes} bytes at {shown}")
-                if main and _looks_binary(bytes(content), response.charset_encoding):
-                    raise ToolError("content", f"{shown} looks binary (NUL bytes), not a text page")
-                return response.status_code, reply, bytes(content)
-
-        try:
-            return await asyncio.wait_for(exchange(), timeout=job.remaining_ms() / 1000.0)
-        except (asyncio.TimeoutError, TimeoutError, httpx.TimeoutException):
-            raise ToolError("timeout", f"{shown} did not answer within {self.timeout_s:g} s") from None
-        except httpx.HTTPError as exc:  # refused, reset, bad gzip, protocol errors
-            raise ToolError("http", f"cannot fetch {shown}: {type(exc).__name__}: {exc}") from None
-
-
-# Headers Chromium sends that the HTTP client sets itself (or must not forward).
-_DROP_REQUEST = frozenset({"host", "content-length", "connection", "keep-alive", "accept-encoding",
-                           "transfer-encoding", "upgrade", "proxy-connection", "te", "trailer"})
-# The client hands over a decoded body of known length: its framing headers no longer apply.
-_DROP_REPLY = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"})
-
-
-def _forward_headers(headers: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST and not k.startswith(":")}
-
-
-def _reply_headers(headers: httpx.Headers) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for key, value in headers.multi_items():
-        key = key.lower()
-        if key in _DROP_REPLY:
-            continue
-        # Playwright splits a fulfilled Set-Cookie on newlines; other repeated headers join with commas.
-        joiner = "\n" if key == "set-cookie" else ", "
-        out[key] = f"{out[key]}{joiner}{value}" if key in out else value
-    return out

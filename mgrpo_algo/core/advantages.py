@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from mgrpo_tools.registry import Registry
+
 __all__ = [
     "EPS",
     "ESTIMATORS",
@@ -41,30 +43,16 @@ __all__ = [
 EPS = 1e-6
 
 ArrayLike = Tensor | np.ndarray | Sequence[Any]
-#: ``estimator(rewards, mask=None, *, eps=EPS) -> advantages`` with the shape of ``rewards``.
+#: The one shape every estimator takes: ``estimator(rewards [Q, ...], mask [Q, ...] | None = None, *,
+#: eps=EPS) -> float32 advantages`` of the rewards' shape, one group per query (everything after the
+#: first axis). The main side passes [Q, K], the sub side its aligned [Q, K, d] slots and their mask.
 Estimator = Callable[..., Tensor]
 
-ESTIMATORS: dict[str, Estimator] = {}
-
-
-def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
-    """Decorator adding an advantage estimator under ``name``; a duplicate name raises ValueError."""
-
-    def decorator(fn: Estimator) -> Estimator:
-        if name in ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ESTIMATORS[name] = fn
-        return fn
-
-    return decorator
-
-
-def get_estimator(name: str) -> Estimator:
-    """The estimator registered under ``name``; an unknown name raises KeyError listing the valid ones."""
-    try:
-        return ESTIMATORS[name]
-    except KeyError:
-        raise KeyError(f"unknown advantage estimator {name!r}; valid: {sorted(ESTIMATORS)}") from None
+#: Advantage estimators by name (``TrainConfig.main_estimator`` / ``sub_estimator``, checked when the
+#: config loads). A new estimator is one function registered here (examples/extend/new_estimator.py).
+ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
+register_estimator = ESTIMATORS.register
+get_estimator = ESTIMATORS.get
 
 
 def _as_float64(x: ArrayLike) -> Tensor:

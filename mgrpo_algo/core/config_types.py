@@ -1,8 +1,15 @@
-"""Checking a configuration value against its dataclass field's type (used by ``config.load_config``).
+"""Checking a configuration value: against its dataclass field's type, and a name against its registry.
 
 YAML and ``--set`` give ints, floats, bools, strings, lists and mappings; :func:`coerce` accepts a
 value of the field's type, converts it where that loses nothing, and otherwise raises ``ValueError``
 naming the field and the type it expects.
+
+A field that holds a name of something registered (a mode, an estimator, a loss, a placement, a store
+spec) is declared with :func:`named`; :func:`check_names` checks every such field with its dotted
+path when the config loads (``config.load_config``) and when a section is built by hand (its
+``__post_init__``), so ``--set main_estimator=nope`` fails at once, naming the field and the valid
+names. The registry is given as a ``"module:attr"`` string, resolved then: the registries of the
+placements and the store backends live in ``mgrpo_algo.distributed``, above this layer.
 """
 
 from __future__ import annotations
@@ -10,9 +17,53 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Mapping
+from dataclasses import field, fields
+from pkgutil import resolve_name
 from typing import Any
 
-__all__ = ["coerce"]
+from mgrpo_tools.registry import Registry
+
+__all__ = ["check", "check_names", "check_own_names", "coerce", "named"]
+
+
+def check(ok: bool, name: str, message: str) -> None:
+    """ValueError ``config field 'name' message`` unless ``ok``."""
+    if not ok:
+        raise ValueError(f"config field '{name}' {message}")
+
+
+def named(default: str, registry: str) -> Any:
+    """A dataclass field holding a name in ``registry``, a ``"module:attr"`` string naming a
+    :class:`~mgrpo_tools.registry.Registry` or a function ``check(value, field)`` that raises."""
+    return field(default=default, metadata={"names": registry})
+
+
+def check_names(cls: type, values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``values`` (a section's fields by name) with every :func:`named` field checked against its
+    registry and replaced by its canonical name (a deprecated alias by the current one); an unknown
+    name raises ValueError naming ``where + field`` and the valid names."""
+    out = dict(values)
+    for f in fields(cls):
+        ref = f.metadata.get("names")
+        if ref is None or f.name not in values:
+            continue
+        target = resolve_name(ref)
+        if isinstance(target, Registry):
+            value = values[f.name]
+            if not isinstance(value, str):
+                raise ValueError(f"config field '{where}{f.name}' must be a name (str), got {value!r}")
+            out[f.name] = target.check(value, where + f.name)
+        else:
+            target(values[f.name], where + f.name)
+    return out
+
+
+def check_own_names(obj: Any, where: str) -> None:
+    """:func:`check_names` on a built dataclass, in place (for ``__post_init__``)."""
+    values = {f.name: getattr(obj, f.name) for f in fields(obj) if "names" in f.metadata}
+    for name, value in check_names(type(obj), values, where).items():
+        if value != values[name]:
+            object.__setattr__(obj, name, value)
 
 
 def _type_name(hint: Any) -> str:

@@ -18,10 +18,13 @@ A weight acts as a multiplicity (weight 2 == the sample present twice); weight 0
 masked alignment slot). A sample with no masked tokens adds nothing to any numerator or denominator.
 
 Policy losses (registry :data:`POLICY_LOSSES`, chosen by ``LearnerConfig.policy_loss``): a loss is
-one function ``fn(logp, old_logp, advantages, loss_mask, **options) -> (loss, metrics)`` registered
-with :func:`register_policy_loss` under a name, with how its metrics merge across micro-batches
-(token means by default; ``maxima``; ``normalised``: aggregated with the call's own normaliser). The
-learner calls it and merges what it returns; adding a loss is that function and its name.
+one function ``fn(logp, old_logp, advantages, loss_mask, *, aggregation, sample_weight, ref_logp,
+entropy, global_normalizer, **options) -> (loss, metrics)`` registered with
+:func:`register_policy_loss` under a name, with an options dataclass (its own keyword arguments,
+filled from the role's ``LearnerConfig``: a field of the same name, or ``loss_options``) and how its
+metrics merge across micro-batches (token means by default; ``maxima``; ``normalised``: aggregated
+with the call's own normaliser). The learner calls it and merges what it returns; adding a loss is
+that function, its options and its name (examples/extend/new_policy_loss.py).
 
 Gradient accumulation: every numerator is a sum over samples, so for micro-batches split along the
 batch axis, pass ``global_normalizer=loss_normalizer(full_mask, mode, full_weight)`` (the full batch's
@@ -32,11 +35,13 @@ to the full-batch loss. Without it each call normalises by its own micro-batch.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from mgrpo_tools.registry import Registry
 
 __all__ = [
     "AGGREGATIONS",
@@ -48,6 +53,8 @@ __all__ = [
     "clipped_pg_loss",
     "POLICY_LOSSES",
     "PolicyLoss",
+    "ClippedOptions",
+    "NoOptions",
     "register_policy_loss",
     "get_policy_loss",
 ]
@@ -56,69 +63,88 @@ __all__ = [
 #: The denominator must depend on the mask only (so the normaliser of a batch is known before its values).
 Aggregation = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 
-AGGREGATIONS: dict[str, Aggregation] = {}
+#: Aggregations by name (``LearnerConfig.aggregation``, checked when the config loads).
+AGGREGATIONS: Registry[Aggregation] = Registry("aggregation")
+register_aggregation = AGGREGATIONS.register
+get_aggregation = AGGREGATIONS.get
 
 # log-ratios beyond this are clamped before exp: avoids inf (and inf * 0 = NaN) on wild tokens.
 _MAX_LOG_RATIO = 20.0
 
 
 @dataclass(frozen=True)
+class NoOptions:
+    """The options of a loss that takes none beyond the batch's."""
+
+
+@dataclass(frozen=True)
+class ClippedOptions:
+    """The options of :func:`clipped_pg_loss` (each a ``LearnerConfig`` field of the same name)."""
+
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+
+
+@dataclass(frozen=True)
 class PolicyLoss:
-    """A registered policy loss and how the learner merges its metrics over micro-batches."""
+    """A registered policy loss, its options and how the learner merges its metrics over micro-batches.
+
+    The learner calls ``fn(logp, old_logp, advantages, loss_mask, **batch, **options)`` where ``batch``
+    is what every loss gets (``aggregation``, ``sample_weight``, ``ref_logp``, ``entropy``,
+    ``global_normalizer``) and ``options`` the fields of an ``options`` dataclass instance, built once
+    from the role's ``LearnerConfig`` by :meth:`make_options`.
+    """
 
     fn: Callable[..., tuple[Tensor, dict[str, float]]]
+    options: type = NoOptions
+    """A dataclass whose fields are the loss's own keyword arguments, with their defaults."""
     maxima: tuple[str, ...] = ()
     """Metrics merged by max (e.g. ``ratio_max``)."""
     normalised: tuple[str, ...] = ()
     """Metrics aggregated like the loss, with the call's own normaliser: merged by normaliser share."""
+    name: str = ""
 
     def merge_kind(self, key: str) -> str:
         """"max", "normalised" or "token-mean" (every other metric: a mean over the call's tokens)."""
         return "max" if key in self.maxima else ("normalised" if key in self.normalised else "token-mean")
 
+    def make_options(self, config: Any, where: str = "learner") -> Any:
+        """The options instance for a learner config: each field from ``config.loss_options`` if set
+        there, else from the config's field of the same name (``eps_low``, ...), else its default.
+        A ``loss_options`` key the loss does not take raises ValueError naming ``where.loss_options.KEY``."""
+        names = [f.name for f in fields(self.options)]
+        given = dict(getattr(config, "loss_options", None) or {})
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise ValueError(f"config field '{where}.loss_options.{unknown[0]}': not an option of policy loss {self.name!r}; "
+                             f"valid: {', '.join(names) or '(none)'}")
+        values = {n: given[n] if n in given else getattr(config, n) for n in names if n in given or hasattr(config, n)}
+        try:
+            return self.options(**values)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"config field '{where}.loss_options': {exc}") from None
 
-POLICY_LOSSES: dict[str, PolicyLoss] = {}
+
+#: Policy losses by name (``LearnerConfig.policy_loss``, checked when the config loads).
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 
 
-def register_policy_loss(name: str, *, maxima: tuple[str, ...] = (), normalised: tuple[str, ...] = ()
-                         ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator adding a policy loss under ``name``; a duplicate name raises ValueError."""
+def register_policy_loss(name: str, *, options: type = NoOptions, maxima: tuple[str, ...] = (),
+                         normalised: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator adding a policy loss under ``name`` with its options dataclass; a duplicate name raises."""
+    if not is_dataclass(options):
+        raise TypeError(f"policy loss {name!r}: options must be a dataclass, got {options!r}")
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        POLICY_LOSSES[name] = PolicyLoss(fn, tuple(maxima), tuple(normalised))
+        POLICY_LOSSES.add(name, PolicyLoss(fn, options, tuple(maxima), tuple(normalised), name))
         return fn
 
     return decorator
 
 
-def get_policy_loss(name: str) -> PolicyLoss:
-    """The policy loss registered under ``name``; an unknown name raises KeyError listing the valid ones."""
-    try:
-        return POLICY_LOSSES[name]
-    except KeyError:
-        raise KeyError(f"unknown policy loss {name!r}; valid: {sorted(POLICY_LOSSES)}") from None
-
-
-def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
-    """Decorator adding an aggregation under ``name``; a duplicate name raises ValueError."""
-
-    def decorator(fn: Aggregation) -> Aggregation:
-        if name in AGGREGATIONS:
-            raise ValueError(f"aggregation {name!r} is already registered")
-        AGGREGATIONS[name] = fn
-        return fn
-
-    return decorator
-
-
-def get_aggregation(name: str) -> Aggregation:
-    """The aggregation registered under ``name``; an unknown name raises KeyError listing the valid ones."""
-    try:
-        return AGGREGATIONS[name]
-    except KeyError:
-        raise KeyError(f"unknown aggregation {name!r}; valid: {sorted(AGGREGATIONS)}") from None
+get_policy_loss = POLICY_LOSSES.get
 
 
 @register_aggregation("seq-mean-token-mean")
@@ -203,7 +229,7 @@ def aggregate(
     return numerator / safe
 
 
-@register_policy_loss("clipped", maxima=("ratio_max",), normalised=("pg_loss",))
+@register_policy_loss("clipped", options=ClippedOptions, maxima=("ratio_max",), normalised=("pg_loss",))
 def clipped_pg_loss(
     logp: Tensor,
     old_logp: Tensor,

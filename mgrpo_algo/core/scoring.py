@@ -16,6 +16,8 @@ Pure: records in, typed slots and metrics out. The caller builds training sequen
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,17 +37,18 @@ __all__ = [
     "ScoredBatch",
     "alignment_width",
     "annotate",
+    "annotate_main",
+    "annotate_sub",
     "turn_states",
+    "anchor_state",
     "rollout_keys",
     "score_main",
     "score_sub",
-    "score_batch",
     "score_main_side",
     "score_sub_side",
     "sub_facts",
     "alignment_metrics",
     "slot_payload",
-    "slot_from_payload",
 ]
 
 #: Sub-agent counts kept to choose d (``align_d: 0``): the last this many rollouts.
@@ -163,15 +166,22 @@ def alignment_width(observed_counts: Sequence[int], align_d: int, quantile: floa
     return align_d or align.choose_d(list(observed_counts)[-COUNT_WINDOW:], quantile)
 
 
+def anchor_state(chat: Sequence[Mapping[str, Any]]) -> str:
+    """The one anchor state of a turn: a digest of the chat it had read (every message before its own,
+    as (role, content)). The sub worker keys each request by it when it acts; :func:`turn_states` keys
+    a recorded trajectory's turns by it; equal chats, equal states."""
+    return hashlib.sha256(json.dumps([[m.get("role"), m.get("content")] for m in chat]).encode()).hexdigest()
+
+
 def turn_states(trajectory: Any) -> list[Any]:
-    """One anchor key per turn of ``trajectory``: the chat it had read when it wrote that turn (every
-    message before its assistant message). Two turns with equal keys were sampled from the same state.
-    A trajectory whose messages do not line up with its turns gets keys no other turn shares."""
+    """One anchor state per turn of ``trajectory`` (:func:`anchor_state` of the chat before each of its
+    assistant messages). Two turns with equal keys were sampled from the same state. A trajectory
+    whose messages do not line up with its turns gets keys no other turn shares."""
     messages = list(getattr(trajectory, "messages", None) or [])
     starts = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     if len(starts) != len(trajectory.turns):
         return [("unaligned", id(trajectory), t) for t in range(len(trajectory.turns))]
-    return [tuple((m.get("role"), m.get("content")) for m in messages[:i]) for i in starts]
+    return [anchor_state(messages[:i]) for i in starts]
 
 
 def _step_credit(groups: Iterable[Sequence[tuple[Any, Sequence[Any], float]]]) -> dict[Any, list[float]]:
@@ -261,51 +271,36 @@ def score_sub_side(
     return sub, metrics
 
 
-def score_batch(
-    records: Sequence[EpisodeRecord], k: int, d: int, *, strategy: str, rng: np.random.Generator, single: bool = False,
-    step_weight: float = 0.0,
-) -> ScoredBatch:
-    """Records of B x K rollouts (task-major) -> both sides scored here, from the rewards the env paid
-    (:func:`score_main_side` and :func:`score_sub_side`; the training loop runs the sub side on the
-    sub worker instead, from the store's statistics). ``single``: no sub side."""
-    main, metrics = score_main_side(records, k, role="single" if single else "main", step_weight=step_weight)
-    if single:
-        return ScoredBatch(main, [], 0, metrics)
-    states = {(i, j): turn_states(t) for i, r in enumerate(records) for j, t in enumerate(r.subs)}
-    sub, sub_metrics = score_sub_side(sub_facts(records), [[s.reward for s in r.subs] for r in records], k, d,
-                                      strategy=strategy, rng=rng, step_weight=step_weight, states=states)
-    metrics.update(sub_metrics)
-    metrics.update(alignment_metrics(records, d))
-    return ScoredBatch(main, sub, d, metrics)
-
-
 def alignment_metrics(records: Sequence[EpisodeRecord], d: int) -> dict[str, float]:
     """d and the mean sub-agent count d_k of an iteration (the loop's side of the alignment)."""
     return {"align/d": float(d), "align/d_k_mean": float(np.mean([r.num_subs for r in records]))}
 
 
 def annotate(records: Sequence[EpisodeRecord], batch: ScoredBatch) -> None:
-    """Write each trajectory's advantage into its record's components (episodes.jsonl, ``mgrpo view``);
-    a duplicated sub-agent repeats its original's advantage and counts its ``aligned_slots``."""
-    for m in batch.main:
+    """Write each trajectory's advantage into its record's components (episodes.jsonl, ``mgrpo view``):
+    :func:`annotate_main` and :func:`annotate_sub` of one batch scored in one place."""
+    annotate_main(records, batch.main)
+    annotate_sub(records, [(s.key.index, s.agent, s.advantage) for s in batch.sub])
+
+
+def annotate_main(records: Sequence[EpisodeRecord], slots: Sequence[MainSlot]) -> None:
+    """Each main (or single) agent's A_M into its record's components."""
+    for m in slots:
         records[m.key.index].components.setdefault(m.agent, {})["advantage"] = m.advantage
-    for s in batch.sub:
-        comp = records[s.key.index].components.setdefault(s.agent, {})
-        comp["advantage"] = s.advantage
+
+
+def annotate_sub(records: Sequence[EpisodeRecord], advantages: Sequence[tuple[int, str, float]]) -> None:
+    """The sub worker's A_S, as it returns them (record index, agent, A_S) per aligned slot, into the
+    records' components; a duplicated sub-agent repeats its original's advantage and counts its
+    ``aligned_slots``."""
+    for index, agent, advantage in advantages:
+        comp = records[index].components.setdefault(agent, {})
+        comp["advantage"] = advantage
         comp["aligned_slots"] = comp.get("aligned_slots", 0) + 1
 
 
 def slot_payload(slots: Sequence[Any]) -> list[dict[str, Any]]:
-    """Slots as plain dicts (JSON and pickle friendly) for a role server; :func:`slot_from_payload` reverses it."""
+    """Slots as plain dicts (JSON and pickle friendly) for a role server."""
     from dataclasses import asdict
 
     return [{"type": type(s).__name__, **asdict(s)} for s in slots]
-
-
-def slot_from_payload(data: dict[str, Any]) -> MainSlot | SubSlot:
-    """A slot back from :func:`slot_payload`'s dict."""
-    fields = {n: v for n, v in data.items() if n != "type"}
-    fields["key"] = RolloutKey(**fields["key"])
-    if fields.get("turn_advantages") is not None:
-        fields["turn_advantages"] = tuple(fields["turn_advantages"])
-    return MainSlot(**fields) if data["type"] == "MainSlot" else SubSlot(**fields)

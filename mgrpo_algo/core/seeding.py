@@ -9,25 +9,20 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["policy_seed", "iteration_rngs", "eval_seed", "episode_seed"]
+from mgrpo_env.roles import ROLE_TABLE
 
-#: Sampling-seed offset of each role's policy (main and single 0, sub 1): the roles draw apart.
-_ROLE_SEED = {"main": 0, "single": 0, "sub": 1}
+__all__ = ["policy_seed", "iteration_rngs", "eval_seed", "episode_seed"]
 
 
 def policy_seed(seed: int, role: str, iteration: int) -> int:
     """The sampling seed of a role's policy built before ``iteration`` (a resumed server starts
-    at its next iteration)."""
-    return seed + _ROLE_SEED[role] + 1000 * iteration
-
-
-#: Sampling-seed offset of each role's evaluation policy (main 0, sub 1, single 2).
-_EVAL_ROLE_SEED = {"main": 0, "sub": 1, "single": 2}
+    at its next iteration); the role's offset is in the role table (``mgrpo_env.roles``)."""
+    return seed + ROLE_TABLE[role].sample_seed + 1000 * iteration
 
 
 def eval_seed(seed: int, role: str) -> int:
     """The sampling seed of a role's evaluation policy in an evaluation seeded ``seed``."""
-    return seed + _EVAL_ROLE_SEED[role]
+    return seed + ROLE_TABLE[role].eval_seed
 
 
 def episode_seed(seed: int, iteration: int) -> int:

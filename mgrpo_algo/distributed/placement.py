@@ -81,8 +81,9 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from pkgutil import resolve_name
 from typing import Any
+
+from mgrpo_tools.registry import Registry
 
 __all__ = ["PLACEMENTS", "RemoteError", "RoleCallTimeout", "RoleHandle", "RoleServerDied", "spawn"]
 
@@ -138,32 +139,23 @@ def spawn(
     Args:
         factory: an importable top-level class or function returning the role server object.
         kwargs: its keyword arguments (pickled for "processes" and "ray").
-        placement: one of ``PLACEMENTS``.
+        placement: a name in ``PLACEMENTS``.
         name: the role's name, in errors and process titles (e.g. "mgrpo-main").
         num_cpus, num_gpus: resources reserved for the actor ("ray" only; fractions allowed).
         env: environment variables for the server (see the module docstring).
         start_timeout_s: how long the constructor may take (it may load a model); RoleCallTimeout after.
         ray_options: extra ``.options()`` for the Ray actor (resources, scheduling_strategy, ...).
     """
-    if placement not in PLACEMENTS:
-        raise ValueError(f"unknown placement {placement!r}; valid placements: {', '.join(PLACEMENTS)}")
+    cls = PLACEMENTS.get(placement)  # an unknown name raises, listing the valid ones
     if not callable(factory):
         raise TypeError(f"factory must be a class or function, got {factory!r}")
     if num_cpus < 0 or num_gpus < 0 or not start_timeout_s > 0:
         raise ValueError(f"need num_cpus >= 0, num_gpus >= 0, start_timeout_s > 0; got {num_cpus}, "
                          f"{num_gpus}, {start_timeout_s}")
-    cls = PLACEMENT_BACKENDS[placement]
-    if isinstance(cls, str):
-        cls = resolve_name(cls)  # ray is only imported when used
     handle = cls(factory, dict(kwargs), name=name, num_cpus=num_cpus, num_gpus=num_gpus, env=dict(env or {}),
                  start_timeout_s=start_timeout_s, ray_options=dict(ray_options or {}))
     handle._start()
     return handle
-
-
-#: Handle class of each placement; a string is "module:class", imported on first use (the Ray backend
-#: imports this module for RoleHandle, never the reverse: no import cycle).
-PLACEMENT_BACKENDS: dict[str, Any] = {"ray": "mgrpo_algo.distributed.placement_ray:_RayRole"}
 
 
 class RoleHandle(ABC):
@@ -519,6 +511,11 @@ def _close_processes_at_exit() -> None:
             handle.close(timeout_s=5.0)
 
 
-PLACEMENT_BACKENDS.update({"local": _LocalRole, "processes": _ProcessRole})
-#: The handle kinds ``spawn`` takes (``core.config.PLACEMENT_HANDLES`` maps each run placement to one).
-PLACEMENTS = tuple(sorted(PLACEMENT_BACKENDS))
+#: Every placement: its name (``placement.kind`` of a run, ``spawn``'s ``placement``) and the handle class
+#: its role servers live behind. A string is "module:class", imported on first use (the Ray backend
+#: imports this module for RoleHandle, never the reverse: no import cycle). A new placement is one
+#: registered RoleHandle subclass (examples/extend/new_placement.py). "in-process", the former name of
+#: the local handle in run configs, is accepted with a deprecation warning.
+PLACEMENTS: Registry[Any] = Registry("placement", {
+    "local": _LocalRole, "processes": _ProcessRole, "ray": "mgrpo_algo.distributed.placement_ray:_RayRole",
+}, aliases={"in-process": "local"})

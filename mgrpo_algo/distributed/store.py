@@ -10,8 +10,9 @@ crosses between them (paper section 4, "decoupled pipeline"). What crosses is mi
 - per role the iterations it has already applied (:meth:`StatsStore.mark_done`), so a restarted server
   never applies a statistic twice.
 
-Two backends share one contract (:class:`StatsStore`): :class:`SQLiteStore`, one file that several
-processes share (the embedded default), and :class:`RedisStore` for many machines. Writes are
+Two backends share one contract (:class:`StatsStore`): ``SQLiteStore`` (``store_sqlite``), one file
+that several processes share (the embedded default), and ``RedisStore`` (``store_redis``) for many
+machines; :data:`STORE_BACKENDS` finds them by the spec's scheme. Writes are
 idempotent (re-publishing the same record stores it once; a different value for an existing key raises
 :class:`StoreError`), and every value is validated when read: a corrupted record raises
 :class:`StoreError` naming its key, never a ``KeyError`` or ``JSONDecodeError``.
@@ -34,25 +35,27 @@ import json
 import logging
 import math
 import numbers
-import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from pkgutil import resolve_name
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
+
+from mgrpo_tools.registry import Registry
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "MainStat",
-    "SQLiteStore",
+    "STORE_BACKENDS",
+    "StoreBackend",
     "StatsStore",
     "StoreError",
     "StoreTimeout",
+    "check_store_spec",
     "open_store",
     "shipped_trajectory_bytes",
 ]
@@ -394,188 +397,87 @@ class StatsStore(ABC):
     def _close(self) -> None: ...
 
 
-# --------------------------------------------------------------------------- SQLite
-
-
-_SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS main_stats (iteration INTEGER NOT NULL, query INTEGER NOT NULL,
-    rollout INTEGER NOT NULL, value TEXT NOT NULL, PRIMARY KEY (iteration, query, rollout)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS health (role TEXT PRIMARY KEY, step INTEGER NOT NULL, time TEXT NOT NULL,
-    metrics TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS done (role TEXT NOT NULL, iteration INTEGER NOT NULL,
-    PRIMARY KEY (role, iteration)) WITHOUT ROWID;
-"""
-
-
-class SQLiteStore(StatsStore):
-    """One SQLite file shared by the role processes of one machine (WAL journal, busy timeout).
-
-    One connection guarded by a lock per store object, so one object may be shared by threads.
-
-    Args:
-        path: the database file (created with its parent folder when absent).
-        busy_timeout_s: how long a writer waits for another process's lock before :class:`StoreError`.
-    """
-
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
-        super().__init__()
-        self.path = Path(path)
-        self._lock = threading.RLock()
-        try:
-            if str(path) != ":memory:":
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(
-                str(path), timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-            )
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, _SCHEMA_VERSION):
-                raise StoreError(f"{path}: stats-store schema version {version}, expected {_SCHEMA_VERSION}")
-            self._conn.executescript(
-                f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={_SCHEMA_VERSION};COMMIT;"
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open sqlite stats store {path}: {exc}") from exc
-
-    def __repr__(self) -> str:
-        return f"SQLiteStore({str(self.path)!r})"
-
-    def _run(self, what: str, fn: Callable[[sqlite3.Connection], T]) -> T:
-        with self._lock:
-            try:
-                return fn(self._conn)
-            except sqlite3.Error as exc:
-                raise StoreError(f"{self!r}: {what} failed: {exc}") from exc
-
-    def _main_key(self, iteration: int, field: str | None = None) -> str:
-        if field is None:
-            return f"main_stats[iteration={iteration}]"
-        query, _, rollout = field.partition(":")
-        return f"main_stats[iteration={iteration}, query={query}, rollout={rollout}]"
-
-    def _wire_key(self, iteration: int) -> str:
-        return str(iteration)  # the SQL parameter
-
-    def _health_key(self, role: str) -> str:
-        return f"health[role={role!r}]"
-
-    def _done_key(self, role: str) -> str:
-        return f"done[role={role!r}]"
-
-    def _put_main(self, iteration: int, records: dict[str, str]) -> None:
-        def txn(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                existing = {
-                    f"{q}:{r}": v
-                    for q, r, v in conn.execute(
-                        "SELECT query, rollout, value FROM main_stats WHERE iteration = ?", (iteration,)
-                    )
-                }
-                for field, value in records.items():
-                    if field in existing and existing[field] != value:
-                        raise StoreError(
-                            f"conflicting write to {self._main_key(iteration, field)}: stored "
-                            f"{existing[field]!r}, new {value!r}"
-                        )
-                conn.executemany(
-                    "INSERT INTO main_stats (iteration, query, rollout, value) VALUES (?, ?, ?, ?)",
-                    [
-                        (iteration, *map(int, field.split(":")), value)
-                        for field, value in records.items()
-                        if field not in existing
-                    ],
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-
-        self._run("put_main_stats", txn)
-
-    def _count_main(self, iteration: int) -> int:
-        sql = "SELECT COUNT(*) FROM main_stats WHERE iteration = ?"
-        return self._run("count", lambda c: c.execute(sql, (iteration,)).fetchone()[0])
-
-    def _read_main(self, iteration: int) -> list[tuple[Any, Any, Any]]:
-        sql = "SELECT query, rollout, value FROM main_stats WHERE iteration = ?"
-        return self._run("get_main_stats", lambda c: c.execute(sql, (iteration,)).fetchall())
-
-    def _latest_complete(self, expected: int) -> int | None:
-        sql = (
-            "SELECT iteration FROM main_stats GROUP BY iteration HAVING COUNT(*) >= ? ORDER BY iteration DESC"
-        )
-        rows = self._run("latest_complete_iteration", lambda c: c.execute(sql, (expected,)).fetchall())
-        valid = [it for (it,) in rows if isinstance(it, int) and it >= 0]
-        if len(valid) != len(rows):
-            bad = [it for (it,) in rows if it not in valid]
-            raise StoreError(f"malformed records in main_stats: iteration values {bad!r} are not ints >= 0")
-        return max(valid, default=None)
-
-    def _put_health(self, role: str, step: int, stamp: str, data: str) -> None:
-        sql = "INSERT OR REPLACE INTO health (role, step, time, metrics) VALUES (?, ?, ?, ?)"
-        self._run("put_health", lambda c: c.execute(sql, (role, step, stamp, data)))
-
-    def _get_health(self, role: str) -> tuple[Any, Any, Any] | None:
-        sql = "SELECT step, time, metrics FROM health WHERE role = ?"
-        return self._run("get_health", lambda c: c.execute(sql, (role,)).fetchone())
-
-    def _mark_done(self, role: str, iteration: int) -> None:
-        sql = "INSERT OR IGNORE INTO done (role, iteration) VALUES (?, ?)"
-        self._run("mark_done", lambda c: c.execute(sql, (role, iteration)))
-
-    def _done(self, role: str) -> list[Any]:
-        sql = "SELECT iteration FROM done WHERE role = ?"
-        return [it for (it,) in self._run("done_iterations", lambda c: c.execute(sql, (role,)).fetchall())]
-
-    def _close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-
-# --------------------------------------------------------------------------- Redis
-
-# Check every field first, then write: a conflict leaves nothing of the call written, and re-running
-# the script after a lost reply (a retry) is a no-op because every value is already there.
-
-
 # --------------------------------------------------------------------------- factory
 
-_SPEC_FORMS = (
-    "'sqlite:PATH' (e.g. sqlite:runs/stats.db) or 'redis://HOST:PORT[/DB]' (e.g. redis://127.0.0.1:6379/0; "
-    "a password: redis://:PASSWORD@HOST:PORT; TLS: rediss://...)"
-)
+
+@dataclass(frozen=True)
+class StoreBackend:
+    """A statistics store, chosen by the scheme of its spec (``sqlite:PATH``, ``redis://...``)."""
+
+    open: Callable[..., StatsStore] | str
+    """``open(spec, **kwargs) -> StatsStore``; a "module:attr" string is imported on first open (a
+    backend module imports this one for the base class, never the reverse: no import cycle)."""
+    check: Callable[[str], None]
+    """Raises ValueError on a malformed spec, without connecting (run when the config loads)."""
+    form: str
+    """The spec's form for error messages, e.g. ``'sqlite:PATH' (e.g. sqlite:runs/stats.db)``."""
 
 
-#: Store backends other than SQLite, as "module:class", imported on first use: a backend module imports
-#: this one (for the base class and the record types), never the reverse, so there is no import cycle.
-STORE_BACKENDS: dict[str, str] = {"redis": "mgrpo_algo.distributed.store_redis:RedisStore"}
+def _sqlite_path(spec: str) -> str:
+    path = spec.partition(":")[2]
+    if not path:
+        raise ValueError("has no path")
+    return path
+
+
+def _check_redis(spec: str) -> None:
+    parts = urlsplit(spec)
+    parts.port  # noqa: B018 - raises ValueError on a bad port
+    db = parts.path.lstrip("/")
+    if not spec.startswith(f"{parts.scheme}://") or not parts.hostname or (db and not db.isdigit()) \
+            or parts.path.count("/") > 1:
+        raise ValueError("bad host or db")
+
+
+_REDIS = StoreBackend("mgrpo_algo.distributed.store_redis:RedisStore", _check_redis,
+                      "'redis://HOST:PORT[/DB]' (e.g. redis://127.0.0.1:6379/0; a password: redis://:PASSWORD@HOST:PORT; "
+                      "TLS: rediss://...)")
+#: Store backends by the scheme of their spec (``placement.store``, checked when the config loads). A
+#: new backend is one registered :class:`StoreBackend` with a :class:`StatsStore` subclass behind it.
+STORE_BACKENDS: Registry[StoreBackend] = Registry("store scheme", {
+    "sqlite": StoreBackend("mgrpo_algo.distributed.store_sqlite:open_sqlite", _sqlite_path,
+                           "'sqlite:PATH' (e.g. sqlite:runs/stats.db)"),
+    "redis": _REDIS,
+    "rediss": _REDIS,
+})
+
+
+def _forms() -> str:
+    forms = dict.fromkeys(STORE_BACKENDS.get(name).form for name in STORE_BACKENDS.names())
+    return " or ".join(forms)
+
+
+def check_store_spec(spec: str, field: str = "") -> StoreBackend:
+    """The backend of ``spec`` after checking its form (no connection is made). Raises ValueError
+    naming ``field`` (the config's dotted path, when given) and the accepted forms."""
+    where = f"config field '{field}': " if field else ""
+    if not isinstance(spec, str):
+        raise ValueError(f"{where}store spec must be a str: {_forms()}; got {spec!r}")
+    scheme, sep, _ = spec.partition(":")
+    if not sep or scheme not in STORE_BACKENDS:
+        raise ValueError(f"{where}unknown store spec {spec!r} (schemes: {', '.join(STORE_BACKENDS.names())}); "
+                         f"use {_forms()}")
+    backend = STORE_BACKENDS.get(scheme)
+    try:
+        backend.check(spec)
+    except ValueError as exc:
+        raise ValueError(f"{where}malformed {scheme} store spec {spec!r} ({exc}); use {_forms()}") from None
+    return backend
 
 
 def open_store(spec: str, **kwargs: Any) -> StatsStore:
-    """Open a store from a spec string: ``"sqlite:PATH"`` or ``"redis://HOST:PORT[/DB]"``.
+    """Open a store from a spec string: ``"sqlite:PATH"``, ``"redis://HOST:PORT[/DB]"`` or the form of
+    another registered backend (:data:`STORE_BACKENDS`).
 
     Keyword arguments go to the backend (``namespace=``, ``retry_s=`` for Redis; ``busy_timeout_s=``
     for SQLite). Anything else raises ``ValueError`` listing the accepted forms.
     """
-    if not isinstance(spec, str):
-        raise ValueError(f"store spec must be a str: {_SPEC_FORMS}; got {spec!r}")
-    if spec.startswith("sqlite:"):
-        path = spec[len("sqlite:") :]
-        if not path:
-            raise ValueError(f"store spec {spec!r} has no path; use {_SPEC_FORMS}")
-        return SQLiteStore(path, **kwargs)
-    if spec.startswith(("redis://", "rediss://")):
-        try:
-            parts = urlsplit(spec)
-            parts.port  # noqa: B018 - raises ValueError on a bad port
-            db = parts.path.lstrip("/")
-            if not parts.hostname or (db and not db.isdigit()) or parts.path.count("/") > 1:
-                raise ValueError("bad host or db")
-        except ValueError as exc:
-            raise ValueError(f"malformed redis store spec {spec!r} ({exc}); use {_SPEC_FORMS}") from None
-        return resolve_name(STORE_BACKENDS["redis"])(spec, **kwargs)
-    raise ValueError(f"unknown store spec {spec!r}; use {_SPEC_FORMS}")
+    backend = check_store_spec(spec)
+    opener = resolve_name(backend.open) if isinstance(backend.open, str) else backend.open
+    return opener(spec, **kwargs)
+
+
+def check_store_field(spec: str, field: str) -> None:
+    """The config's check of ``placement.store``: empty (the run's own SQLite file) or a valid spec."""
+    if spec != "":
+        check_store_spec(spec, field)

@@ -36,17 +36,18 @@ from pathlib import Path
 from typing import Any
 
 from mgrpo_env.mistakes import counts_by_question, mistake_rates
+from mgrpo_env.roles import ROLE_TABLE, ROLES
 from mgrpo_env.tool_health import backend_failures_in_files
 
-from ..core.config import MODE_TABLE, TRAIN_MODES, TrainConfig, config_to_dict
+from ..core.config import MODES, TrainConfig, config_to_dict
+from ..core.modes import mode_names
 from . import intervals as iv
 from .mistake_stats import mistake_changes, mistake_rates_of_counts, pool_counts
-from .report import DIFFERENCES, format_table, history_means, markdown, verdict
+from .report import differences, format_table, history_means, markdown, verdict
 
-__all__ = ["MODES", "check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate",
+__all__ = ["check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate",
            "evaluation_policies", "evaluate_policies", "eval_figures", "greedy_em"]
 
-MODES = TRAIN_MODES
 #: The per-seed numbers aggregated over seeds (mean, population std, min, max). ``*_em`` is mean@k
 #: (plain EM with one greedy sample); ``*_greedy`` is NaN when the evaluation did not add a greedy pass.
 AGGREGATED = ("before_em", "before_f1", "after_em", "after_f1", "delta_em", "delta_f1", "before_pass_k",
@@ -63,8 +64,7 @@ def check_compare(config: TrainConfig, seeds: int, modes: Sequence[str]) -> Any:
     if not modes:
         raise ValueError("config field 'modes' (--modes) names no mode")
     for mode in modes:
-        if mode not in MODES:
-            raise ValueError(f"config field 'modes' (--modes): unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        MODES.check(mode, "modes (--modes)")
     if len(set(modes)) != len(modes):
         raise ValueError(f"config field 'modes' (--modes) repeats a mode: {list(modes)}")
     try:
@@ -76,7 +76,7 @@ def check_compare(config: TrainConfig, seeds: int, modes: Sequence[str]) -> Any:
     import torch
 
     for field_name, device in [("warm_start.device", config.warm_start.device)] + [
-        (f"{role}.learner.device", getattr(config, role).learner.device) for role in ("main", "sub", "single")
+        (f"{role}.learner.device", getattr(config, role).learner.device) for role in ROLES
     ]:
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"config field '{field_name}' is {device!r} but torch sees no CUDA device")
@@ -104,7 +104,7 @@ def log_scalars(writer: Any, metrics: Mapping[str, Any], step: int) -> None:
 
 
 def _roles(mode: str) -> list[str]:
-    return list(MODE_TABLE[mode].roles)
+    return list(MODES[mode].roles)
 
 
 def evaluation_policies(config: TrainConfig, models: Mapping[str, Any], tokenizers: Mapping[str, str],
@@ -126,16 +126,16 @@ def evaluate_policies(config: TrainConfig, scenario: Any, policies: Mapping[str,
     ``config.eval.split`` under the config's limits and rewards, ``eval.samples`` per question, batched.
 
     ``compare`` (start, after, curve points) and ``mgrpo eval`` both run it, so the same models and
-    config give the same episodes. ``on_episode`` / ``previous``: see :func:`evaluate_hierarchy`.
+    config give the same episodes. ``on_episode`` / ``previous``: see :func:`mgrpo_algo.experiments.evaluate.evaluate_agents`.
     Returns the :class:`EvalReport` and the episode records.
     """
     from ..training.trainer import reward_config
     from .evaluate import evaluate_agents
 
     e = config.eval
-    mode = MODE_TABLE["single-agent" if "single" in policies else "mgrpo"]  # the env of the roles given
+    env = ROLE_TABLE[next(iter(policies))].env  # the env the given roles act in
     rewards = reward_config(config, scenario)
-    return evaluate_agents(scenario, e.split, dict(policies), env=mode.env, agent_name=name, k=e.samples,
+    return evaluate_agents(scenario, e.split, dict(policies), env=env, agent_name=name, k=e.samples,
                            limit=limit or None, seed=seed, progress=progress, max_workers=config.max_workers,
                            on_episode=on_episode, previous=previous,
                            env_kwargs={"limits": config.limits, "rewards": rewards})
@@ -214,7 +214,7 @@ def run_compare(
     *,
     seeds: int,
     out_dir: str | Path,
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str] | None = None,
     progress: bool = True,
     command: str | None = None,
     jobs: int = 1,
@@ -243,13 +243,13 @@ def run_compare(
         torch.set_num_threads(threads)
 
 
-def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes: Sequence[str], progress: bool,
+def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes: Sequence[str] | None, progress: bool,
                  command: str | None, jobs: int) -> dict[str, Any]:
 
     from ..training.trainer import role_model_paths
     from .plots import plot_curves
 
-    modes = list(modes)
+    modes = list(modes if modes is not None else mode_names())
     scenario = check_compare(config, seeds, modes)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -259,7 +259,7 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
     starts: dict[str, dict[str, str]] = {}
     for mode in modes:
         roles = _roles(mode)
-        key = "single" if roles == ["single"] else "hierarchy"
+        key = MODES[mode].env  # the modes of one env share their start models
         if key not in starts:
             starts[key] = role_model_paths(config, scenario, roles)
     start_seconds = time.perf_counter() - t0
@@ -267,7 +267,7 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
     # jobs > 1 the groups run side by side in worker processes (each run is seeded alone: same numbers).
     groups: dict[str, list[str]] = {}
     for mode in modes:
-        groups.setdefault("single" if MODE_TABLE[mode].single else "hierarchy", []).append(mode)
+        groups.setdefault(MODES[mode].env, []).append(mode)
     keys = sorted(groups, key=lambda k: -len(groups[k]))  # the largest group runs here, with the progress bars
     reference_group = keys[-1] if config.eval.reference else None
     jobs = max(1, min(jobs, len(keys)))
@@ -358,7 +358,7 @@ def _train_and_evaluate(
     cfg.mode, cfg.seed, cfg.out_dir = mode, seed, str(run_dir)
     for role, path in paths.items():
         getattr(cfg, role).model = path
-    role = MODE_TABLE[mode].roles[0]  # the main (or single) agent
+    role = MODES[mode].roles[0]  # the main (or single) agent
     total = sum(s.iterations for s in cfg.stages)
     writer = SummaryWriter(log_dir=str(tb_dir))
     writer.add_scalar("eval/em", before["em"], 0)
@@ -487,10 +487,10 @@ def run_group(config: TrainConfig, modes: Sequence[str], paths: Mapping[str, str
 
 
 def _intervals(scores: Mapping[str, Mapping[str, list[dict[str, list[bool]]]]], seed: int) -> dict[str, Any]:
-    """The report's paired differences (:data:`mgrpo_algo.experiments.report.DIFFERENCES`), each pooled
+    """The report's paired differences (:func:`mgrpo_algo.experiments.report.differences`), each pooled
     over seeds: a mode's after - start, and one mode's after minus another's (where both ran)."""
     out: dict[str, Any] = {}
-    for name, a, b in DIFFERENCES:
+    for name, a, b in differences():
         first = scores.get(a, {}).get("after")
         second = scores[a]["start"] if b == "start" and first else scores.get(b, {}).get("after")
         if first and second:
@@ -502,12 +502,14 @@ def _trained_policies(cfg: TrainConfig, trainer: Any, seed: int) -> dict[str, An
     """Evaluation policies over the trainer's current models, through its role handles: each worker
     builds the evaluation policy over its own model (a frozen role keeps its start), wherever it runs."""
     from ..core.seeding import eval_seed
+    from ..training.service import RoleClient
     from ..training.workers import WorkerPolicy
 
     policies: dict[str, Any] = {}
     for role, handle in trainer.handles.items():
-        handle.call("begin_eval", eval_seed(seed, role), cfg.eval.temperature, cfg.eval.max_new_tokens)
-        policies[role] = WorkerPolicy(handle)
+        client = RoleClient(handle)
+        client.begin_eval(eval_seed(seed, role), cfg.eval.temperature, cfg.eval.max_new_tokens)
+        policies[role] = WorkerPolicy(client)
     return policies
 
 

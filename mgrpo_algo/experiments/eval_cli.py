@@ -21,10 +21,11 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.roles import ROLES
+
 __all__ = ["AGENTS", "AGENT_FORMS", "add_eval_parser", "build_scenario", "cmd_eval", "resolve_agent"]
 
 AGENTS = ("oracle", "scenario-oracle", "random")
-ROLES = ("main", "sub", "single")
 
 AGENT_FORMS = """\
 --agent forms (who answers):

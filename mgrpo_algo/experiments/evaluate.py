@@ -5,7 +5,7 @@ Two ways to run an agent:
 * :func:`evaluate_agents` - policies through one of the envs (``collect``): the multi-agent system
   in the AEC env (one policy per role, e.g. the scripted :class:`~mgrpo_env.scripted.OraclePolicy`
   or learned ones) or the single-agent baseline in the Gymnasium env, reported the same way; the
-  episodes are kept for ``mgrpo view``. :func:`evaluate_hierarchy` / :func:`evaluate_single` name the env.
+  episodes are kept for ``mgrpo view``. :func:`evaluate_single` names the env.
 * :func:`evaluate` - a plain function ``agent(task, tools) -> (answer, steps)``, e.g. the
   scenario's own oracle calling the tools directly.
 """
@@ -28,7 +28,7 @@ from mgrpo_env.tool_health import call_failure
 from mgrpo_scenarios import Scenario, Task, Verdict, split_tasks
 from mgrpo_scenarios.verifiers import token_f1
 
-__all__ = ["TaskOutcome", "EvalReport", "evaluate", "evaluate_agents", "evaluate_hierarchy", "evaluate_single", "oracle_agent",
+__all__ = ["TaskOutcome", "EvalReport", "evaluate", "evaluate_agents", "evaluate_single", "oracle_agent",
            "write_report"]
 
 # An agent gets a task and a fresh set of tools and returns (answer, trace of tool steps).
@@ -215,11 +215,6 @@ def evaluate_agents(
     desc = f"{scenario.name} {split}" + (" (single)" if env == "single" else "")
     return _evaluate_records(scenario, split, run, agent_name=agent_name, k=k, limit=limit, batch_size=batch_size,
                              seed=seed, progress=progress, desc=desc, previous=previous)
-
-
-def evaluate_hierarchy(scenario: Scenario, split: str, policies: dict[str, Any], **kwargs: Any) -> tuple[EvalReport, list[Any]]:
-    """:func:`evaluate_agents` of the hierarchy ({"main": ..., "sub": ...})."""
-    return evaluate_agents(scenario, split, policies, env="hierarchy", **kwargs)
 
 
 def evaluate_single(scenario: Scenario, split: str, policy: Any, **kwargs: Any) -> tuple[EvalReport, list[Any]]:

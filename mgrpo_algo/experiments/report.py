@@ -16,19 +16,26 @@ from typing import Any
 
 from mgrpo_env.tool_health import backend_failure_line
 
-__all__ = ["MODES", "format_table", "verdict", "markdown", "history_means", "interval_text", "mistake_checks", "MISTAKE_NAMES"]
+from ..core.modes import MODES
 
-MODES = ("mgrpo", "frozen-sub", "single-agent")
-#: The differences whose paired intervals the report shows: (name, minuend, subtrahend); "start" is the
-#: mode's own start evaluation.
-DIFFERENCES = (
-    ("mgrpo: after - start", "mgrpo", "start"),
-    ("frozen-sub: after - start", "frozen-sub", "start"),
-    ("single-agent: after - start", "single-agent", "start"),
-    ("after: mgrpo - frozen-sub", "mgrpo", "frozen-sub"),
-    ("after: frozen-sub - single-agent", "frozen-sub", "single-agent"),
-    ("after: mgrpo - reference", "mgrpo", "reference"),
-)
+__all__ = ["DIFFERENCES", "differences", "format_table", "verdict", "markdown", "history_means", "interval_text",
+           "mistake_checks", "MISTAKE_NAMES"]
+
+
+def differences(modes: Sequence[str] | None = None) -> tuple[tuple[str, str, str], ...]:
+    """The differences whose paired intervals the report shows, (name, minuend, subtrahend), read
+    from the mode table (``mgrpo_algo.core.modes.MODES``): each mode's after - start ("start" is the
+    mode's own start evaluation), then each mode against its ``compare_to``, then M-GRPO against the
+    ``eval.reference`` start ("reference", when one is evaluated)."""
+    names = MODES.names() if modes is None else tuple(modes)
+    own = tuple((f"{m}: after - start", m, "start") for m in names)
+    pairs = tuple((f"after: {m} - {MODES[m].compare_to}", m, MODES[m].compare_to)
+                  for m in names if m in MODES and MODES[m].compare_to)
+    return own + pairs + (("after: mgrpo - reference", "mgrpo", "reference"),)
+
+
+#: The differences of the registered modes at import (a mode registered later: call :func:`differences`).
+DIFFERENCES = differences()
 
 
 def _pct(x: float | None, sign: bool = False) -> str:
@@ -233,7 +240,7 @@ def _sub_agents_paragraph(summary: Mapping[str, Any]) -> list[str]:
 def _intervals_section(summary: Mapping[str, Any]) -> list[str]:
     intervals = summary.get("intervals", {})
     rows = [f"| {name} | {interval_text(intervals[name])} | {int(intervals[name]['questions'])} |"
-            for name, _, _ in DIFFERENCES if name in intervals]
+            for name, _, _ in differences() if name in intervals]
     if not rows:
         return []
     k = int(summary.get("eval", {}).get("samples", 1))

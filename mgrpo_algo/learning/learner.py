@@ -53,7 +53,7 @@ import torch
 from torch import Tensor
 
 from ..core.config import LearnerConfig
-from ..core.losses import get_policy_loss, loss_normalizer
+from ..core.losses import POLICY_LOSSES, get_policy_loss, loss_normalizer
 from ..core.sequences import TokenSequence
 from .batching import MicroBatch, advantages, pack_micro_batches, scatter_columns
 from .checkpoint import LearnerCheckpoints, _load_model
@@ -92,10 +92,10 @@ class RoleLearner(LearnerCheckpoints):
     ) -> None:
         self.role = role
         self.config = config = config if config is not None else LearnerConfig()
-        try:  # the loss by name (core/losses.py's registry): its function and how its metrics merge
-            self.loss = get_policy_loss(config.policy_loss)
-        except KeyError as exc:
-            raise ValueError(f"config field 'learner.policy_loss': {exc.args[0]}") from None
+        # The loss by name (core/losses.py's registry): its function, how its metrics merge, and its
+        # options, built once from this config and handed to every call.
+        self.loss = get_policy_loss(POLICY_LOSSES.check(config.policy_loss, "learner.policy_loss"))
+        self.loss_options = vars(self.loss.make_options(config))
         self.device = torch.device(config.device)
         self.dtype = getattr(torch, config.dtype)
         if isinstance(model, (str, os.PathLike)):
@@ -440,15 +440,12 @@ class RoleLearner(LearnerCheckpoints):
                 logp.detach() if b.old_logp is None else b.old_logp,
                 b.advantages,
                 b.loss_mask,
-                eps_low=cfg.eps_low,
-                eps_high=cfg.eps_high,
                 aggregation=cfg.aggregation,
                 sample_weight=b.weights,
                 ref_logp=b.ref_logp,
-                kl_coef=cfg.kl_coef,
                 entropy=entropy,
-                entropy_coef=cfg.entropy_coef,
                 global_normalizer=normalizer,
+                **self.loss_options,
             )
             (loss if self.scaler is None else self.scaler.scale(loss)).backward()
             loss_total += float(loss.detach())

@@ -37,6 +37,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.roles import ROLES
+
 __all__ = [
     "SPECIAL_TOKENS",
     "PROTOCOL_TAGS",
@@ -78,7 +80,6 @@ _SPLIT_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
     r"|\s+(?!\S)|\s+"
 )
-ROLES = ("main", "sub", "single")
 #: The default size of every role's model (1.05 M parameters with a 2,048-token vocabulary).
 DEFAULT_SIZE: Mapping[str, int] = {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2}
 _MANIFEST = "mgrpo_model.json"
@@ -175,7 +176,7 @@ def corpus_texts(scenario: Any, *, max_pages: int | None = None, max_tasks: int 
         text, _ = render_page(doc, 1, page_chars=max(200, len(doc.text) + 200 * (len(doc.links) + 1)))
         yield format_tool_response(f"Goal: read the page of {doc.title}\n{text}")
     style = getattr(scenario, "prompt_style", "full")
-    for role in ("main", "sub", "single"):  # the prompts the envs build: the scenario's tool sets
+    for role in ROLES:  # the prompts the envs build: the scenario's tool sets
         yield system_prompt(role, role_tools(scenario, role), style)
     tasks = []
     for split in scenario.splits():

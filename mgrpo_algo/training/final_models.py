@@ -46,11 +46,11 @@ def export_role_model(model: Any, tokenizer: Any, start: str, dest: Path) -> boo
     return True
 
 
-def export_final_models(handles: Mapping[str, Any], out: Path) -> Path:
-    """Every role's final model under ``out/final/<role>/``, written by its worker (wherever it runs:
-    the folder is on the run's disk); returns ``out/final``."""
+def export_final_models(workers: Mapping[str, Any], out: Path) -> Path:
+    """Every role's final model under ``out/final/<role>/``, written by its worker (a
+    ``service.RoleService``, wherever it runs: the folder is on the run's disk); returns ``out/final``."""
     final = out / "final"
     final.mkdir(parents=True, exist_ok=True)
-    for role, handle in handles.items():
-        handle.call("export", str(final / role))
+    for role, worker in workers.items():
+        worker.export(str(final / role))
     return final

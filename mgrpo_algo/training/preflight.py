@@ -18,7 +18,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..core.config import MODE_TABLE, TrainConfig
+from mgrpo_env.roles import ROLES
+
+from ..core.config import MODES, TrainConfig
 
 __all__ = ["PreflightError", "preflight", "check_store", "check_writable", "check_scenario", "check_browser_for",
            "check_model", "check_device", "check_models_and_devices"]
@@ -134,7 +136,7 @@ def preflight(config: TrainConfig, *, check_eval: bool = False) -> None:
     train`` does not).
     """
     check_writable(config.out_dir, "output folder (out_dir)")
-    if not all(getattr(config, role).model for role in ("main", "sub", "single")):
+    if not all(getattr(config, role).model for role in ROLES):
         check_writable(config.models_dir, "models folder (models_dir)")
     check_store(config.placement.store or None)
     check_models_and_devices(config)
@@ -200,7 +202,7 @@ def check_device(device: str, what: str) -> None:
 
 def check_models_and_devices(config: TrainConfig) -> None:
     """The roles this mode uses: their models load (folder or hub name) and their devices exist."""
-    roles = list(MODE_TABLE[config.mode].roles)
+    roles = list(MODES[config.mode].roles)
     for role in roles:
         rc = getattr(config, role)
         check_device(rc.learner.device, f"config field '{role}.learner.device'")

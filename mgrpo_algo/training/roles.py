@@ -3,7 +3,7 @@
 A :class:`RoleWorker` holds one role ("main", "sub" or "single"): it generates the role's actions
 (``act``), keeps the token trajectories it sampled, and updates its learner. The iteration loop talks
 to it through a :class:`~mgrpo_algo.distributed.placement.RoleHandle` whatever the placement: in this
-process (``in-process``, ``local``), one process per role (``processes``) or a Ray actor (``ray``).
+process (``local``), one process per role (``processes``) or a Ray actor (``ray``).
 No gradient and no trajectory crosses between roles. What crosses is the paper's statistics, through
 the shared store (:mod:`mgrpo_algo.distributed.store`): the main worker publishes per rollout (query,
 rollout, correctness, format flag, R_M); the sub worker waits for them (synchronized) or lags behind
@@ -31,7 +31,6 @@ loop redoes c + 1 from the same weights and the same seeds. Kill points: ``MGRPO
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -40,9 +39,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RoleWorker", "request_state", "state_digest", "write_json"]
+from mgrpo_env.roles import check_role
 
-ROLES = ("main", "sub", "single")
+__all__ = ["RoleWorker", "write_json"]
+
 
 
 class RoleWorker:
@@ -83,8 +83,7 @@ class RoleWorker:
         from ..learning.learner import RoleLearner
         from ..policies.factory import make_policy
 
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        check_role(role)
         transformers.utils.logging.disable_progress_bar()  # per-shard bars drown the training log
         torch.set_num_threads(torch_threads)
         torch.manual_seed(seed)
@@ -211,6 +210,8 @@ class RoleWorker:
     def act(self, iteration: int, requests: list[Any]) -> list[Any]:
         """Actions for ``requests`` (``PolicyRequest`` without token history: it is filled here); texts,
         or ``PolicyResponse``s with their token extras when ``return_extras``."""
+        from ..core.scoring import anchor_state  # the one anchor-state function (scoring keys records by it)
+
         self.faults.hit("act", role=self.role, iteration=iteration, call=self._acts)
         self._acts += 1
         buffer = self.buffers.setdefault(iteration, {"turns": {}, "states": {}})
@@ -220,7 +221,7 @@ class RoleWorker:
         for request, response in zip(requests, responses, strict=True):
             key = _key(request.episode, request.agent)
             buffer["turns"].setdefault(key, []).append(response.extra)
-            buffer["states"].setdefault(key, []).append(request_state(request.messages))  # step-credit anchors
+            buffer["states"].setdefault(key, []).append(anchor_state(request.messages))  # step-credit anchors
         return list(responses) if self.return_extras else [response.text for response in responses]
 
     def release(self, episode: int, agent: str) -> None:
@@ -447,18 +448,6 @@ class RoleWorker:
 
 def _key(episode: int, agent: str) -> str:
     return f"{episode}/{agent}"
-
-
-def request_state(messages: list[dict[str, str]]) -> str:
-    """The anchor state of the turn a request asks for: the chat it carries (every message before
-    the assistant's answer), as :func:`state_digest`."""
-    return state_digest([(m.get("role"), m.get("content")) for m in messages])
-
-
-def state_digest(chat: Any) -> str:
-    """A turn's anchor state as a digest: the (role, content) pairs it had read, as
-    :func:`mgrpo_algo.core.scoring.turn_states` keys them (equal chats, equal digests)."""
-    return hashlib.sha256(json.dumps([list(m) for m in chat]).encode()).hexdigest()
 
 
 def write_json(path: Path, data: Any) -> None:

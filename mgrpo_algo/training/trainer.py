@@ -5,8 +5,8 @@ One iteration::
     tasks    = B questions of the current curriculum stage      (rng keyed by seed and iteration)
     records  = collect(tasks, K rollouts)                       # env + tools; the env pays R_M and R_S
     d        = align_d, or chosen from the sub-agent counts seen
-    batch    = score_batch(records)                             # A_M per query; sub slots aligned, A_S pooled
-    roles.update(batch)                                         # each role's learner, wherever it runs
+    main     = score_main_side(records)                         # A_M per query (the R_M the env paid)
+    roles.update(main, facts)                                   # main learner; the sub worker scores R_S, A_S itself
     log main/..., sub/..., align/..., time/...
 
 Modes: ``mgrpo`` (both roles learn), ``frozen-sub`` (only the main agent learns), ``single-agent``
@@ -14,7 +14,7 @@ Modes: ``mgrpo`` (both roles learn), ``frozen-sub`` (only the main agent learns)
 
 Placement (``TrainConfig.placement``) only changes where the role workers
 (:class:`mgrpo_algo.training.roles.RoleWorker`, one per role, :class:`~mgrpo_algo.training.workers.RoleWorkers`)
-live: in this process (``in-process``, ``local``; a worker's policy shares its learner's model object),
+live: in this process (``local``; a worker's policy shares its learner's model object),
 one process per role, or Ray actors. The loop, the workers, the scoring, the seeds and the commit
 protocol are the same code in all of them, so the same seed gives the same run.
 """
@@ -34,16 +34,14 @@ from mgrpo_env.mistakes import MISTAKE_RATE_KEYS, mistake_rates
 from mgrpo_env.rollout import CollectStats, collect
 from mgrpo_env.tool_health import backend_failures
 
-from ..core.config import MODE_TABLE, TrainConfig, config_to_dict
+from ..core.config import MODES, TrainConfig, config_to_dict
 from ..core.faults import FaultPoints
 from ..core.scoring import (
     COUNT_WINDOW,
-    RolloutKey,
-    ScoredBatch,
-    SubSlot,
     alignment_metrics,
     alignment_width,
-    annotate,
+    annotate_main,
+    annotate_sub,
     score_main_side,
 )
 from ..core.seeding import episode_seed, iteration_rngs
@@ -51,7 +49,7 @@ from .final_models import export_final_models
 from .roles import write_json
 from .workers import RoleWorkers
 
-__all__ = ["Trainer", "role_model_paths", "trained_roles"]
+__all__ = ["Trainer", "role_model_paths"]
 
 def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> dict[str, str]:
     """The model path of each role: the configured one, or the tiny model built (and warm-started
@@ -104,11 +102,6 @@ def oracle_stage_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> 
     return {role: str(Path(config.models_dir) / "warm" / role) for role in roles}
 
 
-def trained_roles(config: TrainConfig) -> list[str]:
-    """The roles whose learner updates in ``config.mode``."""
-    return list(MODE_TABLE[config.mode].trained)
-
-
 class Trainer:
     """Runs a :class:`TrainConfig`: builds the role workers where ``config.placement`` says, then every
     stage's iterations; ``config.resume`` resumes after the last committed iteration (``loop_state.json``).
@@ -133,14 +126,14 @@ class Trainer:
         # the env pays R_M and R_S once, with the judge wherever the roles run
         self.reward_config = reward_config(config, self.scenario, config.expert_judge.make())
         self._warned_no_expert = False
-        self.mode = MODE_TABLE[config.mode]
+        self.mode = MODES[config.mode]
         paths = self.model_paths = role_model_paths(config, self.scenario, list(self.mode.roles))
         state = self.out / "loop_state.json"
         saved = json.loads(state.read_text()) if config.resume and state.exists() else None
         committed = int(saved["iteration"]) if saved else -1
         self.roles = RoleWorkers(config, paths, self.out, store=store, committed=committed)
         behind = {role: s["last_applied"] for role in self.mode.trained
-                  if (s := self.roles.handles[role].call("status"))["last_applied"] < committed - placement.staleness}
+                  if (s := self.roles.clients[role].status())["last_applied"] < committed - placement.staleness}
         if behind:
             self.roles.close()
             raise ValueError(f"cannot resume {self.out}: no checkpoint of iteration {committed} for {sorted(behind)} "
@@ -158,7 +151,7 @@ class Trainer:
 
     @property
     def workers(self) -> dict[str, Any]:
-        """The role workers by role, when they live in this process (``in-process``, ``local``)."""
+        """The role workers by role, when they live in this process (``local``)."""
         return self.roles.workers
 
     @property
@@ -183,7 +176,7 @@ class Trainer:
                     done += 1
                 self.roles.end_stage(stage_index)
         self.roles.finish(self.iteration - 1)  # a stale run's last sub iterations
-        export_final_models(self.roles.handles, self.out)  # OUT_DIR/final/<role>/: loadable as is
+        export_final_models(self.roles.clients, self.out)  # OUT_DIR/final/<role>/: loadable as is
         return history
 
     def train_iteration(self, world: Any, tasks: list[Any], split: str) -> dict[str, Any]:
@@ -210,9 +203,8 @@ class Trainer:
         t_scored = time.perf_counter()
         worker_metrics, sub_advantages = self.roles.update(t, main, records, d)  # the sub side scores itself
         metrics.update(worker_metrics)
-        k = cfg.group_size  # the sub worker's A_S of this iteration (none yet when it lags: stale mode)
-        subs = [SubSlot(RolloutKey(i, i // k, i % k), 0, 0, agent, 0.0, adv) for i, agent, adv in sub_advantages.get(t, [])]
-        annotate(records, ScoredBatch(main, subs, d))
+        annotate_main(records, main)
+        annotate_sub(records, sub_advantages.get(t, []))  # the sub worker's A_S (none yet when it lags: stale mode)
         if metrics.get("sub/expert_disabled") and not self._warned_no_expert:
             print("note: r_expert is off (b3 = 0) for sub-agents of tasks without per-hop gold answers; "
                   "set expert_judge to score them with an LLM judge", flush=True)

@@ -1,0 +1,59 @@
+"""The one table of training modes: which roles a mode runs, which of them learn, and its env.
+
+``TrainConfig.mode``, the trainer, the role workers, preflight, ``mgrpo compare`` (its ``--modes``
+and which start models a mode needs), the report's differences and the CLI all read :data:`MODES`.
+A new mode is one :meth:`~mgrpo_tools.registry.Registry.register` call (``MODES.register("name",
+ModeSpec(...))``) made before the config loads; nothing else changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mgrpo_env.roles import ROLE_TABLE
+from mgrpo_tools.registry import Registry
+
+__all__ = ["MODES", "MODE_TABLE", "ModeSpec", "mode_names"]
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """One training mode: the roles it runs, the roles whose learner updates, and the env its
+    episodes run in (a name in ``mgrpo_env.rollout.EPISODES``). Every mode's env gets the same
+    ``RewardConfig`` (the single agent's uses its main weights)."""
+
+    roles: tuple[str, ...]
+    trained: tuple[str, ...]
+    env: str = "hierarchy"
+    compare_to: str = ""
+    """The mode the report compares this one against after training ("" for none): the paper's
+    order mgrpo > frozen-sub > single-agent is two such pairs."""
+
+    def __post_init__(self) -> None:
+        unknown = [r for r in self.roles if r not in ROLE_TABLE]
+        if unknown or not set(self.trained) <= set(self.roles):
+            raise ValueError(f"a mode's roles must be of {tuple(ROLE_TABLE)} and its trained roles among them; "
+                             f"got roles {self.roles}, trained {self.trained}")
+        wrong = [r for r in self.roles if ROLE_TABLE[r].env != self.env]
+        if wrong:
+            raise ValueError(f"roles {wrong} do not act in the {self.env!r} env")
+
+    @property
+    def single(self) -> bool:
+        """One agent holding every tool, no hierarchy (no sub side, no alignment)."""
+        return "sub" not in self.roles
+
+
+#: Every mode, in the order ``mgrpo compare`` runs and reports them.
+MODES: Registry[ModeSpec] = Registry("mode", {
+    "mgrpo": ModeSpec(("main", "sub"), ("main", "sub"), compare_to="frozen-sub"),
+    "frozen-sub": ModeSpec(("main", "sub"), ("main",), compare_to="single-agent"),
+    "single-agent": ModeSpec(("single",), ("single",), env="single"),
+})
+#: The same registry under its former name (``MODE_TABLE[name]`` reads an entry).
+MODE_TABLE = MODES
+
+
+def mode_names() -> tuple[str, ...]:
+    """The registered modes, in order (a mode registered at run time included)."""
+    return MODES.names()
