@@ -421,3 +421,21 @@ def test_report_shows_each_modes_decision_mistakes(compared):
     assert sum("falls (interval below 0)" in c for c in checks) == 2 and any("does not fall" in c for c in checks)
     history = [json.loads(line) for line in (out / "seed0" / "mgrpo" / "metrics.jsonl").read_text().splitlines()]
     assert all("mistakes/answer_early_episodes" in h for h in history)  # per iteration, for the curves
+
+
+def test_pool_seeds_recomputes_the_comparisons_figures(compared):
+    """benchmarks/pool_seeds.py, from the episode files alone, gives the summary's pooled intervals and
+    mistake changes (the same per-question pooling and bootstrap)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pool_seeds", Path(__file__).parents[1] / "benchmarks" / "pool_seeds.py")
+    pool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pool)
+    out, summary = compared
+    result = pool.pooled(pool.load([out]), max_delegations=1)
+    assert result["seeds"] == {mode: summary["seeds"] for mode in MODES}
+    for mode in MODES:
+        ours = result["modes"][mode]
+        assert ours["after_minus_start"] == summary["intervals"][f"{mode}: after - start"]
+        assert ours["mistakes"]["after"] == summary["mistakes"][mode]["after"]
+    assert result["differences"]["after: mgrpo - frozen-sub"] == summary["intervals"]["after: mgrpo - frozen-sub"]
