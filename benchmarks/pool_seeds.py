@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from mgrpo_algo.experiments import intervals as iv
-from mgrpo_algo.experiments.mistake_stats import mistake_changes, mistake_rates_of_counts, pool_counts
+from mgrpo_algo.experiments.mistake_stats import mistake_changes, pool_counts
 from mgrpo_env.episode import read_jsonl
-from mgrpo_env.mistakes import counts_by_question
+from mgrpo_env.mistakes import counts_by_question, rates_of_counts
 
 MODES = ("mgrpo", "frozen-sub", "single-agent")
 
@@ -51,7 +51,7 @@ def pooled(runs: dict[str, dict[int, dict[str, list]]], max_delegations: int = 3
             "start_mean_k": iv.mean_at_k(s["start"]), "after_mean_k": iv.mean_at_k(s["after"]),
             "after_mean_k_per_seed": per_seed,
             "after_minus_start": iv.paired_difference(s["after"], s["start"]),
-            "mistakes": {"start": mistake_rates_of_counts(counts["start"]), "after": mistake_rates_of_counts(counts["after"]),
+            "mistakes": {"start": rates_of_counts(counts["start"]), "after": rates_of_counts(counts["after"]),
                          "change": mistake_changes(counts["after"], counts["start"], seed=0)},
         }
     for a, b in (("mgrpo", "frozen-sub"), ("frozen-sub", "single-agent"), ("mgrpo", "single-agent")):

@@ -214,7 +214,7 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
             getattr(config, role).model = ""  # always the config's own tiny models, warm-started
         paths = role_model_paths(config, scenario, list(ROLES))
         if args.oracle_out:
-            oracle = export_models(oracle_stage_paths(config, scenario, list(ROLES)), args.oracle_out)
+            oracle = export_models(oracle_stage_paths(config, list(ROLES)), args.oracle_out)
             print(f"wrote the oracle stage to {oracle} and {oracle}/SHA256SUMS")
     out = export_models(paths, args.out)
     print(f"wrote {out} ({', '.join(ROLES)}) and {out}/SHA256SUMS")

@@ -24,10 +24,10 @@ a right visit needs the world, which episode records do not hold.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["mistake_rates", "record_counts", "counts_by_question", "MISTAKE_RATE_KEYS"]
+__all__ = ["mistake_rates", "record_counts", "counts_by_question", "rates_of_counts", "add_counts", "MISTAKE_RATE_KEYS"]
 
 #: The keys of :func:`mistake_rates` that are rates of a mistake (what report.md tabulates).
 MISTAKE_RATE_KEYS: tuple[str, ...] = ("answer_early", "answer_early_episodes", "report_without_visit")
@@ -99,17 +99,36 @@ def record_counts(record: Any, max_delegations: int = 3) -> dict[str, tuple[int,
             "report_without_visit": (unvisited, reports), "delegations": (made, 1)}
 
 
+def add_counts(into: dict[str, list[int]], counts: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
+    """Add ``{rate: (mistakes, decisions)}`` into ``into`` (in place) and return it."""
+    for key, (num, den) in counts.items():
+        pair = into.setdefault(key, [0, 0])
+        pair[0] += num
+        pair[1] += den
+    return into
+
+
 def counts_by_question(records: Iterable[Any], max_delegations: int = 3) -> dict[str, dict[str, list[int]]]:
     """``{task id: {rate: [mistakes, decisions]}}`` summed over the question's samples: the input of
     the paired bootstrap of a rate's change (:func:`mgrpo_algo.experiments.intervals.paired_ratio_difference`)."""
     out: dict[str, dict[str, list[int]]] = {}
     for record in records:
         data = _as_dict(record)
-        mine = out.setdefault(str(data["task"].get("id")), {})
-        for key, (num, den) in record_counts(data, max_delegations).items():
-            pair = mine.setdefault(key, [0, 0])
-            pair[0] += num
-            pair[1] += den
+        add_counts(out.setdefault(str(data["task"].get("id")), {}), record_counts(data, max_delegations))
+    return out
+
+
+def rates_of_counts(counts: Mapping[str, Mapping[str, Sequence[int]]]) -> dict[str, float | None]:
+    """The rates of :func:`mistake_rates` from per-question counts (:func:`counts_by_question`, possibly
+    pooled over runs): each rate pooled over every question."""
+    totals: dict[str, list[int]] = {}
+    for kinds in counts.values():
+        add_counts(totals, kinds)
+    out: dict[str, float | None] = {key: (num / den if den else None)
+                                    for key, (num, den) in ((k, totals.get(k, (0, 0))) for k in (*MISTAKE_RATE_KEYS, "delegations"))}
+    out["episodes"] = float(totals.get("answer_early_episodes", [0, 0])[1])
+    out["main_decisions"] = float(totals.get("answer_early", [0, 0])[1])
+    out["sub_reports"] = float(totals.get("report_without_visit", [0, 0])[1])
     return out
 
 
@@ -125,15 +144,4 @@ def mistake_rates(records: Iterable[Any], max_delegations: int = 3) -> dict[str,
     >>> r["answer_early"], r["answer_early_episodes"], r["report_without_visit"], r["delegations"]
     (0.5, 1.0, 1.0, 1.0)
     """
-    totals: dict[str, list[int]] = {}
-    for record in records:
-        for key, (num, den) in record_counts(record, max_delegations).items():
-            pair = totals.setdefault(key, [0, 0])
-            pair[0] += num
-            pair[1] += den
-    rates: dict[str, float | None] = {key: (num / den if den else None) for key, (num, den) in totals.items()}
-    out: dict[str, float | None] = {key: rates.get(key) for key in (*MISTAKE_RATE_KEYS, "delegations")}
-    out["episodes"] = float(totals.get("answer_early_episodes", [0, 0])[1])
-    out["main_decisions"] = float(totals.get("answer_early", [0, 0])[1])
-    out["sub_reports"] = float(totals.get("report_without_visit", [0, 0])[1])
-    return out
+    return rates_of_counts(counts_by_question(records, max_delegations))

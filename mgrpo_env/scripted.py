@@ -94,8 +94,7 @@ class OraclePolicy:
 
     def _single(self, request: PolicyRequest) -> str:
         task: Task = request.task
-        chains = [list(c) for c in task.metadata.get("chains", [list(range(len(task.hops)))])]
-        order = [(c, pos) for c in range(len(chains)) for pos in range(len(chains[c]))]
+        chains, order = hop_order(task)
         values: dict[tuple[int, int], str] = {}
         names: dict[tuple[int, int], str] = {}
 
@@ -121,12 +120,7 @@ class OraclePolicy:
                     names[order[h]], values[order[h]] = entity(h), value
                     h, searches, url, pages, page = h + 1, 0, None, [], 0
         if h == len(order):
-            finals = [(names[(c, len(ch) - 1)], values[(c, len(ch) - 1)]) for c, ch in enumerate(chains)]
-            try:
-                answer = self.scenario.oracle_combine(task, finals)
-            except (LookupError, ValueError):
-                answer = "unknown"
-            return f"<think>combine</think><answer>{answer or 'unknown'}</answer>"
+            return self._combined(task, chains, names, values)
         relation = task.hops[chains[order[h][0]][order[h][1]]].relation
         if url is None:
             if searches == 0:
@@ -137,6 +131,16 @@ class OraclePolicy:
         if page == 0:
             return _call("visit", url=url, goal=f"{relation} of {entity(h)}")
         return _call("visit", url=url, goal=f"{relation} of {entity(h)}", page=page + 1)
+
+    def _combined(self, task: Task, chains: list[list[int]], names: dict[tuple[int, int], str],
+                  values: dict[tuple[int, int], str]) -> str:
+        """The single agent's answer once every hop is read: each chain's last (entity, value), combined."""
+        finals = [(names[(c, len(ch) - 1)], values[(c, len(ch) - 1)]) for c, ch in enumerate(chains)]
+        try:
+            answer = self.scenario.oracle_combine(task, finals)
+        except (LookupError, ValueError):
+            answer = "unknown"
+        return f"<think>combine</think><answer>{answer or 'unknown'}</answer>"
 
     def _read_now(self, order: list[tuple[int, int]], chains: list[list[int]], task: Task, h: int, pages: list[str]) -> bool:
         """Tiny profile: the goal's line comes first, so read it without paging on (when it is there)."""
@@ -152,8 +156,7 @@ class OraclePolicy:
 
     def _main(self, request: PolicyRequest) -> str:
         task: Task = request.task
-        chains = [list(c) for c in task.metadata.get("chains", [list(range(len(task.hops)))])]
-        order = [(c, pos) for c in range(len(chains)) for pos in range(len(chains[c]))]
+        chains, order = hop_order(task)
         reports = [_unwrap(reply) for parsed, reply in _exchanges(request.messages, "main") if parsed.tool_name == "delegate"]
         names: list[list[str]] = [[] for _ in chains]  # the entity each delegated hop was about
         for c, pos in order[: len(reports)]:
@@ -217,6 +220,12 @@ class OraclePolicy:
                 return f"<think>missing</think><result>Not found: {exc}</result>"
             return f"<think>read it</think><result>{value}</result>"
         return f"<think>lost</think><result>No answer for {entity}.</result>"
+
+
+def hop_order(task: Task) -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """(chains of hop indices, the (chain, position) of every hop in the order they are solved)."""
+    chains = [list(c) for c in task.metadata.get("chains", [list(range(len(task.hops)))])]
+    return chains, [(c, pos) for c in range(len(chains)) for pos in range(len(chains[c]))]
 
 
 def _hop_of(task: Task, subtask: str) -> tuple[str, str] | None:

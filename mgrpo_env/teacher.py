@@ -50,6 +50,7 @@ from .scripted import (
     _hop_of,
     _page_text,
     _unwrap,
+    hop_order,
 )
 
 __all__ = ["MISTAKE_KINDS", "MISTAKE_ROLES", "MistakeRate", "ImperfectTeacher", "search_hits"]
@@ -132,8 +133,8 @@ class ImperfectTeacher(OraclePolicy):
 
     def _main(self, request: PolicyRequest) -> str:
         task = request.task
-        chains = [list(c) for c in task.metadata.get("chains", [list(range(len(task.hops)))])]
-        hops = sum(len(c) for c in chains)
+        chains, order = hop_order(task)
+        hops = len(order)
         reports = [_unwrap(reply) for parsed, reply in _exchanges(request.messages, "main") if parsed.tool_name == "delegate"]
         if len(reports) < hops and self._draw(request, "answer_early"):
             guess = reports[-1] if reports else task.hops[chains[0][0]].entity
@@ -150,12 +151,12 @@ class ImperfectTeacher(OraclePolicy):
             found = _hop_of(request.task, subtask)
             if found is not None:
                 entity, relation = found
-                titles = search_hits(_unwrap(history[0][1]))
-                others = [t for t in titles if t != entity]
+                results = _unwrap(history[0][1])
+                others = [t for t in search_hits(results) if t != entity]
                 if self._draw(request, "report_without_visit"):
                     return f"<think>{GUESS_THINK['report_without_visit']}</think><result>{others[0] if others else entity}</result>"
                 if others and self._draw(request, "visit_wrong_hit"):
-                    url = self._visit_url(_find_hit(_unwrap(history[0][1]), others[0]), others[0])
+                    url = self._visit_url(_find_hit(results, others[0]), others[0])
                     if url:
                         return _call("visit", url=url, goal=f"{relation} of {entity}")
         return super()._sub(request)
@@ -166,8 +167,7 @@ class ImperfectTeacher(OraclePolicy):
         if not any(self._p(kind, request.task) > 0 for kind in MISTAKE_KINDS):
             return super()._single(request)
         task: Task = request.task
-        chains = [list(c) for c in task.metadata.get("chains", [list(range(len(task.hops)))])]
-        order = [(c, pos) for c in range(len(chains)) for pos in range(len(chains[c]))]
+        chains, order = hop_order(task)
         values: dict[tuple[int, int], str] = {}
         names: dict[tuple[int, int], str] = {}
 
@@ -212,12 +212,7 @@ class ImperfectTeacher(OraclePolicy):
                     done(h, value)
                     h, searches, url, pages = h + 1, 0, None, []
         if h == len(order):
-            finals = [(names[(c, len(ch) - 1)], values[(c, len(ch) - 1)]) for c, ch in enumerate(chains)]
-            try:
-                answer = self.scenario.oracle_combine(task, finals)
-            except (LookupError, ValueError):
-                answer = "unknown"
-            return f"<think>combine</think><answer>{answer or 'unknown'}</answer>"
+            return self._combined(task, chains, names, values)
         if searches == 0 and url is None and self._draw(request, "answer_early"):
             last = max(values, key=order.index) if values else None
             guess = values[last] if last is not None else task.hops[chains[0][0]].entity

@@ -35,14 +35,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mgrpo_env.mistakes import counts_by_question, mistake_rates
+from mgrpo_env.mistakes import counts_by_question, rates_of_counts
 from mgrpo_env.roles import ROLE_TABLE, ROLES
 from mgrpo_env.tool_health import backend_failures_in_files
 
 from ..core.config import MODES, TrainConfig, config_to_dict
 from ..core.modes import mode_names
 from . import intervals as iv
-from .mistake_stats import mistake_changes, mistake_rates_of_counts, pool_counts
+from .mistake_stats import mistake_changes, pool_counts
 from .report import differences, format_table, history_means, markdown, verdict
 
 __all__ = ["check_compare", "run_compare", "format_table", "verdict", "log_scalars", "aggregate",
@@ -183,8 +183,8 @@ def _full_evaluation(config: TrainConfig, scenario: Any, make_policies: Any, *, 
     scores = iv.per_question(records)
     figures: dict[str, Any] = {**eval_figures(report, records, scores), "scores": scores}
     # the decision mistakes (rates for the summary; per-question counts, kept in memory, for the intervals)
-    figures["mistakes"] = mistake_rates(records, config.limits.max_delegations)
     figures["mistake_counts"] = counts_by_question(records, config.limits.max_delegations)
+    figures["mistakes"] = rates_of_counts(figures["mistake_counts"])  # one pass over the records
     if config.eval.temperature == 0:  # the evaluation is greedy already
         figures["greedy_em"] = figures["em"]
     elif config.eval.greedy:
@@ -324,8 +324,8 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
         "intervals": _intervals(scores, config.seed),
         "reference": reference,
         # each mode's held-out mistake rates before -> after, pooled over seeds, with intervals
-        "mistakes": {mode: {"start": mistake_rates_of_counts(pool_counts(c["start"])),
-                            "after": mistake_rates_of_counts(pool_counts(c["after"])),
+        "mistakes": {mode: {"start": rates_of_counts(pool_counts(c["start"])),
+                            "after": rates_of_counts(pool_counts(c["after"])),
                             "change": mistake_changes(pool_counts(c["after"]), pool_counts(c["start"]), seed=config.seed)}
                      for mode, c in counts.items()},
         "command": command,

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mgrpo_env.mistakes import MISTAKE_RATE_KEYS
+from mgrpo_env.mistakes import MISTAKE_RATE_KEYS, add_counts
 
 from . import intervals as iv
 
-__all__ = ["mistake_changes", "mistake_rates_of_counts", "pool_counts"]
+__all__ = ["mistake_changes", "pool_counts"]
 
 
 def mistake_changes(after: Mapping[str, Mapping[str, Sequence[int]]], before: Mapping[str, Mapping[str, Sequence[int]]],
@@ -26,24 +26,10 @@ def mistake_changes(after: Mapping[str, Mapping[str, Sequence[int]]], before: Ma
     return {kind: iv.paired_ratio_difference(of(after, kind), of(before, kind), seed=seed) for kind in MISTAKE_RATE_KEYS}
 
 
-def mistake_rates_of_counts(counts: Mapping[str, Mapping[str, Sequence[int]]]) -> dict[str, float | None]:
-    """Pooled rates of per-question counts (the rates of :func:`mgrpo_env.mistakes.mistake_rates`)."""
-    totals: dict[str, list[int]] = {}
-    for kinds in counts.values():
-        for kind, (num, den) in kinds.items():
-            pair = totals.setdefault(kind, [0, 0])
-            pair[0] += num
-            pair[1] += den
-    return {kind: (num / den if den else None) for kind, (num, den) in sorted(totals.items())}
-
-
 def pool_counts(runs: Sequence[Mapping[str, Mapping[str, Sequence[int]]]]) -> dict[str, dict[str, list[int]]]:
     """Several seeds' per-question mistake counts as one (summed per question and rate)."""
     out: dict[str, dict[str, list[int]]] = {}
     for run in runs:
         for q, kinds in run.items():
-            for kind, (num, den) in kinds.items():
-                pair = out.setdefault(q, {}).setdefault(kind, [0, 0])
-                pair[0] += num
-                pair[1] += den
+            add_counts(out.setdefault(q, {}), kinds)
     return out

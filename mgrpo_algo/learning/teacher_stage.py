@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import random
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -169,22 +168,7 @@ def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path
                       "matched_to_hierarchy": target_steps is not None}
             record = {"key": keys[role], "counts": counts, "teacher": stats.get(role, {}), "metrics": metrics,
                       "budget": budget, "from": str(source)}
-            (target / "warm_start.json").write_text(json.dumps(record, indent=2, default=_json_default) + "\n")
+            (target / "warm_start.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     finally:
         torch.set_num_threads(threads)
     return done
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return str(value)
-
-
-def teacher_summary(folders: Mapping[str, Path]) -> dict[str, Any]:
-    """Per role: the teacher's first-draw accuracy and rates, and the step budget (for the CLI's line)."""
-    out = {}
-    for role, folder in folders.items():
-        record = json.loads((folder / "warm_start.json").read_text())
-        out[role] = {"teacher": record.get("teacher", {}).get("draw0", {}), "budget": record.get("budget", {})}
-    return out

@@ -97,7 +97,7 @@ def reward_config(config: TrainConfig, scenario: Any, judge: Any = None) -> Rewa
                         sub_format_gate=config.sub_format_gate)
 
 
-def oracle_stage_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> dict[str, str]:
+def oracle_stage_paths(config: TrainConfig, roles: list[str]) -> dict[str, str]:
     """The first warm-start stage's folders (the oracle clone), as :func:`role_model_paths` builds them."""
     return {role: str(Path(config.models_dir) / "warm" / role) for role in roles}
 
