@@ -49,3 +49,17 @@ def tokenizer(small_scenario, tmp_path_factory):
 
     return _kept("tok", lambda folder: train_tokenizer(corpus_texts(small_scenario, max_pages=120, max_tasks=100),
                                                        folder, vocab_size=1024), tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def tiny(small_scenario):
+    """The session's small world seen through the tiny profile (the profile changes no world data)."""
+    from mgrpo_scenarios.wiki_hops import WikiHops
+
+    return WikiHops(seed=0, num_entities=300, profile="tiny", data_dir=small_scenario.data_dir)
+
+
+@pytest.fixture(scope="module")
+def tiny_world(tiny):
+    with tiny.open() as world:
+        yield world

@@ -13,20 +13,6 @@ from mgrpo_env.rollout import collect
 from mgrpo_env.scripted import OraclePolicy
 from mgrpo_env.teacher import MistakeRate, teacher_policies
 
-
-@pytest.fixture(scope="module")
-def tiny(small_scenario):
-    from mgrpo_scenarios.wiki_hops import WikiHops
-
-    return WikiHops(seed=0, num_entities=300, profile="tiny", data_dir=small_scenario.data_dir)
-
-
-@pytest.fixture(scope="module")
-def tiny_world(tiny):
-    with tiny.open() as world:
-        yield world
-
-
 LIMITS = Limits(max_main_turns=5, max_sub_turns=3, max_delegations=3)
 SINGLE = {"limits": LIMITS, "max_turns": 24}
 

@@ -10,21 +10,6 @@ import pytest
 from mgrpo_env.protocol import MAIN_TOOLS, SUB_TOOLS, system_prompt
 from mgrpo_tools.html_text import Document, relevant_lines
 
-
-@pytest.fixture(scope="module")
-def tiny(small_scenario):
-    """The session's small world seen through the tiny profile (the profile changes no world data)."""
-    from mgrpo_scenarios.wiki_hops import WikiHops
-
-    return WikiHops(seed=0, num_entities=300, profile="tiny", data_dir=small_scenario.data_dir)
-
-
-@pytest.fixture(scope="module")
-def tiny_world(tiny):
-    with tiny.open() as world:
-        yield world
-
-
 PAGE = Document(
     url="http://x.test/wiki/Orvel_Dunmarch",
     title="Orvel Dunmarch",
