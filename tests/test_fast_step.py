@@ -170,3 +170,137 @@ def test_a_learner_update_reaches_the_next_fast_step() -> None:
     after = fast(token, mask, position, copy.deepcopy(cache))
     assert (before - after).abs().max() > 1e-3
     torch.testing.assert_close(after, expected, atol=LOGIT_ATOL, rtol=0)
+
+
+def _ragged_prefill(model, cached: bool, padded: bool, new: int = 6):
+    """The inputs of a decode call's prefill: ``new`` columns of new ids after a cache of 20 columns
+    (``cached``: rows 0 and 2 padded in the cached part, row 1 also in the new part, as KV reuse lays
+    them out) or after nothing (``padded``: rows left-padded to the longest). Returns ``(cache or None,
+    ids [3, new], mask over every column, positions of the new columns)``."""
+    if cached:
+        cache, _, mask, _ = _prefilled(model, padded, True)
+        mask = mask[:, :20]
+    else:
+        from transformers import DynamicCache
+
+        from mgrpo_algo.policies.decode import reserve
+
+        cache = DynamicCache(config=model.config)
+        reserve(cache, new + 4)
+        mask = torch.ones((3, 0), dtype=torch.long)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 290, (3, new), generator=g)
+    tail = torch.ones((3, new), dtype=torch.long)
+    if padded:
+        tail[1, :2] = 0  # a row with fewer new ids
+        tail[2, : new - 1] = 0  # a row with one new id
+    mask = torch.cat([mask, tail], dim=-1)
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    return cache, ids, mask, positions[:, -new:]
+
+
+@pytest.mark.parametrize("build", [_qwen2, _llama], ids=["qwen2", "llama"])
+@pytest.mark.parametrize("cached", [True, False], ids=["after-a-cache", "fresh"])
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+def test_a_fast_prefill_gives_the_models_logits_and_cache(build, cached, padded) -> None:
+    """Several new ids per row, ragged (left padding in the new part, and in the cached part as KV reuse
+    lays it out): the last position's logits and every attended column's keys and values are the
+    forward's up to rounding, and the next one-token step from that cache is the forward's too."""
+    model = build()
+    cache, ids, mask, positions = _ragged_prefill(model, cached, padded)
+    fast = FastStep(model)
+    theirs_cache = copy.deepcopy(cache)
+    ours_cache = copy.deepcopy(cache)
+    with torch.no_grad():
+        theirs = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=theirs_cache, use_cache=True,
+                       logits_to_keep=1).logits[:, -1]
+    bias = additive_mask(mask, 1) if padded else None
+    ours = fast.prefill(ids, positions, ours_cache, bias)
+    torch.testing.assert_close(ours, theirs, atol=LOGIT_ATOL, rtol=0)
+    attended = mask.bool()
+    for a, b in zip(theirs_cache.layers, ours_cache.layers, strict=True):
+        assert a.keys.shape == b.keys.shape
+        torch.testing.assert_close(b.keys.transpose(1, 2)[attended], a.keys.transpose(1, 2)[attended], atol=1e-5,
+                                   rtol=0)
+        torch.testing.assert_close(b.values.transpose(1, 2)[attended], a.values.transpose(1, 2)[attended],
+                                   atol=1e-5, rtol=0)
+        assert torch.isfinite(b.keys).all() and torch.isfinite(b.values).all()  # padding queries stay finite
+    token = theirs.argmax(-1, keepdim=True)
+    mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+    position = positions[:, -1:] + 1
+    with torch.no_grad():
+        theirs = model(input_ids=token, attention_mask=mask, position_ids=position, cache=theirs_cache,
+                       use_cache=True, logits_to_keep=1).logits[:, -1]
+    ours = fast(token, None, position, ours_cache, attention_bias=additive_mask(mask) if padded else None)
+    torch.testing.assert_close(ours, theirs, atol=LOGIT_ATOL, rtol=0)
+
+
+def test_decode_prefills_through_the_fast_path_only_when_asked(monkeypatch) -> None:
+    """``decode(step="fast")`` runs its prefill through FastStep.prefill (one call, no forward) unless
+    ``fast_prefill=False``, and both give the same ids and log-probs up to rounding."""
+    from mgrpo_algo.policies.decode import decode
+
+    model = _qwen2()
+    _, ids, mask, _ = _ragged_prefill(model, False, True)
+    calls = {"prefill": 0, "forward": 0}
+    prefill, forward = FastStep.prefill, type(model).forward
+
+    def counted_prefill(self, *args, **kwargs):
+        calls["prefill"] += 1
+        return prefill(self, *args, **kwargs)
+
+    def counted_forward(self, *args, **kwargs):
+        calls["forward"] += 1
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(FastStep, "prefill", counted_prefill)
+    monkeypatch.setattr(type(model), "forward", counted_forward)
+    out = {}
+    for fast_prefill in (True, False):
+        calls.update(prefill=0, forward=0)
+        torch.manual_seed(0)
+        out[fast_prefill] = decode(model, ids, mask, None, max_new_tokens=8, stop_ids=[], pad_id=0, temperature=0.0,
+                                   top_p=1.0, step="fast", fast_prefill=fast_prefill)
+        assert calls == ({"prefill": 1, "forward": 0} if fast_prefill else {"prefill": 0, "forward": 1})
+    assert torch.equal(out[True][0], out[False][0])
+    torch.testing.assert_close(out[True][1], out[False][1], atol=LOGPROB_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+def test_stopped_rows_leave_the_batch_without_changing_what_is_sampled(monkeypatch, temperature) -> None:
+    """With many stop ids, rows stop at different steps and leave the batch (``compact``): the ids,
+    the log-probs up to each row's stop and every cache column a kept completion reads (its prompt,
+    every fed token, the stop token) are those of the same call that keeps every row to the end."""
+    import mgrpo_algo.policies.decode as decode_module
+
+    model = _qwen2()
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(5, 290, (12, 9), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+    mask[7, :2] = 0
+    stops = list(range(5, model.config.vocab_size, 3))  # a third of the vocabulary: rows stop early and apart
+    left = []
+    whole = decode_module._whole_batch
+    monkeypatch.setattr(decode_module, "_whole_batch", lambda *a: left.append(len(a[2])) or whole(*a))
+    out = {}
+    for compact in (True, False):
+        torch.manual_seed(11)
+        out[compact] = decode_module.decode(model, ids, mask, None, max_new_tokens=40, stop_ids=stops, pad_id=0,
+                                            temperature=temperature, top_p=1.0, step="fast", sampler="inverse_cdf",
+                                            compact=compact)
+    assert left and left[0] >= 1  # rows left the batch at least once, in the compacted call only
+    (ids_c, lps_c, cache_c), (ids_f, lps_f, cache_f) = out[True], out[False]
+    assert ids_c.shape == ids_f.shape
+    stopped = torch.isin(ids_f, torch.tensor(stops))
+    assert 2 <= len({int(row.nonzero()[0]) for row in stopped if row.any()})  # rows stopped at different steps
+    for row in range(ids.shape[0]):
+        end = int(stopped[row].nonzero()[0]) + 1 if stopped[row].any() else ids_f.shape[1]
+        assert torch.equal(ids_c[row, :end], ids_f[row, :end])
+        torch.testing.assert_close(lps_c[row, :end], lps_f[row, :end], atol=LOGPROB_ATOL, rtol=0)
+        read = min(end, cache_f.layers[0].keys.shape[2] - ids.shape[1])  # as KVCacheManager.store reads
+        for a, b in zip(cache_c.layers, cache_f.layers, strict=True):
+            torch.testing.assert_close(a.keys[row, :, : ids.shape[1] + read], b.keys[row, :, : ids.shape[1] + read],
+                                       atol=1e-5, rtol=0)
+            torch.testing.assert_close(a.values[row, :, : ids.shape[1] + read],
+                                       b.values[row, :, : ids.shape[1] + read], atol=1e-5, rtol=0)

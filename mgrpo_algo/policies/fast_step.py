@@ -203,7 +203,66 @@ class FastStep:
             hidden = torch.addmm(hidden, F.silu(gate).mul_(up), layer.down)
             if layer.down_bias is not None:
                 hidden = hidden + layer.down_bias
+        return self._logits(hidden)
+
+    def _logits(self, hidden: Tensor) -> Tensor:
         x = _rms_norm(hidden, self.body.norm.weight, self.body.norm.variance_epsilon)
         if self._head_bias is not None:
             return torch.addmm(self._head_bias, x, self._head)
         return torch.mm(x, self._head)
+
+    @torch.no_grad()
+    def prefill(self, input_ids: Tensor, position_ids: Tensor, cache: Any, attention_bias: Tensor | None = None,
+                prepared: bool = False) -> Tensor:
+        """Float logits ``[B, V]`` after the last of ``n`` new tokens per row (``input_ids``
+        ``[B, n]``, left-padded), their keys and values appended to ``cache``: the prefill of a decode
+        call (a first turn, or a turn's new ids after its kept cache) without the forward's overhead.
+
+        ``attention_bias``: the additive padding mask ``[B, 1, 1, L]`` of the cached columns and the
+        new ones (``L = cache length + n``; wider is cut), or None when no column is padding. The new
+        tokens attend causally among themselves. Masked entries get the float minimum, not -inf, so
+        a padding query with nothing to attend to stays finite (its keys and values are cached and
+        masked at every later step, as the forward's are).
+        """
+        if not prepared:
+            self.refresh(int(position_ids.max()) + 1)
+        batch, new = input_ids.shape
+        heads, kv_heads, head_dim = self.heads, self.kv_heads, self.head_dim
+        groups, rotated = heads // kv_heads, heads + kv_heads
+        past = cache.layers[0].get_seq_length() if cache.layers[0].is_initialized else 0
+        columns = past + new
+        allowed = torch.ones((new, columns), dtype=torch.bool, device=input_ids.device).tril(past)  # causal
+        allowed = allowed.expand(batch, 1, new, columns)
+        if attention_bias is not None:
+            allowed = allowed & (attention_bias[..., :columns] == 0)
+        mask = torch.zeros(allowed.shape, dtype=torch.float32, device=input_ids.device).masked_fill_(
+            ~allowed, torch.finfo(torch.float32).min)
+        # one query block per kv head: its query heads' rows, token-major within each head
+        mask = mask.unsqueeze(2).expand(batch, 1, groups, new, columns).reshape(batch, 1, groups * new, columns)
+        hidden = self.body.embed_tokens.weight[input_ids.reshape(-1)]  # [B n, C]
+        cos, sin = self._cos[position_ids].unsqueeze(2), self._sin[position_ids].unsqueeze(2)  # [B, n, 1, D]
+        last = len(self._layers) - 1
+        for index, layer in enumerate(self._layers):
+            x = _rms_norm(hidden, layer.norm1, layer.eps1)
+            y = torch.addmm(layer.proj_bias, x, layer.proj).view(batch, new, -1, head_dim)
+            qk = torch.addcmul(y[:, :, :rotated] * cos, y[:, :, rotated: 2 * rotated], sin)
+            k, v = cache.layers[index].update(qk[:, :, heads:].transpose(1, 2), y[:, :, 2 * rotated:].transpose(1, 2))
+            q = qk[:, :, :heads]
+            if index == last:  # only the last position's logits are read: the rest of this layer for it alone
+                q, mask, new = q[:, -1:], mask.view(batch, 1, groups, -1, columns)[:, :, :, -1], 1
+                hidden = hidden.view(batch, -1, hidden.shape[-1])[:, -1]
+            q = q.reshape(batch, new, kv_heads, groups, head_dim).permute(0, 2, 3, 1, 4).reshape(
+                batch, kv_heads, groups * new, head_dim)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)
+            out = out.view(batch, kv_heads, groups, new, head_dim).permute(0, 3, 1, 2, 4).reshape(batch * new, -1)
+            hidden = torch.addmm(hidden, out, layer.out)
+            if layer.out_bias is not None:
+                hidden = hidden + layer.out_bias
+            x = _rms_norm(hidden, layer.norm2, layer.eps2)
+            y = torch.mm(x, layer.gate_up) if layer.gate_up_bias is None else torch.addmm(layer.gate_up_bias, x,
+                                                                                        layer.gate_up)
+            gate, up = y.chunk(2, dim=-1)
+            hidden = torch.addmm(hidden, F.silu(gate).mul_(up), layer.down)
+            if layer.down_bias is not None:
+                hidden = hidden + layer.down_bias
+        return self._logits(hidden)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -279,6 +280,12 @@ class TransformersPolicy:
             :func:`mgrpo_algo.policies.decode.inverse_cdf`) or ``"multinomial"`` (as ``generate``:
             its ids under a seed, at the cost of B x V exponentials per step). The same distribution
             either way; ``generate`` always draws with ``torch.multinomial``.
+        fast_prefill: with ``decode="fast"``, run each call's prefill (a first turn, or the new ids
+            after a kept cache) through :meth:`~mgrpo_algo.policies.fast_step.FastStep.prefill`
+            instead of the model's forward (the same logits up to rounding; benchmarks/live_decode.py
+            measures what it saves).
+        compact: with ``decode="fast"`` and greedy or ``inverse_cdf`` draws, rows that stopped leave
+            the decode batch (:func:`mgrpo_algo.policies.decode.decode`): the same ids up to rounding.
     """
 
     def __init__(
@@ -300,6 +307,8 @@ class TransformersPolicy:
         kv_cache_mb: float = 1024.0,
         decode: str = "fast",
         sampler: str = "inverse_cdf",
+        fast_prefill: bool = True,
+        compact: bool = True,
     ) -> None:
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -343,6 +352,8 @@ class TransformersPolicy:
         self.logprobs_mode = logprobs_mode
         self.decode = decode
         self.sampler = sampler
+        self.fast_prefill = bool(fast_prefill)
+        self.compact = bool(compact)
         self.name = name or f"hf:{source or type(self.model).__name__}"
         self.prompter = ChatPrompter(self.tokenizer, max_prompt_tokens)
         self.max_positions = getattr(self.model.config, "max_position_embeddings", None)
@@ -350,6 +361,10 @@ class TransformersPolicy:
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.stop.token_ids[-1])
         self.calls = 0
+        #: ``(rows, steps, width, row-steps run)`` of the last 4,096 decode batches: the shapes the
+        #: decoder was fed (benchmarks/live_decode.py replays them as pure decode); row-steps < rows x
+        #: steps where stopped rows left the batch (``compact``)
+        self.batch_shapes: deque[tuple[int, int, int, int]] = deque(maxlen=4096)
         self._lock = threading.Lock()
         self.kv = KVCacheManager(int(kv_cache_mb * 2**20)) if kv_cache_mb > 0 and supports_reuse(self.model) else None
 
@@ -439,14 +454,18 @@ class TransformersPolicy:
         try:
             model.eval()
             if self.decode in STEPS and not self.stop.strings:
+                counts: dict[str, int] = {}
                 with torch.no_grad(), _seeded(seed, device):
                     generated, logprobs, cache_out = lean_decode(
                         model, input_ids.to(device), attention.to(device), cache_in, max_new_tokens=new_tokens,
                         stop_ids=self.stop.token_ids, pad_id=self.pad_id, temperature=self.temperature,
                         top_p=self.top_p, logprobs_mode=self.logprobs_mode, step=self.decode,
-                        sampler=self.sampler)
+                        sampler=self.sampler, fast_prefill=self.fast_prefill, compact=self.compact, stats=counts)
+                self.batch_shapes.append((len(prompts), counts["steps"], int(width), counts["row_steps"]))
             else:
                 generated, logprobs, cache_out = self._hf_generate(input_ids, attention, cache_in, width, new_tokens, seed)
+                steps = int(generated.shape[1])
+                self.batch_shapes.append((len(prompts), steps, int(width), len(prompts) * steps))
         finally:
             model.train(was_training)
         results = []
