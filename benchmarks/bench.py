@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE))
 from common import RESULTS, report  # noqa: E402
 
 BENCHMARKS = ("world_and_tools", "env_throughput", "learner", "decoupled", "vs_trl", "rollout_vs_generate", "scaling",
-              "kv_reuse", "demo_iteration", "generation", "fit_train")
+              "kv_reuse", "demo_iteration", "generation", "live_decode", "fit_train")
 
 
 def main() -> None:

@@ -20,12 +20,13 @@ def test_bench_quick_writes_results() -> None:
     payload = json.loads((ROOT / "benchmarks" / "results" / "quick" / "bench.json").read_text())
     assert payload["benchmark"] == "bench" and payload["quick"] is True
     expected = {"world_and_tools", "env_throughput", "learner", "decoupled", "vs_trl", "rollout_vs_generate", "scaling",
-                "kv_reuse", "demo_iteration", "generation", "fit_train"}
+                "kv_reuse", "demo_iteration", "generation", "live_decode", "fit_train"}
     assert set(payload["benchmarks"]) == expected
     assert all(run["ok"] for run in payload["benchmarks"].values())
     figures = payload["figures"]
     for key in ("rollout_vs_generate: ratio rollout/raw tokens/s", "rollout_vs_generate: share of rollout time outside the model",
-                "scaling: exponent time ~ K^a", "scaling: exponent time ~ d^a", "vs_trl: ours update tokens/s"):
+                "scaling: exponent time ~ K^a", "scaling: exponent time ~ d^a", "vs_trl: ours update tokens/s",
+                "live_decode: live / pure, after", "live_decode: update floor, rollouts/min"):
         assert key in figures, key
     try:
         import trl  # noqa: F401
