@@ -30,7 +30,8 @@ def run(name: str, env: dict[str, str], out: Path, timeout: float = 240) -> str:
 
 def test_every_example_is_one_file_that_imports_the_package_only():
     files = sorted(p.name for p in EXTEND.iterdir() if p.suffix == ".py")
-    assert files == ["new_estimator.py", "new_mode.py", "new_placement.py", "new_policy_loss.py", "new_tool.py"]
+    assert files == ["new_estimator.py", "new_mode.py", "new_mode_shared_model.py", "new_placement.py",
+                     "new_policy_loss.py", "new_tool.py"]
     for name in files:  # registered through the public registries, nothing patched
         text = (EXTEND / name).read_text()
         assert "monkeypatch" not in text and "setattr(" not in text, name
@@ -57,6 +58,13 @@ def test_new_mode(env, tmp_path):
     out = run("new_mode.py", env, tmp_path, timeout=400)
     assert "frozen-main: roles whose learner stepped: ['sub']" in out
     assert "| frozen-main |" in out and "'after: frozen-main - mgrpo'" in out
+
+
+def test_new_mode_shared_model(env, tmp_path):
+    out = run("new_mode_shared_model.py", env, tmp_path, timeout=400)
+    assert "start models: {'hierarchy': 'sub', 'hierarchy+sub=main': 'main'}" in out
+    assert "shared-model: learners ['main'] | workers ['main']" in out and "sub scored: True" in out
+    assert "| shared-model |" in out
 
 
 def test_new_tool(env, tmp_path):

@@ -79,3 +79,65 @@ def test_a_tool_schema_lives_once_and_a_scenario_declares_each_roles_tools(small
                             allowed_tools=env._tools_of["sub"]).ok
     with pytest.raises(ValueError, match="unknown tools"):
         role_tools(type("Bad", (), {"role_tools": {"sub": ("teleport",)}})(), "sub")
+
+
+def test_a_shared_role_must_be_played_by_another_role_of_the_mode():
+    from mgrpo_algo.core.modes import ModeSpec
+
+    shared = ModeSpec(("main", "sub"), ("main", "sub"), shares=(("sub", "main"),))
+    assert shared.owner("sub") == "main" and shared.owner("main") == "main" and shared.workers == ("main",)
+    assert shared.start_key != MODE_TABLE["mgrpo"].start_key == MODE_TABLE["frozen-sub"].start_key
+    for bad in ((("sub", "sub"),), (("sub", "single"),), (("sub", "main"), ("main", "sub"))):
+        with pytest.raises(ValueError, match="a shared role and its owner"):
+            ModeSpec(("main", "sub"), ("main", "sub"), shares=bad)
+    with pytest.raises(ValueError, match="both learn or neither"):
+        ModeSpec(("main", "sub"), ("main",), shares=(("sub", "main"),))
+
+
+@pytest.fixture
+def shared_mode():
+    from mgrpo_algo.core.modes import MODES, ModeSpec
+
+    MODES.register("shared-test", ModeSpec(("main", "sub"), ("main", "sub"), shares=(("sub", "main"),)))
+    yield "shared-test"
+    MODES.unregister("shared-test")
+
+
+def test_a_shared_role_acts_and_learns_through_its_owners_model(small_scenario, tmp_path, shared_mode):
+    """One worker (main's) plays the sub-agents too: their turns come from the main model, one learner
+    update a step runs over both roles' sequences, the sub side is scored as in M-GRPO, and the
+    exported sub model is the main model."""
+    from pathlib import Path
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.training.trainer import Trainer
+
+    start = Path(__file__).resolve().parents[1] / "configs" / "oracle-warm-start"
+    settings = [
+        f"out_dir={tmp_path / 'run'}", f"main.model={start / 'main'}", f"sub.model={start / 'sub'}",
+        f"scenario_kwargs={{num_entities: 300, seed: 0, profile: tiny, data_dir: {tmp_path / 'data'}}}",
+        "questions_per_iteration=2", "group_size=2", "stages=[{split: stage2/train, iterations: 1}]",
+        "limits={max_main_turns: 3, max_sub_turns: 2, max_delegations: 1}", "checkpoint=false",
+    ]
+    with pytest.raises(ValueError, match="no sub learner to lag"):
+        Trainer(load_config(None, [*settings, f"mode={shared_mode}", "placement={kind: local, staleness: 1}"]))
+    with Trainer(load_config(None, [*settings, f"mode={shared_mode}"])) as trainer:
+        assert set(trainer.handles) == {"main"} and trainer.roles.clients["sub"] is trainer.roles.clients["main"]
+        assert trainer.model_paths["sub"] == str(start / "main")
+        history = trainer.run()
+    metrics = history[0]
+    records = [__import__("json").loads(line) for line in (tmp_path / "run" / "episodes.jsonl").open()]
+    subs = sum(len(r["subs"]) for r in records)
+    assert subs > 0  # the oracle clone's main agent delegates: the main model then plays the sub-agents
+    assert metrics["main/optimizer_steps"] == 1 and "sub/optimizer_steps" not in metrics  # one learner
+    assert metrics["main/samples"] > len(records)  # the main rollouts and the sub trajectories in one update
+    assert "sub/reward_mean" in metrics  # the sub side scored as in M-GRPO
+    assert sorted(p.name for p in (tmp_path / "run" / "workers").iterdir()) == ["main"]
+    final = tmp_path / "run" / "final"
+    main_model = AutoModelForCausalLM.from_pretrained(final / "main")
+    sub_model = AutoModelForCausalLM.from_pretrained(final / "sub")
+    for a, b in zip(main_model.parameters(), sub_model.parameters(), strict=True):
+        assert torch.equal(a, b)

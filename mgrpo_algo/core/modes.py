@@ -28,6 +28,10 @@ class ModeSpec:
     compare_to: str = ""
     """The mode the report compares this one against after training ("" for none): the paper's
     order mgrpo > frozen-sub > single-agent is two such pairs."""
+    shares: tuple[tuple[str, str], ...] = ()
+    """``(role, owner)`` pairs: ``role`` is played by ``owner``'s model, worker and learner (one LLM
+    for both, and one update over both roles' sequences an iteration): the shared-model baseline's
+    ``(("sub", "main"),)``. Its start is the owner's start model."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.roles if r not in ROLE_TABLE]
@@ -37,6 +41,28 @@ class ModeSpec:
         wrong = [r for r in self.roles if ROLE_TABLE[r].env != self.env]
         if wrong:
             raise ValueError(f"roles {wrong} do not act in the {self.env!r} env")
+        shared = dict(self.shares)
+        for role, owner in self.shares:
+            if role == owner or role not in self.roles or owner not in self.roles or owner in shared:
+                raise ValueError(f"a shared role and its owner must be two of the mode's roles {self.roles}, the owner "
+                                 f"sharing no other's model; got {role!r} played by {owner!r}")
+            if (role in self.trained) != (owner in self.trained):
+                raise ValueError(f"{role!r} is played by {owner!r}'s model: both learn or neither does")
+
+    def owner(self, role: str) -> str:
+        """The role whose model and worker play ``role`` (itself unless shared)."""
+        return dict(self.shares).get(role, role)
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """The roles that have a worker of their own (the others are played by an owner's)."""
+        return tuple(r for r in self.roles if self.owner(r) == r)
+
+    @property
+    def start_key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """Modes with the same key start from the same models (``mgrpo compare`` evaluates that start
+        once): the env's roles, each role played by the same model."""
+        return self.env, self.shares
 
     @property
     def single(self) -> bool:

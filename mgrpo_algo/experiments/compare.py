@@ -103,8 +103,11 @@ def log_scalars(writer: Any, metrics: Mapping[str, Any], step: int) -> None:
             writer.add_scalar(key, float(value), step)
 
 
-def _roles(mode: str) -> list[str]:
-    return list(MODES[mode].roles)
+def _start_name(mode: str) -> str:
+    """The name of a mode's start (``summary.json``'s ``start_models`` keys): its env, and which roles
+    play another's model ("hierarchy", "single", "hierarchy+sub=main")."""
+    env, shares = MODES[mode].start_key
+    return "+".join([env, *(f"{role}={owner}" for role, owner in shares)])
 
 
 def evaluation_policies(config: TrainConfig, models: Mapping[str, Any], tokenizers: Mapping[str, str],
@@ -246,7 +249,7 @@ def run_compare(
 def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes: Sequence[str] | None, progress: bool,
                  command: str | None, jobs: int) -> dict[str, Any]:
 
-    from ..training.trainer import role_model_paths
+    from ..training.trainer import mode_model_paths
     from .plots import plot_curves
 
     modes = list(modes if modes is not None else mode_names())
@@ -258,16 +261,15 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
     scores: dict[str, dict[str, list[dict[str, list[bool]]]]] = {m: {"start": [], "after": []} for m in modes}
     starts: dict[str, dict[str, str]] = {}
     for mode in modes:
-        roles = _roles(mode)
-        key = MODES[mode].env  # the modes of one env share their start models
+        key = _start_name(mode)  # the modes of one env (and one model per role) share their start models
         if key not in starts:
-            starts[key] = role_model_paths(config, scenario, roles)
+            starts[key] = mode_model_paths(config, scenario, mode)
     start_seconds = time.perf_counter() - t0
     # One group per start model set (the hierarchy's modes share theirs, and its start evaluation); with
     # jobs > 1 the groups run side by side in worker processes (each run is seeded alone: same numbers).
     groups: dict[str, list[str]] = {}
     for mode in modes:
-        groups.setdefault(MODES[mode].env, []).append(mode)
+        groups.setdefault(_start_name(mode), []).append(mode)
     keys = sorted(groups, key=lambda k: -len(groups[k]))  # the largest group runs here, with the progress bars
     reference_group = keys[-1] if config.eval.reference else None
     jobs = max(1, min(jobs, len(keys)))
@@ -510,6 +512,9 @@ def _trained_policies(cfg: TrainConfig, trainer: Any, seed: int) -> dict[str, An
         client = RoleClient(handle)
         client.begin_eval(eval_seed(seed, role), cfg.eval.temperature, cfg.eval.max_new_tokens)
         policies[role] = WorkerPolicy(client)
+    spec = MODES[cfg.mode]
+    for role in spec.roles:  # a shared role acts through its owner's evaluation policy
+        policies.setdefault(role, policies[spec.owner(role)])
     return policies
 
 

@@ -348,17 +348,26 @@ class RoleWorker:
     def _apply_sub(self, iteration: int, entry: dict[str, Any], correct: list[float]
                    ) -> tuple[dict[str, float], list[tuple[int, str, float]]]:
         """R_S from the store's correctness, aligned, A_S pooled; then the update."""
-        import numpy as np
+        pending = self.state.setdefault("pending", {})
+        if iteration <= self.state["last_applied"]:
+            pending.pop(str(iteration), None)
+            return {}, []
+        slots, metrics, scored = self._score_sub(iteration, entry, correct)
+        if self.train:  # an empty batch too: the learner reports it skipped
+            metrics.update(self.learner.update(self._sequences(iteration, _sub_payload(slots))))
+            self.faults.hit("after_update", role=self.role, iteration=iteration)
+        pending.pop(str(iteration), None)
+        return self._applied(iteration, _floats(metrics), scored), [(s.key.index, s.agent, s.advantage) for s in slots]
 
+    def _score_sub(self, iteration: int, entry: dict[str, Any], correct: list[float]
+                   ) -> tuple[list[Any], dict[str, Any], set[str]]:
+        """The sub side's slots of ``iteration`` (R_S from ``correct``, aligned, A_S pooled), its scoring
+        metrics and their names."""
         from mgrpo_env.rewards import paid_sub_reward
 
         from ..core.scoring import score_sub_side
         from ..core.seeding import iteration_rngs
 
-        pending = self.state.setdefault("pending", {})
-        if iteration <= self.state["last_applied"]:
-            pending.pop(str(iteration), None)
-            return {}, []
         facts, sc = entry["facts"], entry["scoring"]
         gate = bool(sc.get("sub_format_gate", False))
         rewards = [[paid_sub_reward(f["format_ok"], correct[i], f["expert"], sc["sub_weights"], format_gate=gate) for f in row]
@@ -371,15 +380,33 @@ class RoleWorker:
         slots, metrics = score_sub_side(facts, rewards, sc["k"], sc["d"], strategy=sc["strategy"], rng=rng,
                                         step_weight=sc["step_weight"], states=states,
                                         estimator=sc.get("estimator", "grpo_pooled_masked"))
-        scored = set(metrics)  # the iteration's scoring figures: logged, not sent to the store's health
-        if self.train:  # an empty batch too: the learner reports it skipped
-            metrics.update(self.learner.update(self._sequences(iteration, [
-                {"key": {"index": s.key.index}, "agent": s.agent, "advantage": s.advantage,
-                 "turn_advantages": s.turn_advantages} for s in slots])))
+        return slots, metrics, set(metrics)  # the scoring figures: logged, not sent to the store's health
+
+    def update_shared(self, iteration: int, slots: list[dict[str, Any]], facts: list[list[dict[str, Any]]],
+                      scoring: dict[str, Any]) -> dict[str, Any]:
+        """Both roles of a mode whose sub-agents are played by this (main) worker's model
+        (``ModeSpec.shares``, the shared-model baseline): the main statistics are published and read back
+        from the store as the sub side reads them, the sub side is scored as :meth:`update_sub` scores
+        it, and one learner update runs over the main and the sub sequences together; one commit.
+        Returns what :meth:`update_main` and :meth:`update_sub` return together."""
+        from ..distributed.store import MainStat
+
+        if iteration <= self.state["last_applied"]:  # applied before a crash: finish its idempotent tail only
+            metrics = dict(self.state["metrics"].get(str(iteration), {}))
+            return {**self._published(iteration, metrics), f"{self.role}/replayed": 1.0}
+        if self.store is None:
+            raise RuntimeError("a shared-model worker reads the main statistics through the store: none is open")
+        self.store.put_main_stats(iteration, [MainStat(s["key"]["query"], s["key"]["rollout"], float(s["correct"]),
+                                                       bool(s["format_ok"]), float(s["reward"])) for s in slots])
+        stats = self.store.get_main_stats(iteration, expected=len(facts), timeout_s=self.store_timeout_s)
+        sub_slots, metrics, scored = self._score_sub(iteration, {"facts": facts, "scoring": scoring},
+                                                     [s.correct for s in stats])
+        if self.train:
+            sequences = self._sequences(iteration, slots) + self._sequences(iteration, _sub_payload(sub_slots))
+            metrics.update(self.learner.update(sequences))
             self.faults.hit("after_update", role=self.role, iteration=iteration)
-        pending.pop(str(iteration), None)
-        metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float, np.floating))}
-        return self._applied(iteration, metrics, scored), [(s.key.index, s.agent, s.advantage) for s in slots]
+        applied = self._applied(iteration, _floats(metrics), scored)
+        return {**applied, "advantages": {iteration: [(s.key.index, s.agent, s.advantage) for s in sub_slots]}}
 
     def _sequences(self, iteration: int, slots: list[dict[str, Any]]) -> list[Any]:
         """The training sequences of ``slots``, from the trajectories this worker kept."""
@@ -444,6 +471,18 @@ class RoleWorker:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+
+
+def _sub_payload(slots: list[Any]) -> list[dict[str, Any]]:
+    """Sub slots as :meth:`RoleWorker._sequences` reads them."""
+    return [{"key": {"index": s.key.index}, "agent": s.agent, "advantage": s.advantage,
+             "turn_advantages": s.turn_advantages} for s in slots]
+
+
+def _floats(metrics: dict[str, Any]) -> dict[str, float]:
+    import numpy as np
+
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float, np.floating))}
 
 
 def _key(episode: int, agent: str) -> str:

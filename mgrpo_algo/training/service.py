@@ -44,6 +44,8 @@ class RoleService(Protocol):
     def update_main(self, iteration: int, slots: list[dict[str, Any]]) -> dict[str, float]: ...
     def update_sub(self, iteration: int, facts: list[list[dict[str, Any]]], scoring: dict[str, Any], *,
                    staleness: int = 0) -> dict[str, Any]: ...
+    def update_shared(self, iteration: int, slots: list[dict[str, Any]], facts: list[list[dict[str, Any]]],
+                      scoring: dict[str, Any]) -> dict[str, Any]: ...
     def flush(self, last_iteration: int) -> dict[str, Any]: ...
 
     # -- the commit protocol and the run's end ---------------------------------------------------
@@ -101,6 +103,10 @@ class RoleClient:
     def submit_update_sub(self, iteration: int, facts: list[list[dict[str, Any]]], scoring: dict[str, Any], *,
                           staleness: int = 0) -> Future:
         return self._submit(RoleWorker.update_sub, iteration, facts, scoring, staleness=staleness)
+
+    def update_shared(self, iteration: int, slots: list[dict[str, Any]], facts: list[list[dict[str, Any]]],
+                      scoring: dict[str, Any]) -> dict[str, Any]:
+        return self._call(RoleWorker.update_shared, iteration, slots, facts, scoring)
 
     def flush(self, last_iteration: int) -> dict[str, Any]:
         return self._call(RoleWorker.flush, last_iteration)

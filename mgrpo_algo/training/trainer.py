@@ -90,6 +90,13 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
     return explicit
 
 
+def mode_model_paths(config: TrainConfig, scenario: Any, mode: str) -> dict[str, str]:
+    """:func:`role_model_paths` of a mode's roles, a shared role's being its owner's (``ModeSpec.shares``)."""
+    spec = MODES[mode]
+    paths = role_model_paths(config, scenario, list(spec.workers))
+    return {role: paths[spec.owner(role)] for role in spec.roles}
+
+
 def reward_config(config: TrainConfig, scenario: Any, judge: Any = None) -> RewardConfig:
     """The env's rewards as ``config`` sets them (weights, expert reference and judge, format gate)."""
     return RewardConfig(config.main_weights, config.sub_weights,
@@ -127,7 +134,7 @@ class Trainer:
         self.reward_config = reward_config(config, self.scenario, config.expert_judge.make())
         self._warned_no_expert = False
         self.mode = MODES[config.mode]
-        paths = self.model_paths = role_model_paths(config, self.scenario, list(self.mode.roles))
+        paths = self.model_paths = mode_model_paths(config, self.scenario, config.mode)
         state = self.out / "loop_state.json"
         saved = json.loads(state.read_text()) if config.resume and state.exists() else None
         committed = int(saved["iteration"]) if saved else -1

@@ -73,8 +73,12 @@ class RoleWorkers:
         self.kind = placement.kind
         if committed < 0:  # a fresh run: no worker state of an earlier one may leak in
             shutil.rmtree(out / "workers", ignore_errors=True)
-        self.handles: dict[str, Any] = {}
-        for role in mode.roles:
+        if mode.shares and self.staleness:
+            raise ValueError(f"mode {config.mode!r} plays {dict(mode.shares)} with one model and one learner: "
+                             "there is no sub learner to lag; set placement.staleness to 0")
+        self.mode = mode
+        self.handles: dict[str, Any] = {}  # one per worker: a shared role has none of its own
+        for role in mode.workers:
             kwargs = {
                 "role": role, "model": paths[role], "run_dir": str(out), "store": store if not mode.single else "",
                 "spec": getattr(config, role), "seed": config.seed, "torch_threads": config.torch_threads,
@@ -83,10 +87,12 @@ class RoleWorkers:
             res = placement.resources.get(role, {})
             self.handles[role] = spawn(RoleWorker, kwargs, placement=self.kind, name=f"mgrpo-{role}",
                                        num_cpus=res.get("num_cpus", 1), num_gpus=res.get("num_gpus", 0))
-        #: The typed view of each handle (:class:`RoleService`): every call below goes through it.
-        self.clients = {role: RoleClient(handle) for role, handle in self.handles.items()}
+        #: The typed view of each handle (:class:`RoleService`), for every role of the mode (a shared role's is
+        #: its owner's): every call below goes through them.
+        owned = {role: RoleClient(handle) for role, handle in self.handles.items()}
+        self.clients = {role: owned[mode.owner(role)] for role in mode.roles}
         if committed >= 0:  # a resumed run: every worker back to the loop's last committed iteration
-            for client in self.clients.values():
+            for client in owned.values():
                 client.rollback(committed)
         self.start_iteration = committed + 1
         self.restarts: list[dict[str, Any]] = []
@@ -127,8 +133,8 @@ class RoleWorkers:
                 for role in self.handles:  # reseeded and emptied: a re-collection draws what the first did
                     self._call(role, lambda c: c.begin_collect(iteration), "begin_collect")
                 records = run({role: WorkerPolicy(c, iteration) for role, c in self.clients.items()})
-                for client in self.clients.values():
-                    client.commit(iteration)
+                for role in self.handles:
+                    self.clients[role].commit(iteration)
                 return records
             except RoleServerDied as exc:
                 self._restart(self._role_of(exc), "collect", exc)  # then collected again from scratch
@@ -137,17 +143,18 @@ class RoleWorkers:
     def update(self, iteration: int, main: list[MainSlot], records: list[EpisodeRecord], d: int
                ) -> tuple[dict[str, float], dict[int, list[tuple[int, str, float]]]]:
         """Each worker's update of ``iteration``: (metrics, the sub worker's A_S by applied iteration)."""
-        cfg = self.config
         main_role = next(iter(self.handles))  # "main" or "single"
         slots = slot_payload(main)
+        if self.mode.shares:  # one model plays every role: one update over all of them (the shared-model baseline)
+            facts, scoring = sub_facts(records), self._sub_scoring(d)
+            out = dict(self._call(main_role, lambda c: c.update_shared(iteration, slots, facts, scoring), "update_shared"))
+            return out, {int(k): v for k, v in out.pop("advantages", {}).items()}
         # per role: the method's name (for the restart log), the call, and the same call on the handle's thread
         calls: dict[str, tuple[str, Callable[[RoleClient], Any], Callable[[RoleClient], Future]]] = {
             main_role: ("update_main", lambda c: c.update_main(iteration, slots),
                         lambda c: c.submit_update_main(iteration, slots))}
         if "sub" in self.handles:
-            scoring = {"k": cfg.group_size, "d": d, "strategy": cfg.align_strategy, "step_weight": cfg.step_advantage_weight,
-                       "sub_weights": list(cfg.sub_weights), "estimator": cfg.sub_estimator,
-                       "sub_format_gate": cfg.sub_format_gate}
+            scoring = self._sub_scoring(d)
             facts, lag = sub_facts(records), self.staleness
             calls["sub"] = ("update_sub", lambda c: c.update_sub(iteration, facts, scoring, staleness=lag),
                             lambda c: c.submit_update_sub(iteration, facts, scoring, staleness=lag))
@@ -173,6 +180,13 @@ class RoleWorkers:
             advantages.update({int(k): v for k, v in out.pop("advantages", {}).items()})
             metrics.update(out)
         return metrics, advantages
+
+    def _sub_scoring(self, d: int) -> dict[str, Any]:
+        """The sub side's scoring settings of an iteration (``RoleWorker.update_sub``'s ``scoring``)."""
+        cfg = self.config
+        return {"k": cfg.group_size, "d": d, "strategy": cfg.align_strategy, "step_weight": cfg.step_advantage_weight,
+                "sub_weights": list(cfg.sub_weights), "estimator": cfg.sub_estimator,
+                "sub_format_gate": cfg.sub_format_gate}
 
     def committed(self, iteration: int) -> None:
         """The loop committed ``iteration``: the workers prune their older checkpoints."""
