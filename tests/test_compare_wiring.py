@@ -35,6 +35,7 @@ TOP_P = {"main": 0.91, "sub": 0.92, "single": 0.93}
 MAX_PROMPT = {"main": 301, "sub": 302, "single": 303}
 DEVICE = {"main": "cpu:0", "sub": "cpu:1", "single": "cpu:2"}
 DTYPE = {"main": "float32", "sub": "bfloat16", "single": "float16"}
+DECODE = {"main": (False, True), "sub": (True, False), "single": (False, False)}  # (fast_prefill, compact)
 MAX_WORKERS = 5
 MODE_INDEX = {"mgrpo": 0, "frozen-sub": 1, "single-agent": 2}
 
@@ -137,11 +138,11 @@ def fake(monkeypatch, tmp_path):
 
     class Policy:
         def __init__(self, model, tokenizer, *, role, max_new_tokens, temperature, top_p, max_prompt_tokens,
-                     device, dtype, seed):
+                     device, dtype, seed, fast_prefill, compact):
             self.model = model if isinstance(model, Model) else Model(str(model))
             self.tokenizer, self.role, self.max_new_tokens, self.temperature = tokenizer, role, max_new_tokens, temperature
             self.seed = seed
-            self.settings = (role, top_p, max_prompt_tokens, device, dtype)
+            self.settings = (role, top_p, max_prompt_tokens, device, dtype, fast_prefill, compact)
 
     class Handle:
         """A role worker's handle as compare sees it: ``begin_eval`` builds the evaluation policy over the
@@ -172,7 +173,8 @@ def fake(monkeypatch, tmp_path):
             self.learners = {r: Learner(getattr(cfg, r).model) for r in trained}
             self.policies = {r: Policy(self.learners[r].model if r in self.learners else getattr(cfg, r).model,
                                        None, role=r, max_new_tokens=0, temperature=1.0, top_p=1.0,
-                                       max_prompt_tokens=0, device="cpu", dtype=None, seed=0) for r in roles}
+                                       max_prompt_tokens=0, device="cpu", dtype=None, seed=0, fast_prefill=True,
+                                       compact=True) for r in roles}
             # the workers' handles: a trained role evaluates its learner's model, a frozen one its start
             self.handles = {r: Handle(cfg, r, self.learners[r].model if r in self.learners else getattr(cfg, r).model)
                             for r in roles}
@@ -282,6 +284,8 @@ def config(small_scenario, *extra):
         *(f"{r}.generation.max_new_tokens={n}" for r, n in MAX_NEW.items()),
         *(f"{r}.generation.top_p={TOP_P[r]}" for r in TOP_P), *(f"{r}.generation.max_prompt_tokens={MAX_PROMPT[r]}" for r in TOP_P),
         *(f"{r}.learner.device={DEVICE[r]}" for r in TOP_P), *(f"{r}.learner.dtype={DTYPE[r]}" for r in TOP_P),
+        *(f"{r}.generation.fast_prefill={str(DECODE[r][0]).lower()}" for r in TOP_P),
+        *(f"{r}.generation.compact={str(DECODE[r][1]).lower()}" for r in TOP_P),
         f"max_workers={MAX_WORKERS}", *extra])
 
 
@@ -334,7 +338,7 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
                                                                                           "single": 2}[r])
                                  for r in e["policies"]}
         # each role's policy with its own top-p, prompt limit, device and dtype
-        assert e["settings"] == {r: (r, TOP_P[r], MAX_PROMPT[r], DEVICE[r], DTYPE[r]) for r in e["policies"]}
+        assert e["settings"] == {r: (r, TOP_P[r], MAX_PROMPT[r], DEVICE[r], DTYPE[r], *DECODE[r]) for r in e["policies"]}
         assert sorted(e["policies"]) == (["single"] if e["kind"] == "single" else ["main", "sub"])
         # the config's scenario (its world), the bars only where the caller asked and not on the extra
         # passes, the config's workers, no episode callback or earlier episodes

@@ -239,6 +239,14 @@ class GenerationConfig:
     row: at the demo's batch sizes ``torch.multinomial``'s B x V exponentials cost more than the
     model's step) or ``"multinomial"`` (``torch.multinomial``, as ``generate``: the same ids under a
     seed). ``generate`` always draws with multinomial."""
+    fast_prefill: bool = True
+    """With ``decode: fast``: each decode call's prefill (a first turn, or the new ids after a kept
+    cache) through ``FastStep.prefill`` instead of the model's forward (the same logits up to float
+    rounding; 1.07x live tokens/s on the demo: benchmarks/live_decode.py)."""
+    compact: bool = True
+    """With ``decode: fast`` and greedy or ``inverse_cdf`` draws: rows that stopped leave the decode
+    batch (the same ids up to the float rounding of a smaller batch; 1.04x live tokens/s on the demo,
+    1.21x at B = 8 x K = 8)."""
 
     def __post_init__(self) -> None:
         _check(self.max_new_tokens >= 1, "generation.max_new_tokens", "must be >= 1")

@@ -52,5 +52,5 @@ def make_policy(
         {"kv_cache_mb": g.kv_cache_mb, "decode": g.decode, "sampler": g.sampler}
     return TransformersPolicy(
         model, tokenizer, role=role, max_new_tokens=max_new_tokens, temperature=temperature, top_p=g.top_p,
-        max_prompt_tokens=g.max_prompt_tokens, seed=seed, **placed,
+        max_prompt_tokens=g.max_prompt_tokens, seed=seed, fast_prefill=g.fast_prefill, compact=g.compact, **placed,
     )
