@@ -24,6 +24,7 @@ forks once per mutant and runs only those tests: torch is imported once, not onc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +52,19 @@ TARGETS = {
     "mgrpo_env/aec.py": 0.90,
     "mgrpo_env/core.py": 0.90,
     "mgrpo_algo/policies/kv_cache.py": 0.90,
+    # issue 34: the speed code (the decode step, the decode loop, the learner's shared prefix, log-probs and
+    # batching, the browser's render cache)
+    "mgrpo_algo/policies/fast_step.py": 0.90,
+    "mgrpo_algo/policies/decode.py": 0.90,
+    "mgrpo_algo/learning/prefix.py": 0.90,
+    "mgrpo_algo/learning/logits.py": 0.90,
+    "mgrpo_algo/learning/batching.py": 0.90,
+    "tools/render_cache.py": 0.90,
 }
+
+#: Folders whose package has another name (pyproject's package-dir): mutmut names a mutant after its file's
+#: path, the tests import the package, so the run sees ``tools/`` through a link named after the package.
+PACKAGE_DIRS = {"tools/": "mgrpo_tools/"}
 
 #: The first run (commit 04f434e, before the tests it prompted), same mutants: killed, survived, no test,
 #: total. roles.py had no fast test then (tests/test_decoupled.py is slow); compare.py was not mutated. The
@@ -284,7 +298,7 @@ def patterns(paths: list[str]) -> list[str]:
     mutmut picks the tests to run first (a pattern ending in ``__mutmut_*`` would select no test)."""
     out = []
     for path in paths:
-        module = path.removesuffix(".py").replace("/", ".")
+        module = mutmut_path(path).removesuffix(".py").replace("/", ".")
         scope = SCOPE.get(path)
         if scope is None:
             out.append(f"{module}.*")
@@ -293,6 +307,31 @@ def patterns(paths: list[str]) -> list[str]:
             cls, _, method = name.rpartition(".")
             out.append(f"{module}.xǁ{cls}ǁ{method}*" if cls else f"{module}.x_{name}*")
     return out
+
+
+def mutmut_path(path: str) -> str:
+    """``path`` as mutmut sees it: ``tools/render_cache.py`` -> ``mgrpo_tools/render_cache.py``."""
+    for folder, package in PACKAGE_DIRS.items():
+        if path.startswith(folder):
+            return package + path.removeprefix(folder)
+    return path
+
+
+@contextlib.contextmanager
+def package_links() -> Iterator[None]:
+    """The links of :data:`PACKAGE_DIRS` in ROOT (``mgrpo_tools -> tools``) while mutmut runs or is read;
+    removed afterwards unless they were there before (git ignores them)."""
+    made = []
+    for folder, package in PACKAGE_DIRS.items():
+        link = ROOT / package.rstrip("/")
+        if not link.exists():
+            link.symlink_to(folder.rstrip("/"), target_is_directory=True)
+            made.append(link)
+    try:
+        yield
+    finally:
+        for link in made:
+            link.unlink()
 
 
 RUN_FILE = "mutmut-run.json"  # in mutants/: how its verdicts were obtained, for --no-run
@@ -306,8 +345,9 @@ def run_mutmut(max_children: int, paths: list[str] | None = None, command: str =
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     mutmut = Path(sys.executable).with_name("mutmut")
     start = time.perf_counter()
-    subprocess.run([str(mutmut), "run", "--max-children", str(max_children), *patterns(paths or list(TARGETS))],
-                   cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+    with package_links():
+        subprocess.run([str(mutmut), "run", "--max-children", str(max_children), *patterns(paths or list(TARGETS))],
+                       cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
     run = {"wall_s": round(time.perf_counter() - start, 1), "max_children": max_children, "command": command,
            "modules": paths or list(TARGETS), "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     (ROOT / "mutants" / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n")
@@ -320,7 +360,8 @@ def _diff(name: str, path: str) -> str:
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        lines = get_diff_for_mutant(name, path=path).splitlines()[2:]
+        with package_links():
+            lines = get_diff_for_mutant(name, path=mutmut_path(path)).splitlines()[2:]
     finally:
         os.chdir(cwd)
     return "\n".join(line for line in lines if line.startswith(("+", "-")))
@@ -332,7 +373,7 @@ def collect(paths: list[str] | None = None) -> dict:
     for path, target in TARGETS.items():
         if paths is not None and path not in paths:
             continue
-        meta = ROOT / "mutants" / (path + ".meta")
+        meta = ROOT / "mutants" / (mutmut_path(path) + ".meta")
         if not meta.exists():
             raise SystemExit(f"{meta} is missing: run without --no-run first")
         codes = json.loads(meta.read_text())["exit_code_by_key"]
