@@ -21,7 +21,19 @@ LOGIT_ATOL = 5e-5
 LOGPROB_ATOL = 5e-5
 
 
-@pytest.mark.parametrize("build", [_qwen2, _llama], ids=["qwen2", "llama"])
+def _llama_without_biases():
+    """A plain Llama: no projection has a bias (FastStep fills zero biases for q, k and v and uses no
+    gate/up bias), grouped key/value heads, another head size."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(5)
+    config = LlamaConfig(vocab_size=300, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
+                         num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256,
+                         attention_bias=False, mlp_bias=False, attn_implementation="sdpa")
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("build", [_qwen2, _llama, _llama_without_biases], ids=["qwen2", "llama", "llama-no-bias"])
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 @pytest.mark.parametrize("as_bias", [False, True], ids=["mask", "additive"])
 def test_a_fast_step_gives_the_models_logits(build, padded, as_bias) -> None:
