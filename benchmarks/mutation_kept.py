@@ -185,3 +185,109 @@ KEPT: dict[str, str] = {
         "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
     "mgrpo_env.rewards.x_sub_rewards__mutmut_30": "astype(None) is astype(float64) in numpy: equivalent",
 }
+
+_RC = "mgrpo_tools.render_cache.xǁRenderCacheǁ"
+_FS = "mgrpo_algo.policies.fast_step."
+_FS_CPU = ("device only: FastStep refuses any model that is not on the CPU (FastStep.supports), and its "
+           "additive mask is only made for it, so every tensor here is on the CPU either way")
+_FS_ROPE = ("the rope table's size only (grown to at least the position needed, doubling, 256 at first): the "
+            "rotary module's cos / sin of a position do not depend on how many positions the table holds")
+_FS_GATE_UP = ("the gate/up bias when only some of gate and up have one: Qwen2 has none and Llama's mlp_bias gives "
+               "both or neither, so the mutation either gives the same bias or adds zeros (x @ W + 0 == x @ W)")
+
+#: issue 34: the speed code's survivors.
+KEPT.update({
+    # render_cache
+    _RC + "__init____mutmut_1": (
+        "the default bound 4096 -> 4097 entries: any bound far above a world's ~200 rendered pages serves the same"),
+    **{_RC + f"_append__mutmut_{n}": (
+        "json.dumps(ensure_ascii=None): json reads a falsy ensure_ascii as False, as written") for n in (6,)},
+    _RC + "_append__mutmut_16": '"UTF-8" and "utf-8" name the same codec',
+    **{_RC + f"_append__mutmut_{n}": (
+        "f.read(None) or f.read(2) after seeking to one byte before the end: either reads that one last byte")
+       for n in (39, 40)},
+    _RC + "_keep__mutmut_25": "popitem(last=None): OrderedDict reads a falsy last as False, the least recently used end",
+    **{_RC + f"_load__mutmut_{n}": (
+        "path.open() without encoding='utf-8': the locale's encoding, UTF-8 where these tests run (and under "
+        "Python's UTF-8 mode); on a non-UTF-8 locale a non-ASCII page would be misread") for n in (1, 3)},
+    _RC + "_load__mutmut_6": '"UTF-8" and "utf-8" name the same codec',
+    **{_RC + f"_load__mutmut_{n}": (
+        "the elapsed_s of a loaded render: never served, a hit replaces it with the caller's elapsed()")
+       for n in (16, 21)},
+    _RC + "_load__mutmut_28": "_keep(persist=None): a falsy persist does not write, as False",
+    **{_RC + f"_load__mutmut_{n}": (
+        "the from_cache flag of a loaded render: never served, a hit replaces it with from_cache=True")
+       for n in (33, 35, 36)},
+    **{_RC + f"get_or_render__mutmut_{n}": (
+        "_inflight.pop(key) without a default: only the owner of a render removes its key, and it put it there "
+        "under the same lock, so the key is always present") for n in (43, 47)},
+    # fast_step
+    **{_FS + f"x__rotation__mutmut_{n}": (
+        "index - half instead of index + half for index in [0, half): negative indices wrap to the same "
+        "rows [half, head_dim)") for n in (12, 16)},
+    _FS + "x__rms_norm__mutmut_11": (
+        "mean over dim +1 instead of -1: FastStep's hidden states are always [batch, hidden], where 1 is the last dim"),
+    _FS + "x_additive_mask__mutmut_4": "torch.zeros(dtype=None) is float32 (the default dtype), as written",
+    _FS + "x_additive_mask__mutmut_7": "torch.zeros without dtype is float32 (the default dtype), as written",
+    **{_FS + f"x_additive_mask__mutmut_{n}": _FS_CPU for n in (5, 8)},
+    _FS + "x_additive_mask__mutmut_25": 'float("-INF") is float("-inf")',
+    _FS + "xǁFastStepǁ__init____mutmut_15": (
+        "getattr(config, 'num_key_value_heads') without a default: Qwen2 and Llama configs (the only ones "
+        "FastStep supports) always have the attribute"),
+    _FS + "xǁFastStepǁ__init____mutmut_21": (
+        "scaling None: SDPA's default scale is head_dim ** -0.5, which is what Qwen2 and Llama attention use"),
+    _FS + "xǁFastStepǁ__init____mutmut_22": (
+        "_layers None before the first refresh: every call refreshes first (the version starts unset), which "
+        "replaces it"),
+    _FS + "xǁFastStepǁ__init____mutmut_23": (
+        "'' instead of None as the weights version before the first refresh: any value that is not a tuple of "
+        "versions differs from the model's, so the first refresh builds the weights either way"),
+    **{_FS + f"xǁFastStepǁ_grow_rope__mutmut_{n}": _FS_ROPE for n in (6, 7, 9, 11)},
+    _FS + "xǁFastStepǁ_grow_rope__mutmut_13": (
+        "two rows of the embedding as the rotary module's probe instead of one: it reads only the probe's dtype "
+        "and device"),
+    **{_FS + f"xǁFastStepǁ_grow_rope__mutmut_{n}": _FS_CPU for n in (20, 22)},
+    _FS + "xǁFastStepǁrefresh__mutmut_1": (
+        "refresh()'s default max_position 1 instead of 0: the table is then built early (256 positions), the "
+        "same values as when a later call grows it"),
+    _FS + "xǁFastStepǁrefresh__mutmut_2": (
+        "max_position >= the table's length: grows the table one call early (the values are the same)"),
+    **{_FS + f"xǁ_Layerǁ__init____mutmut_{n}": _FS_GATE_UP for n in (52, 56, 57, 58)},
+})
+
+_PX = "mgrpo_algo.learning.prefix."
+_DC = "mgrpo_algo.policies.decode."
+
+KEPT.update({
+    # fast_step
+    _FS + "xǁFastStepǁrefresh__mutmut_9": (
+        "the rotation matrix left as made (float32, CPU) instead of moved to the embedding's dtype and device: "
+        "FastStep supports float32 CPU models only, so it is there already"),
+    _FS + "xǁFastStepǁrefresh__mutmut_23": (
+        "lm_head's bias read as None: Qwen2's and Llama's LM heads have no bias (Linear(bias=False))"),
+    **{_FS + f"xǁFastStepǁsupports__mutmut_{n}": (
+        "the default of getattr(rotary_emb, 'rope_type', ...): the installed transformers' rotary modules always "
+        "set rope_type, so the default is never read") for n in (7, 10, 13, 14)},
+    # prefix
+    **{_PX + f"x_forward_with_prefix__mutmut_{n}": (
+        "no position ids for the rows' remaining tokens: the model's default after a cache of `length` tokens "
+        "is arange(length, L), exactly these (the prefix has no padding: rows are right-padded)")
+       for n in (3, 19, 23)},
+    **{_PX + f"x_forward_with_prefix__mutmut_{n}": _CPU for n in (10, 13)},
+    **{_PX + f"x_forward_with_prefix__mutmut_{n}": (
+        "use_cache None / False with a cache passed: in the installed transformers use_cache only decides "
+        "whether the model makes a cache when none is given; the passed prefix cache is read either way "
+        "(and is made afresh per micro-batch, so what the forward appends to it is never read)")
+       for n in (20, 24, 27)},
+    **{_PX + f"xǁPrefixPassǁbackward__mutmut_{n}": (
+        "zip(strict=...) over the outputs and their leaves: the leaves are made one per output in run_prefixes")
+       for n in (4, 7, 8)},
+    _PX + "xǁPrefixPassǁcache__mutmut_2": (
+        "DynamicCache(config=None): for the full-attention models trained here (no sliding-window layers) the "
+        "config makes the same plain DynamicLayers; a sliding-window config would differ (not trained here)"),
+    # decode
+    _DC + "x_inverse_cdf__mutmut_3": "cumsum over dim +1 of a [B, V] tensor: the last dim, as -1",
+    **{_DC + f"x_inverse_cdf__mutmut_{n}": (
+        "torch.rand without the cdf's dtype: float32, the decode loop's probabilities' dtype") for n in (11, 14)},
+    _DC + "x_inverse_cdf__mutmut_12": _CPU,
+})

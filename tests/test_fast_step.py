@@ -70,6 +70,22 @@ def test_positions_beyond_the_first_table_are_rotated_right() -> None:
             torch.testing.assert_close(ours, theirs, atol=LOGIT_ATOL, rtol=0)
 
 
+def test_the_weights_are_prepared_once_while_no_parameter_moves() -> None:
+    """Preparing the weights copies the whole model: it happens at the first call and after a change
+    only, not at every step."""
+    model = _qwen2()
+    cache, token, mask, position = _prefilled(model, False, True)
+    fast = FastStep(model)
+    fast(token, mask, position, copy.deepcopy(cache))
+    prepared = fast._layers
+    fast(token, mask, position + 1, copy.deepcopy(cache))
+    assert fast._layers is prepared
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight.mul_(1.01)
+    fast(token, mask, position, copy.deepcopy(cache))
+    assert fast._layers is not prepared
+
+
 def test_a_first_token_at_position_zero_is_the_models() -> None:
     """A fresh FastStep's first call at position 0 (an empty cache): the rope table is built for it."""
     from transformers import DynamicCache
