@@ -142,6 +142,22 @@ def test_inverse_cdf_draws_the_distribution_and_never_a_zero_probability_token()
         assert torch.equal(inverse_cdf(probs * 3.0), picked)
 
 
+@pytest.mark.parametrize(("uniform", "probs", "expected"), [
+    (0.0, [0.0, 0.5, 0.5], 1),  # u = 0 exactly (torch.rand can draw it): never the zero-probability token 0
+    (0.25, [0.25, 0.0, 0.75], 2),  # u on a boundary: [0, 0.25) is token 0, [0.25, 1) token 2 (not the empty 1)
+    (0.2, [0.25, 0.0, 0.75], 0),
+    (1.0, [0.5, 0.5, 0.0], 1),  # u = the total (rounding): kept below it, never the zero-probability token past it
+])
+def test_inverse_cdf_intervals_by_hand(monkeypatch: pytest.MonkeyPatch, uniform: float, probs: list[float],
+                                       expected: int) -> None:
+    """Token i is drawn for u * total in [cdf[i - 1], cdf[i]): the edges, with the uniform fixed."""
+    from mgrpo_algo.policies.decode import inverse_cdf
+
+    monkeypatch.setattr(torch, "rand", lambda shape, **kwargs: torch.full(shape, uniform, **kwargs))
+    weights = torch.tensor([probs, [p * 4.0 for p in probs]])  # unnormalised weights: the same intervals
+    assert inverse_cdf(weights).tolist() == [expected, expected]
+
+
 def test_the_inverse_cdf_sampler_records_the_models_log_probs(sub_model) -> None:
     """Other ids than generate under a seed, but token-in/token-out exact: each recorded log-prob is
     log_softmax(logits / T) of the full forward at the sampled id (what the learner computes)."""
