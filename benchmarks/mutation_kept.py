@@ -291,3 +291,17 @@ KEPT.update({
         "torch.rand without the cdf's dtype: float32, the decode loop's probabilities' dtype") for n in (11, 14)},
     _DC + "x_inverse_cdf__mutmut_12": _CPU,
 })
+
+KEPT.update({
+    _PX + "x_run_prefixes__mutmut_24": (
+        "DynamicCache(config=None): for the full-attention models trained here (no sliding-window layers) the "
+        "config makes the same plain DynamicLayers; a sliding-window config would differ (not trained here)"),
+    **{_PX + f"x_run_prefixes__mutmut_{n}": (
+        "use_cache None / False with a cache passed: in the installed transformers use_cache only decides "
+        "whether the model makes a cache when none is given (and returns it); the passed cache is filled either "
+        "way, and only it is read") for n in (26, 29, 32)},
+    **{_PX + f"x_run_prefixes__mutmut_{n}": (
+        "more logits kept by the prefix forward (all, or the last 2): they are never read, only the keys and "
+        "values; it costs memory and time, not numbers") for n in (27, 30, 33)},
+    _DC + "x_inverse_cdf__mutmut_15": _CPU,
+})
