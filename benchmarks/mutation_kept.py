@@ -305,3 +305,10 @@ KEPT.update({
         "values; it costs memory and time, not numbers") for n in (27, 30, 33)},
     _DC + "x_inverse_cdf__mutmut_15": _CPU,
 })
+
+KEPT.update({
+    _PX + "x_plan_prefix__mutmut_43": (
+        "by_prompt > by_common instead of >=: on a tie both plans save the same tokens and give the same "
+        "logits (each row reads its own leading tokens either way); only which prefix runs differs"),
+    **{_PX + f"x_plan_prefix__mutmut_{n}": _CPU for n in (47, 50)},
+})
