@@ -312,3 +312,13 @@ KEPT.update({
         "logits (each row reads its own leading tokens either way); only which prefix runs differs"),
     **{_PX + f"x_plan_prefix__mutmut_{n}": _CPU for n in (47, 50)},
 })
+
+_LG = "mgrpo_algo.learning.logits.x_target_logprobs__mutmut_"
+KEPT.update({
+    _LG + "34": (
+        "set_grad_enabled(grad enabled or entropy_grad) on the plain path: with gradients off the log-probs were "
+        "computed without a graph, so enabling gradients for the entropy records nothing either way"),
+    _LG + "37": (
+        "the log-probs not detached when entropy_grad is False: the entropy is then computed under "
+        "set_grad_enabled(False), which records no graph, so it has no gradient either way"),
+})
