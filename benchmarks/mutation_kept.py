@@ -322,3 +322,11 @@ KEPT.update({
         "the log-probs not detached when entropy_grad is False: the entropy is then computed under "
         "set_grad_enabled(False), which records no graph, so it has no gradient either way"),
 })
+
+_BT = "mgrpo_algo.learning.batching.x_advantages__mutmut_"
+KEPT.update({
+    **{_BT + f"{n}": (
+        "no dtype for a tensor of Python floats, or for zeros: torch's default dtype, float32, as written")
+       for n in (4, 7, 12, 14, 24)},
+    **{_BT + f"{n}": _CPU for n in (5, 8)},
+})
