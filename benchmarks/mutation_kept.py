@@ -327,6 +327,6 @@ _BT = "mgrpo_algo.learning.batching.x_advantages__mutmut_"
 KEPT.update({
     **{_BT + f"{n}": (
         "no dtype for a tensor of Python floats, or for zeros: torch's default dtype, float32, as written")
-       for n in (4, 7, 12, 14, 24)},
-    **{_BT + f"{n}": _CPU for n in (5, 8)},
+       for n in (4, 7, 12, 14, 24, 26)},
+    **{_BT + f"{n}": _CPU for n in (5, 8, 27)},
 })
