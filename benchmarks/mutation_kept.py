@@ -330,3 +330,11 @@ KEPT.update({
        for n in (4, 7, 12, 14, 24, 26)},
     **{_BT + f"{n}": _CPU for n in (5, 8, 27)},
 })
+
+_TP = "mgrpo_algo.policies.decode.x__top_p__mutmut_"
+KEPT.update({
+    _TP + "6": "torch.sort without dim: its default is -1, as written",
+    _TP + "7": "torch.sort without descending: its default is False, as written",
+    **{_TP + f"{n}": "dim +1 instead of -1 on [B, V] scores: the last dim either way" for n in (8, 14, 16)},
+    _TP + "40": 'float("-INF") is float("-inf")',
+})

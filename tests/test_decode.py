@@ -158,6 +158,42 @@ def test_inverse_cdf_intervals_by_hand(monkeypatch: pytest.MonkeyPatch, uniform:
     assert inverse_cdf(weights).tolist() == [expected, expected]
 
 
+def test_top_p_keeps_the_smallest_nucleus_that_reaches_p_by_hand() -> None:
+    """Probabilities 1/8, 1/2, 1/8, 1/4 (row 0) and their mirror (row 1): the nucleus of p = 0.7 is
+    {1/2, 1/4} (3/4 >= 0.7, 1/2 alone is not); of p = 0.4 the top token alone; of p = 0.5 over four equal
+    tokens (exact quarters) two of them: 1/4 + 1/4 reaches 1/2 exactly. Scores are untouched inside the nucleus."""
+    from mgrpo_algo.policies.decode import _top_p
+
+    probs = torch.tensor([[0.125, 0.5, 0.125, 0.25], [0.25, 0.125, 0.5, 0.125]])
+    scores = probs.log()
+    kept = _top_p(scores, 0.7)
+    assert torch.isfinite(kept).tolist() == [[False, True, False, True], [True, False, True, False]]
+    assert torch.equal(kept[torch.isfinite(kept)], scores[torch.isfinite(kept)])
+    assert torch.isfinite(_top_p(scores, 0.4)).tolist() == [[False, True, False, False], [False, False, True, False]]
+    equal = _top_p(torch.zeros(3, 4), 0.5)
+    assert torch.isfinite(equal).sum(-1).tolist() == [2, 2, 2]
+
+
+def test_process_scores_tempers_then_cuts_and_records_raw_or_processed_log_probs() -> None:
+    from mgrpo_algo.policies.decode import process_scores
+
+    logits = torch.tensor([[0.0, 2.0, 4.0, 6.0]])
+    scores, logp = process_scores(logits, 2.0, 1.0, "processed")
+    assert torch.allclose(scores, logits / 2) and torch.allclose(logp, torch.log_softmax(logits / 2, -1))
+    scores, logp = process_scores(logits, 2.0, 1.0, "raw")
+    assert torch.allclose(scores, logits / 2) and torch.allclose(logp, torch.log_softmax(logits, -1))
+    # T = 2 then top-p 0.8: probabilities of [0, 1, 2, 3] are e^k / (1 + e + e^2 + e^3); the two largest
+    # hold 0.88 >= 0.8 and the largest alone 0.64: the nucleus is tokens 2 and 3, renormalised
+    scores, logp = process_scores(logits, 2.0, 0.8, "processed")
+    nucleus = torch.tensor([2.0, 3.0])
+    expected = torch.tensor([float("-inf"), float("-inf"), *torch.log_softmax(nucleus, -1).tolist()])
+    assert torch.allclose(logp[0], expected) and torch.isinf(scores[0, :2]).all()
+    _, raw = process_scores(logits, 2.0, 0.8, "raw")
+    assert torch.allclose(raw, torch.log_softmax(logits, -1))  # raw: the model's distribution, uncut
+    scores, logp = process_scores(logits, 0.0, 0.5, "processed")  # greedy: untouched
+    assert torch.equal(scores, logits) and torch.allclose(logp, torch.log_softmax(logits, -1))
+
+
 def test_the_inverse_cdf_sampler_records_the_models_log_probs(sub_model) -> None:
     """Other ids than generate under a seed, but token-in/token-out exact: each recorded log-prob is
     log_softmax(logits / T) of the full forward at the sampled id (what the learner computes)."""
