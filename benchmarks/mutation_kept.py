@@ -337,4 +337,5 @@ KEPT.update({
     _TP + "7": "torch.sort without descending: its default is False, as written",
     **{_TP + f"{n}": "dim +1 instead of -1 on [B, V] scores: the last dim either way" for n in (8, 14, 16)},
     _TP + "40": 'float("-INF") is float("-inf")',
+    _DC + "x_process_scores__mutmut_9": "log_softmax over dim +1 of [B, V] logits: the last dim, as -1",
 })
