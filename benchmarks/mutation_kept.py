@@ -337,5 +337,10 @@ KEPT.update({
     _TP + "7": "torch.sort without descending: its default is False, as written",
     **{_TP + f"{n}": "dim +1 instead of -1 on [B, V] scores: the last dim either way" for n in (8, 14, 16)},
     _TP + "40": 'float("-INF") is float("-inf")',
-    _DC + "x_process_scores__mutmut_9": "log_softmax over dim +1 of [B, V] logits: the last dim, as -1",
+    **{_DC + f"x_process_scores__mutmut_{n}": "log_softmax over dim +1 of [B, V] logits: the last dim, as -1"
+       for n in (9, 34)},
+    **{_DC + f"x_process_scores__mutmut_{n}": (
+        "top-p applied at top_p = 1 too: it removes tokens whose cumulative probability (ascending) is <= 0, "
+        "i.e. only tokens of probability exactly 0, whose scores are -inf already; costs a sort, not numbers")
+       for n in (20, 21)},
 })
