@@ -341,6 +341,7 @@ KEPT.update({
        for n in (9, 34)},
     **{_DC + f"x_process_scores__mutmut_{n}": (
         "top-p applied at top_p = 1 too: it removes tokens whose cumulative probability (ascending) is <= 0, "
-        "i.e. only tokens of probability exactly 0, whose scores are -inf already; costs a sort, not numbers")
+        "i.e. only tokens whose probability is 0 in float32 already: they are never drawn, and the recorded "
+        "log-prob is read at the drawn token only; costs a sort, not numbers")
        for n in (20, 21)},
 })
