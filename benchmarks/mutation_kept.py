@@ -345,3 +345,16 @@ KEPT.update({
         "log-prob is read at the drawn token only; costs a sort, not numbers")
        for n in (20, 21)},
 })
+
+_GL = "mgrpo_algo.policies.decode.x__growing_layer_class__mutmut_"
+KEPT.update({
+    _GL + "6": "the value buffer's placeholder '' before the first update: _grow sets both buffers before either is read",
+    _GL + "20": (
+        "2 * 1 instead of 2 * 0 as the doubling term before the first buffer: the first buffer is at least the "
+        "room reserved or what is fed, both at least 2 in practice (a 1-position buffer grows at the next token)"),
+    _GL + "28": (
+        "copy the filled part when there is a buffer OR something filled: something filled implies a buffer, "
+        "and copying zero filled columns changes nothing"),
+    _GL + "40": "key_states.shape[+2] of [batch, heads, length, dim] states: the same axis as -2",
+    _GL + "50": "the assert's 'or': both buffers are set together in _grow, so both conditions hold together",
+})

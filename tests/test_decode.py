@@ -108,6 +108,34 @@ def test_the_preallocated_cache_holds_what_a_dynamic_cache_holds(sub_model) -> N
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
 
 
+def test_the_preallocated_layer_grows_only_past_its_room_and_then_doubles() -> None:
+    """The point of the preallocated layer: no copy of the cache per token. Fed exactly up to the room
+    reserved, it keeps one buffer; past it, the buffer doubles once (not one copy per further token),
+    and the keys and values are the concatenation of what was fed."""
+    from transformers import DynamicCache, LlamaConfig
+
+    config = LlamaConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2)
+    cache = DynamicCache(config=config)
+    reserve(cache, 6)
+    layer = cache.layers[0]
+    g = torch.Generator().manual_seed(0)
+    chunks = [torch.randn(2, 2, n, 4, generator=g) for n in (2, 2, 2, 1, 1)]
+    layer.update(chunks[0], -chunks[0])
+    buffer = layer._k.data_ptr()
+    assert layer._k.shape[2] == 6
+    for chunk in chunks[1:3]:
+        layer.update(chunk, -chunk)
+    assert layer._k.data_ptr() == buffer and layer._k.shape[2] == 6  # filled exactly: still the one buffer
+    layer.update(chunks[3], -chunks[3])
+    assert layer._k.shape[2] == 12  # one past the room: doubled
+    buffer = layer._k.data_ptr()
+    keys, values = layer.update(chunks[4], -chunks[4])
+    assert layer._k.data_ptr() == buffer and layer.get_seq_length() == 8
+    fed = torch.cat(chunks, 2)
+    assert torch.equal(keys, fed) and torch.equal(values, -fed)
+
+
 def test_decode_stops_every_row_at_its_stop_id_and_pads_after(sub_model) -> None:
     ids = torch.randint(5, 300, (4, 12))
     mask = torch.ones_like(ids)
