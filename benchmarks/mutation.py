@@ -24,6 +24,7 @@ forks once per mutant and runs only those tests: torch is imported once, not onc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +52,19 @@ TARGETS = {
     "mgrpo_env/aec.py": 0.90,
     "mgrpo_env/core.py": 0.90,
     "mgrpo_algo/policies/kv_cache.py": 0.90,
+    # issue 34: the speed code (the decode step, the decode loop, the learner's shared prefix, log-probs and
+    # batching, the browser's render cache)
+    "mgrpo_algo/policies/fast_step.py": 0.90,
+    "mgrpo_algo/policies/decode.py": 0.90,
+    "mgrpo_algo/learning/prefix.py": 0.90,
+    "mgrpo_algo/learning/logits.py": 0.90,
+    "mgrpo_algo/learning/batching.py": 0.90,
+    "tools/render_cache.py": 0.90,
 }
+
+#: Folders whose package has another name (pyproject's package-dir): mutmut names a mutant after its file's
+#: path, the tests import the package, so the run sees ``tools/`` through a link named after the package.
+PACKAGE_DIRS = {"tools/": "mgrpo_tools/"}
 
 #: The first run (commit 04f434e, before the tests it prompted), same mutants: killed, survived, no test,
 #: total. roles.py had no fast test then (tests/test_decoupled.py is slow); compare.py was not mutated. The
@@ -93,188 +107,8 @@ SCOPE = {
 _STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no_tests", 33: "no_tests", 36: "timeout",
            24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout"}
 
-_CPU = ("device only: the mutation and the original agree on CPU, where these tests run "
-        "(tensors are created on the input's device; tests/test_gpu.py runs the math on CUDA)")
-
-_KL32 = ("the approx_kl metric without the upper clamp: it only differs for log-ratios above 20, where "
-         "ratio is e^20 and the metric, averaged in float32 (tok_mean casts), cannot tell e^20 - 21 from "
-         "e^20 - 26 (float32's step there is 32); the loss is unaffected")
-_F64 = ("np.asarray(rewards) without float64: the rewards are Python floats (float64 already), and "
-        "main_advantages and group_stats cast to float64 themselves")
-
-#: Survivors we keep, by mutant name, with the reason they are equivalent or harmless.
-KEPT: dict[str, str] = {
-    # advantages
-    "mgrpo_algo.core.advantages.x__as_mask__mutmut_7": (
-        "a tensor mask goes through np.asarray instead of .detach(): the same values on CPU "
-        "(a CUDA mask would fail loudly, not silently)"),
-    "mgrpo_algo.core.advantages.x__as_mask__mutmut_17": _CPU,
-    "mgrpo_algo.core.advantages.x__group_moments__mutmut_9": (
-        "the mask stays bool instead of float64: r * mask and mask.sum() give the same numbers "
-        "(bool promotes to r's dtype, the count is an exact integer)"),
-    # losses
-    "mgrpo_algo.core.losses.x__prepare__mutmut_27": (
-        "dtype=None gives float32 ones: the weight 1.0 is exact in any dtype and promotes to the values' dtype"),
-    "mgrpo_algo.core.losses.x__prepare__mutmut_30": (
-        "no dtype gives float32 ones: the weight 1.0 is exact in any dtype and promotes to the values' dtype"),
-    "mgrpo_algo.core.losses.x__prepare__mutmut_28": _CPU,
-    "mgrpo_algo.core.losses.x__prepare__mutmut_31": _CPU,
-    "mgrpo_algo.core.losses.x__prepare__mutmut_36": _CPU,
-    "mgrpo_algo.core.losses.x__prepare__mutmut_38": _CPU,
-    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_7": (
-        "torch.zeros without dtype is float32, the dtype written: equivalent"),
-    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_10": (
-        "torch.zeros without dtype is float32, the dtype written: equivalent"),
-    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_8": _CPU,
-    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_11": _CPU,
-    "mgrpo_algo.core.losses.x_aggregate__mutmut_25": _CPU,
-    "mgrpo_algo.core.losses.x_aggregate__mutmut_28": _CPU,
-    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_32": _CPU,
-    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_34": _CPU,
-    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_174": _CPU,
-    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_176": _CPU,
-    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_119": (
-        "kl_coef >= 0 instead of > 0: at kl_coef == 0 it adds 0 * kl, and kl is clamped finite, so the "
-        "loss and its gradient are unchanged"),
-    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_131": (
-        "entropy_coef >= 0 instead of > 0: at entropy_coef == 0 it subtracts 0 * entropy; masked positions "
-        "are replaced before aggregation, so the loss and its gradient are unchanged for finite entropies"),
-    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_161": (
-        "adv <= 0 instead of < 0 in clipfrac_low: where adv == 0 both pg terms are 0, so "
-        "pg_clipped > pg_unclipped is already false"),
-    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_166": (
-        "adv >= 0 instead of > 0 in clipfrac_high: where adv == 0 both pg terms are 0, so "
-        "pg_clipped > pg_unclipped is already false"),
-    "mgrpo_algo.core.losses.x__prepare__mutmut_11": (
-        "the mask stays bool instead of the values' dtype: values * mask, mask.sum() and (n > 0) give the "
-        "same numbers, and every result is divided or multiplied into the values' dtype"),
-    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_208": _KL32,
-    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_210": _KL32,
-    # roles
-    **{f"mgrpo_algo.training.roles.x__write_json__mutmut_{n}": (
-        "mkdir without parents: _write_json writes into the server's folder (made with parents=True when the "
-        "server starts) or its buffers/ subfolder, so the parent always exists") for n in (1, 3, 5)},
-    **{f"mgrpo_algo.training.roles.xǁRoleServerǁ_apply_sub__mutmut_{n}": (
-        "_apply_sub is only called from _apply_pending, which has just made state['pending'] and iterates "
-        "its keys: the setdefault default is never used and the key popped is always there")
-       for n in (3, 5, 13, 24, 32)},
-    # compare
-    "mgrpo_algo.experiments.compare.x__history_means__mutmut_6": 'float("NAN") is the same NaN as float("nan")',
-    "mgrpo_algo.experiments.compare.x__history_means__mutmut_9": 'float("NAN") is the same NaN as float("nan")',
-    "mgrpo_algo.experiments.compare.x__pm__mutmut_7": (
-        "format 'F' instead of 'f': identical for finite numbers (only inf / nan are spelled INF / NAN)"),
-    "mgrpo_algo.experiments.compare.x__pm__mutmut_9": (
-        "format 'F' instead of 'f': identical for finite numbers (only inf / nan are spelled INF / NAN)"),
-    # compare's orchestration (issue 22)
-    **{f"mgrpo_algo.experiments.compare.x__full_evaluation__mutmut_{n}": (
-        "eval_figures given None for the records, or no scores: with scores given the records are not read, "
-        "and without them it recomputes the same per_question(records) that _full_evaluation passes")
-       for n in (22, 23, 26)},
-    "mgrpo_algo.experiments.compare.x_eval_figures__mutmut_3": (
-        "always recompute the scores from the records: every caller passes per_question(records) of those same "
-        "records (or nothing), so the scores are the same"),
-    "mgrpo_algo.experiments.compare.x__full_evaluation__mutmut_62": 'float("NAN") is the same NaN as float("nan")',
-    "mgrpo_algo.experiments.compare.x_aggregate__mutmut_19": 'float("NAN") is the same NaN as float("nan")',
-    **{f"mgrpo_algo.experiments.compare.x_evaluate_policies__mutmut_{n}": (
-        "RewardConfig's default expert (hop_expert_score) instead of expert_scorer(None): without a judge the "
-        "scorer returns hop_expert_score's value and is named 'hops' like it, so every reward and record agree")
-       for n in (18,)},
-    **{f"mgrpo_algo.experiments.compare.x_run_compare__mutmut_{n}": (
-        "summary.json without json.dumps' default=str: every value of the summary is a str, number, bool, "
-        "None, list or dict already (paths are str), so the fallback is never called and the text is the same")
-       for n in (251, 254)},
-    # the env's reward path (issue 22)
-    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_expert__mutmut_{n}": (
-        "sub.task or 'XXXX': a sub-agent's task is the delegate call's task, which the protocol's schema "
-        "requires with minLength 1, so it is never empty and the fallback is never used") for n in (17,)},
-    # NOTE (issue 33): _step_main and _finish moved their turn recording and the answer's pay into
-    # mgrpo_env/episode_core.py; the mutant numbers below predate that and need re-checking at the
-    # next `make mutation`.
-    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_step_main__mutmut_{n}": (
-        "the delegate task's fallback when the call has none: the protocol's schema requires 'task' (a "
-        "non-empty string), so a parsed delegate call always has it") for n in (78, 80, 83)},
-    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_finish__mutmut_{n}": (
-        "infos.get(agent, None) instead of (agent, {}): every agent's infos are set when it starts "
-        "(_start_agent -> _set_observation), so the default is never used") for n in (92, 94)},
-    "mgrpo_env.aec.xǁMGRPOEnvǁ_return_to_main__mutmut_1": (
-        "the note's default: _return_to_main is called without a note only with a sub's result text (a str), "
-        "and the note is read only when the result is None"),
-    # kv_cache (issue 22)
-    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_18": (
-        "entries.pop(None, None) for an unkeyed row: store never keeps a row without a key, so there is no "
-        "entry under None and the pop returns None, as the branch does"),
-    **{f"mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_{n}": (
-        "zip(strict=...) over the prompts and their cached lengths: cached is built one per prompt (from a "
-        "zip(keys, prompts, strict=True) that raises on a mismatch, tested), the lengths are always equal")
-       for n in (44, 47, 48, 67, 70, 71)},
-    **{f"mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_{n}": (
-        "torch.full without dtype=torch.long: the fill value pad_id is a Python int, so torch infers int64 "
-        "(long) anyway (the layout's dtype is tested)") for n in (53, 56)},
-    **{f"mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_{n}": (
-        "torch.tensor of a list of token ids without dtype=torch.long: a non-empty list of Python ints is "
-        "int64 already; the list is never empty (an entry is used only when it leaves at least one id to "
-        "feed, and the cached part is only copied when c > 0)") for n in (74, 76, 88, 90)},
-    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_4": (
-        "budget_bytes == 1 instead of == 0 for the early return: with a budget of 0 every entry (at least "
-        "one float per layer) is over it and skipped, so nothing is kept either way; a budget of exactly 1 "
-        "byte likewise keeps nothing (the budget is whole megabytes in practice)"),
-    **{f"mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_{n}": (
-        "the length (or device) read from layer 1's keys or from layer 0's values instead of layer 0's keys: "
-        "only models whose layers are all plain full-attention DynamicLayers are served (supports_reuse), "
-        "and their keys and values all have the same length and device") for n in (7, 8, 38, 39)},
-    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_25": (
-        "device only: index.to(None) keeps the column index on the CPU, identical on CPU where these tests "
-        "run (on CUDA PyTorch moves a CPU index tensor to the indexed tensor's device; not run here)"),
-    "mgrpo_algo.policies.kv_cache.x_supports_reuse__mutmut_9": (
-        "getattr(cache, 'layers') without a default: the DynamicCache of the installed transformers always "
-        "has .layers (only an older one without it would raise instead of answering False)"),
-    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁ__init____mutmut_8": (
-        "'' instead of None as the weights version before the first batch: any value that is not a tuple of "
-        "versions differs from the first model's, and there are no entries to invalidate then"),
-    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_65": (
-        "popitem(last=None): OrderedDict reads a falsy last as False, the least recently used end"),
-    # scoring
-    "mgrpo_algo.core.scoring.x_score_main__mutmut_12": _F64,
-    "mgrpo_algo.core.scoring.x_score_main__mutmut_14": _F64,
-    "mgrpo_algo.core.scoring.x_score_sub__mutmut_52": (
-        "zip(strict=None) over the group and its plan: plan_with_stats returns one row per rollout, the "
-        "lengths are always equal"),
-    "mgrpo_algo.core.scoring.x_score_sub__mutmut_55": (
-        "zip without strict over the group and its plan: plan_with_stats returns one row per rollout"),
-    "mgrpo_algo.core.scoring.x_score_sub__mutmut_56": (
-        "zip(strict=False) over the group and its plan: plan_with_stats returns one row per rollout"),
-    # align
-    "mgrpo_env.align.x__subset__mutmut_5": (
-        "rng.choice(replace=None): numpy reads a falsy replace as without replacement, as written"),
-    "mgrpo_env.align.x__duplicate__mutmut_1": (
-        "d_k > d instead of >=: at d_k == d the other branch returns range(d) plus rng.integers(size=0), "
-        "the same slots, and drawing 0 integers leaves the generator's state unchanged (tested)"),
-    "mgrpo_env.align.x__duplicate__mutmut_20": (
-        "rng.integers(d_k, size=n) is numpy's one-argument form, [0, d_k): identical to integers(0, d_k)"),
-    "mgrpo_env.align.x__duplicate_balanced__mutmut_1": (
-        "d_k > d instead of >=: at d_k == d the other branch gives range(d) * 1 plus a subset of size 0, "
-        "the same slots, and choosing 0 leaves the generator's state unchanged (tested)"),
-    "mgrpo_env.align.x_choose_d__mutmut_37": (
-        "frac gets one extra entry (n+1)/n past the end: frac[n-1] == 1 >= quantile already, so argmax "
-        "never reaches it"),
-    # rewards
-    "mgrpo_env.rewards.x__unit_array__mutmut_3": (
-        "np.asarray without float64: bools, ints and floats compare and multiply to the same values, and "
-        "the result is cast to float64 at the end"),
-    "mgrpo_env.rewards.x__unit_array__mutmut_5": (
-        "np.asarray without float64: bools, ints and floats compare and multiply to the same values, and "
-        "the result is cast to float64 at the end"),
-    "mgrpo_env.rewards.x_main_rewards__mutmut_13": (
-        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
-    "mgrpo_env.rewards.x_main_rewards__mutmut_15": (
-        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
-    "mgrpo_env.rewards.x_main_rewards__mutmut_23": "astype(None) is astype(float64) in numpy: equivalent",
-    "mgrpo_env.rewards.x_sub_rewards__mutmut_13": (
-        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
-    "mgrpo_env.rewards.x_sub_rewards__mutmut_15": (
-        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
-    "mgrpo_env.rewards.x_sub_rewards__mutmut_30": "astype(None) is astype(float64) in numpy: equivalent",
-}
+#: Survivors we keep, by mutant name, with the reason (benchmarks/mutation_kept.py).
+from mutation_kept import KEPT  # noqa: E402 - benchmarks/ is the script's folder
 
 
 def patterns(paths: list[str]) -> list[str]:
@@ -284,7 +118,7 @@ def patterns(paths: list[str]) -> list[str]:
     mutmut picks the tests to run first (a pattern ending in ``__mutmut_*`` would select no test)."""
     out = []
     for path in paths:
-        module = path.removesuffix(".py").replace("/", ".")
+        module = mutmut_path(path).removesuffix(".py").replace("/", ".")
         scope = SCOPE.get(path)
         if scope is None:
             out.append(f"{module}.*")
@@ -295,19 +129,48 @@ def patterns(paths: list[str]) -> list[str]:
     return out
 
 
+def mutmut_path(path: str) -> str:
+    """``path`` as mutmut sees it: ``tools/render_cache.py`` -> ``mgrpo_tools/render_cache.py``."""
+    for folder, package in PACKAGE_DIRS.items():
+        if path.startswith(folder):
+            return package + path.removeprefix(folder)
+    return path
+
+
+@contextlib.contextmanager
+def package_links() -> Iterator[None]:
+    """The links of :data:`PACKAGE_DIRS` in ROOT (``mgrpo_tools -> tools``) while mutmut runs or is read;
+    removed afterwards unless they were there before (git ignores them)."""
+    made = []
+    for folder, package in PACKAGE_DIRS.items():
+        link = ROOT / package.rstrip("/")
+        if not link.exists():
+            link.symlink_to(folder.rstrip("/"), target_is_directory=True)
+            made.append(link)
+    try:
+        yield
+    finally:
+        for link in made:
+            link.unlink()
+
+
 RUN_FILE = "mutmut-run.json"  # in mutants/: how its verdicts were obtained, for --no-run
 
 
-def run_mutmut(max_children: int, paths: list[str] | None = None, command: str = "make mutation") -> dict:
+def run_mutmut(max_children: int, paths: list[str] | None = None, command: str = "make mutation",
+               names: list[str] | None = None) -> dict:
     """A fresh ``mutmut run`` from ROOT (of ``paths``' mutants only, when given; scoped modules run only
-    their scope's mutants either way); returns (and writes to ``mutants/mutmut-run.json``) the run: its
-    wall time in seconds, the parallel workers, the command and the modules."""
+    their scope's mutants either way; only the mutants ``names``, when given); returns (and writes to
+    ``mutants/mutmut-run.json``) the run: its wall time in seconds, the parallel workers, the command and
+    the modules."""
     shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     mutmut = Path(sys.executable).with_name("mutmut")
     start = time.perf_counter()
-    subprocess.run([str(mutmut), "run", "--max-children", str(max_children), *patterns(paths or list(TARGETS))],
-                   cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+    with package_links():
+        subprocess.run([str(mutmut), "run", "--max-children", str(max_children),
+                        *(names or patterns(paths or list(TARGETS)))],
+                       cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
     run = {"wall_s": round(time.perf_counter() - start, 1), "max_children": max_children, "command": command,
            "modules": paths or list(TARGETS), "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     (ROOT / "mutants" / RUN_FILE).write_text(json.dumps(run, indent=1) + "\n")
@@ -320,7 +183,8 @@ def _diff(name: str, path: str) -> str:
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        lines = get_diff_for_mutant(name, path=path).splitlines()[2:]
+        with package_links():
+            lines = get_diff_for_mutant(name, path=mutmut_path(path)).splitlines()[2:]
     finally:
         os.chdir(cwd)
     return "\n".join(line for line in lines if line.startswith(("+", "-")))
@@ -332,7 +196,7 @@ def collect(paths: list[str] | None = None) -> dict:
     for path, target in TARGETS.items():
         if paths is not None and path not in paths:
             continue
-        meta = ROOT / "mutants" / (path + ".meta")
+        meta = ROOT / "mutants" / (mutmut_path(path) + ".meta")
         if not meta.exists():
             raise SystemExit(f"{meta} is missing: run without --no-run first")
         codes = json.loads(meta.read_text())["exit_code_by_key"]
@@ -352,6 +216,36 @@ def collect(paths: list[str] | None = None) -> dict:
         modules[path] = {**counts, "scope": sorted(scope) if scope else "whole module", "total": total, "detected": round(detected / total, 4) if total else 1.0,
                          "target": target, "survivors": survivors}
     return modules
+
+
+def rerun_survivors(previous: dict, paths: list[str]) -> dict:
+    """The previous report's modules ``paths`` after rerunning only their survivors (the mutants in
+    ``mutants/`` now): a survivor that a test now kills moves to killed (or timeout); every other verdict
+    stands. Valid while the modules' source is unchanged (the same mutants) and tests were only added
+    (a mutant killed before is still killed)."""
+    out = {}
+    for path in paths:
+        before = previous["modules"][path]
+        codes = json.loads((ROOT / "mutants" / (mutmut_path(path) + ".meta")).read_text())["exit_code_by_key"]
+        m = {**before, "survivors": []}
+        for survivor in before["survivors"]:
+            name = survivor["mutant"]
+            if name not in codes:
+                raise SystemExit(f"{name} is not a mutant of {path} any more: the module changed, run it afresh")
+            status = _STATUS.get(codes[name], "other")
+            if codes[name] is None:
+                raise SystemExit(f"{name} was not rerun")
+            if status != survivor["status"]:
+                m[survivor["status"]] -= 1
+                m[status] += 1
+            if status in ("survived", "no_tests", "other"):
+                m["survivors"].append({**survivor, "status": status, "reason": KEPT.get(name)})
+        detected = m["killed"] + m["timeout"]
+        m["detected"] = round(detected / m["total"], 4) if m["total"] else 1.0
+        m["rerun"] = {"survivors_before": len(before["survivors"]), "survivors_after": len(m["survivors"]),
+                      "first_run": before.get("run")}
+        out[path] = m
+    return out
 
 
 def _function(mutant: str) -> str:
@@ -445,7 +339,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", default="", help="a sentence on how the verdicts were obtained, for the report")
     p.add_argument("--only", nargs="+", choices=list(TARGETS), metavar="MODULE",
                    help="mutate these modules only; the other modules keep their verdicts from the previous report")
+    p.add_argument("--survivors", action="store_true",
+                   help="with --only: rerun only the previous report's survivors of those modules (after adding "
+                        "tests; every other verdict stands)")
     args = p.parse_args(argv)
+    if args.survivors and not args.only:
+        p.error("--survivors needs --only")
     previous_file = args.out / "mutation.json"
     previous = json.loads(previous_file.read_text()) if previous_file.exists() else {}
     command = "make mutation" if argv is None and len(sys.argv) == 1 else " ".join(
@@ -453,9 +352,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_run:  # the run that produced mutants/, as it recorded itself
         run_file = ROOT / "mutants" / RUN_FILE
         run = json.loads(run_file.read_text()) if run_file.exists() else None
+    elif args.survivors:
+        names = [s["mutant"] for path in args.only for s in previous["modules"][path]["survivors"]]
+        run = run_mutmut(args.max_children, args.only, command, names=names)
     else:
         run = run_mutmut(args.max_children, args.only, command)
-    fresh = {path: {**m, "run": run} for path, m in collect(args.only).items()}
+    if args.survivors:
+        fresh = {path: {**m, "run": run} for path, m in rerun_survivors(previous, args.only).items()}
+    else:
+        fresh = {path: {**m, "run": run} for path, m in collect(args.only).items()}
     if args.only:  # every module in TARGETS order: the fresh ones, the others as the previous report has them
         kept = previous.get("modules", {})
         missing = [path for path in TARGETS if path not in fresh and path not in kept]

@@ -108,6 +108,34 @@ def test_the_preallocated_cache_holds_what_a_dynamic_cache_holds(sub_model) -> N
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
 
 
+def test_the_preallocated_layer_grows_only_past_its_room_and_then_doubles() -> None:
+    """The point of the preallocated layer: no copy of the cache per token. Fed exactly up to the room
+    reserved, it keeps one buffer; past it, the buffer doubles once (not one copy per further token),
+    and the keys and values are the concatenation of what was fed."""
+    from transformers import DynamicCache, LlamaConfig
+
+    config = LlamaConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2)
+    cache = DynamicCache(config=config)
+    reserve(cache, 6)
+    layer = cache.layers[0]
+    g = torch.Generator().manual_seed(0)
+    chunks = [torch.randn(2, 2, n, 4, generator=g) for n in (2, 2, 2, 1, 1)]
+    layer.update(chunks[0], -chunks[0])
+    buffer = layer._k.data_ptr()
+    assert layer._k.shape[2] == 6
+    for chunk in chunks[1:3]:
+        layer.update(chunk, -chunk)
+    assert layer._k.data_ptr() == buffer and layer._k.shape[2] == 6  # filled exactly: still the one buffer
+    layer.update(chunks[3], -chunks[3])
+    assert layer._k.shape[2] == 12  # one past the room: doubled
+    buffer = layer._k.data_ptr()
+    keys, values = layer.update(chunks[4], -chunks[4])
+    assert layer._k.data_ptr() == buffer and layer.get_seq_length() == 8
+    fed = torch.cat(chunks, 2)
+    assert torch.equal(keys, fed) and torch.equal(values, -fed)
+
+
 def test_decode_stops_every_row_at_its_stop_id_and_pads_after(sub_model) -> None:
     ids = torch.randint(5, 300, (4, 12))
     mask = torch.ones_like(ids)
@@ -140,6 +168,58 @@ def test_inverse_cdf_draws_the_distribution_and_never_a_zero_probability_token()
     with torch.random.fork_rng():
         torch.manual_seed(0)
         assert torch.equal(inverse_cdf(probs * 3.0), picked)
+
+
+@pytest.mark.parametrize(("uniform", "probs", "expected"), [
+    (0.0, [0.0, 0.5, 0.5], 1),  # u = 0 exactly (torch.rand can draw it): never the zero-probability token 0
+    (0.25, [0.25, 0.0, 0.75], 2),  # u on a boundary: [0, 0.25) is token 0, [0.25, 1) token 2 (not the empty 1)
+    (0.2, [0.25, 0.0, 0.75], 0),
+    (1.0, [0.5, 0.5, 0.0], 1),  # u = the total (rounding): kept below it, never the zero-probability token past it
+])
+def test_inverse_cdf_intervals_by_hand(monkeypatch: pytest.MonkeyPatch, uniform: float, probs: list[float],
+                                       expected: int) -> None:
+    """Token i is drawn for u * total in [cdf[i - 1], cdf[i]): the edges, with the uniform fixed."""
+    from mgrpo_algo.policies.decode import inverse_cdf
+
+    monkeypatch.setattr(torch, "rand", lambda shape, **kwargs: torch.full(shape, uniform, **kwargs))
+    weights = torch.tensor([probs, [p * 4.0 for p in probs]])  # unnormalised weights: the same intervals
+    assert inverse_cdf(weights).tolist() == [expected, expected]
+
+
+def test_top_p_keeps_the_smallest_nucleus_that_reaches_p_by_hand() -> None:
+    """Probabilities 1/8, 1/2, 1/8, 1/4 (row 0) and their mirror (row 1): the nucleus of p = 0.7 is
+    {1/2, 1/4} (3/4 >= 0.7, 1/2 alone is not); of p = 0.4 the top token alone; of p = 0.5 over four equal
+    tokens (exact quarters) two of them: 1/4 + 1/4 reaches 1/2 exactly. Scores are untouched inside the nucleus."""
+    from mgrpo_algo.policies.decode import _top_p
+
+    probs = torch.tensor([[0.125, 0.5, 0.125, 0.25], [0.25, 0.125, 0.5, 0.125]])
+    scores = probs.log()
+    kept = _top_p(scores, 0.7)
+    assert torch.isfinite(kept).tolist() == [[False, True, False, True], [True, False, True, False]]
+    assert torch.equal(kept[torch.isfinite(kept)], scores[torch.isfinite(kept)])
+    assert torch.isfinite(_top_p(scores, 0.4)).tolist() == [[False, True, False, False], [False, False, True, False]]
+    equal = _top_p(torch.zeros(3, 4), 0.5)
+    assert torch.isfinite(equal).sum(-1).tolist() == [2, 2, 2]
+
+
+def test_process_scores_tempers_then_cuts_and_records_raw_or_processed_log_probs() -> None:
+    from mgrpo_algo.policies.decode import process_scores
+
+    logits = torch.tensor([[0.0, 2.0, 4.0, 6.0]])
+    scores, logp = process_scores(logits, 2.0, 1.0, "processed")
+    assert torch.allclose(scores, logits / 2) and torch.allclose(logp, torch.log_softmax(logits / 2, -1))
+    scores, logp = process_scores(logits, 2.0, 1.0, "raw")
+    assert torch.allclose(scores, logits / 2) and torch.allclose(logp, torch.log_softmax(logits, -1))
+    # T = 2 then top-p 0.8: probabilities of [0, 1, 2, 3] are e^k / (1 + e + e^2 + e^3); the two largest
+    # hold 0.88 >= 0.8 and the largest alone 0.64: the nucleus is tokens 2 and 3, renormalised
+    scores, logp = process_scores(logits, 2.0, 0.8, "processed")
+    nucleus = torch.tensor([2.0, 3.0])
+    expected = torch.tensor([float("-inf"), float("-inf"), *torch.log_softmax(nucleus, -1).tolist()])
+    assert torch.allclose(logp[0], expected) and torch.isinf(scores[0, :2]).all()
+    _, raw = process_scores(logits, 2.0, 0.8, "raw")
+    assert torch.allclose(raw, torch.log_softmax(logits, -1))  # raw: the model's distribution, uncut
+    scores, logp = process_scores(logits, 0.0, 0.5, "processed")  # greedy: untouched
+    assert torch.equal(scores, logits) and torch.allclose(logp, torch.log_softmax(logits, -1))
 
 
 def test_the_inverse_cdf_sampler_records_the_models_log_probs(sub_model) -> None:

@@ -21,7 +21,19 @@ LOGIT_ATOL = 5e-5
 LOGPROB_ATOL = 5e-5
 
 
-@pytest.mark.parametrize("build", [_qwen2, _llama], ids=["qwen2", "llama"])
+def _llama_without_biases():
+    """A plain Llama: no projection has a bias (FastStep fills zero biases for q, k and v and uses no
+    gate/up bias), grouped key/value heads, another head size, a single layer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(5)
+    config = LlamaConfig(vocab_size=300, hidden_size=48, intermediate_size=80, num_hidden_layers=1,
+                         num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256,
+                         attention_bias=False, mlp_bias=False, attn_implementation="sdpa")
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("build", [_qwen2, _llama, _llama_without_biases], ids=["qwen2", "llama", "llama-no-bias"])
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 @pytest.mark.parametrize("as_bias", [False, True], ids=["mask", "additive"])
 def test_a_fast_step_gives_the_models_logits(build, padded, as_bias) -> None:
@@ -56,6 +68,36 @@ def test_positions_beyond_the_first_table_are_rotated_right() -> None:
                            cache=copy.deepcopy(cache), use_cache=True, logits_to_keep=1).logits[:, -1]
             ours = fast(token, mask, position + offset, copy.deepcopy(cache))
             torch.testing.assert_close(ours, theirs, atol=LOGIT_ATOL, rtol=0)
+
+
+def test_the_weights_are_prepared_once_while_no_parameter_moves() -> None:
+    """Preparing the weights copies the whole model: it happens at the first call and after a change
+    only, not at every step."""
+    model = _qwen2()
+    cache, token, mask, position = _prefilled(model, False, True)
+    fast = FastStep(model)
+    fast(token, mask, position, copy.deepcopy(cache))
+    prepared = fast._layers
+    fast(token, mask, position + 1, copy.deepcopy(cache))
+    assert fast._layers is prepared
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight.mul_(1.01)
+    fast(token, mask, position, copy.deepcopy(cache))
+    assert fast._layers is not prepared
+
+
+def test_a_first_token_at_position_zero_is_the_models() -> None:
+    """A fresh FastStep's first call at position 0 (an empty cache): the rope table is built for it."""
+    from transformers import DynamicCache
+
+    model = _llama()
+    token = torch.tensor([[17], [203]])
+    position = torch.zeros_like(token)
+    with torch.no_grad():
+        theirs = model(input_ids=token, position_ids=position, cache=DynamicCache(config=model.config),
+                       use_cache=True).logits[:, -1]
+    ours = FastStep(model)(token, None, position, DynamicCache(config=model.config))
+    torch.testing.assert_close(ours, theirs, atol=LOGIT_ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("change", ["mlp.down_proj.weight", "self_attn.k_proj.weight", "self_attn.q_proj.bias",
@@ -94,7 +136,7 @@ def test_what_it_cannot_mirror_is_refused(monkeypatch) -> None:
     dynamic = copy.deepcopy(model)
     dynamic.model.rotary_emb.rope_type = "dynamic"  # frequencies that move with the length: no table
     assert not FastStep.supports(dynamic)
-    with pytest.raises(ValueError, match="LeanStep or the forward"):
+    with pytest.raises(ValueError, match="FastStep does not support Qwen2ForCausalLM: use LeanStep or the forward"):
         FastStep(dynamic)
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     monkeypatch.setattr(fast_step, "MAX_MODEL_BYTES", size - 1)  # too large to copy: LeanStep's job

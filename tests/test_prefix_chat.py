@@ -94,6 +94,51 @@ def test_the_plan_takes_whole_prompts_when_they_repeat_and_maps_each_row_to_its_
     assert_rows_read_their_own_tokens(ids, plan)
 
 
+def test_the_plan_needs_two_rows_a_column_that_needs_logits_and_a_token_before_it() -> None:
+    ids = torch.tensor([[7, 8, 9, 1], [7, 8, 9, 2]])
+    # two rows of one prompt, the first trained column 3: (2 - 1) x 3 = 3 tokens saved, whole prompts win
+    plan = plan_prefix(ids, torch.tensor([3]), min_tokens=1)
+    assert plan is not None and plan[0] == 3 and plan[1].tolist() == [[7, 8, 9]] and plan[2].tolist() == [0, 0]
+    assert plan_prefix(ids, torch.tensor([], dtype=torch.long), min_tokens=0) is None  # no logits needed
+    assert plan_prefix(ids[:1], torch.tensor([3]), min_tokens=0) is None  # one row shares with nothing
+    assert plan_prefix(ids, torch.tensor([0, 1]), min_tokens=0) is None  # no token before the first column
+    # a single token before the first column is a prefix of length 1 when enough rows share it
+    five = torch.tensor([[7, r, r + 1] for r in range(5)])
+    plan = plan_prefix(five, torch.tensor([1, 2]), min_tokens=4)
+    assert plan is not None and plan[0] == 1 and plan[1].tolist() == [[7]] and plan[2].tolist() == [0] * 5
+
+
+def test_prefix_passes_map_each_row_to_its_own_prefix_across_micro_batches(chat_model_dir) -> None:
+    """run_prefixes runs one forward per prefix length over the union of the plans' prefixes: each row of
+    each micro-batch reads the keys and values of its own prefix (a plan with more distinct prefixes
+    than tokens in them included), equal to a forward of that prefix alone."""
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    from mgrpo_algo.learning.prefix import run_prefixes
+
+    model = AutoModelForCausalLM.from_pretrained(chat_model_dir).eval()
+    a, b, c, d = [20, 21], [20, 22], [23, 21], [24, 25]
+    plans = [  # two micro-batches with prefixes of length 2 (three and two distinct, sharing [20, 22]), one of 3
+        (2, torch.tensor([a, b, c]), torch.tensor([2, 0, 1, 0])),
+        (2, torch.tensor([d, b]), torch.tensor([1, 0, 0])),
+        None,
+        (3, torch.tensor([[20, 21, 26]]), torch.tensor([0, 0])),
+    ]
+    out = run_prefixes(model, plans)
+    assert out[2] is None
+    want = {0: [c, a, b, a], 1: [b, d, d], 3: [[20, 21, 26]] * 2}
+    for j, rows in want.items():
+        prefix, index = out[j]
+        assert prefix.length == len(rows[0]) and index.shape == (len(rows),)
+        for row, at in zip(rows, index.tolist(), strict=True):
+            alone = DynamicCache(config=model.config)
+            with torch.no_grad():
+                model(input_ids=torch.tensor([row]), use_cache=True, cache=alone)
+            torch.testing.assert_close(prefix.leaves[0][at], alone.layers[0].keys[0], atol=1e-6, rtol=0)
+            torch.testing.assert_close(prefix.leaves[-1][at], alone.layers[-1].values[0], atol=1e-6, rtol=0)
+    assert out[0][0] is out[1][0] and out[0][0].leaves[0].shape[0] == 4  # one pass, [20, 22] once
+
+
 # ------------------------------------------------------------------------- the update, on ChatML chats
 
 MAIN_PROMPT = ("You are the main agent. Answer the question; search the archive, visit pages and "

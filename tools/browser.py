@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 
 from .base import ToolError
-from .browser_route import RequestGuard, _Job, _Tab
+from .browser_route import _NET_SCRIPT, RequestGuard, _Job, _Tab
 from .cache import ResponseCache
 from .chromium import INSTALL_HINT, default_chromium
 from .fetch import FetchResult
@@ -64,60 +64,6 @@ CHROMIUM_ARGS = (
 )
 
 
-# Installed in every document before its scripts run: counts the page's own fetch() calls, their
-# body reads and XMLHttpRequests from the moment a script starts one, and ends each one task after
-# it settles (so the page's handlers of the answer have run). The route handler sees a request only
-# when Chromium hands it over, which on a loaded machine (a slow renderer, a stalled worker loop) can
-# come after its quiet window has passed; the page's own count cannot lag. `__mgrpoNet(waitMs)`
-# resolves once nothing is pending (or after waitMs) to [pending, the DOM as page.content() reads
-# it, or null while pending], read in the same task, with serializers taken before any page script ran.
-_NET_SCRIPT = """(() => {
-  if (window.__mgrpoNet) return;
-  const Serializer = XMLSerializer, serialize = XMLSerializer.prototype.serializeToString;
-  const outer = Object.getOwnPropertyDescriptor(Element.prototype, 'outerHTML').get;
-  let pending = 0, waiters = [];
-  const start = () => { pending += 1; };
-  const end = () => { setTimeout(() => {
-    pending -= 1;
-    if (pending === 0) { const ready = waiters; waiters = []; ready.forEach((wake) => wake()); }
-  }, 0); };
-  const counted = (call) => function (...args) {
-    start();
-    let promise;
-    try { promise = call.apply(this, args); } catch (error) { end(); throw error; }
-    Promise.resolve(promise).then(end, end);
-    return promise;
-  };
-  if (window.fetch) window.fetch = counted(window.fetch);
-  if (window.Response) {
-    for (const name of ['arrayBuffer', 'blob', 'formData', 'json', 'text']) {
-      const read = Response.prototype[name];
-      if (read) Response.prototype[name] = counted(read);
-    }
-  }
-  if (window.XMLHttpRequest) {
-    const send = XMLHttpRequest.prototype.send;
-    XMLHttpRequest.prototype.send = function (...args) {
-      start();
-      this.addEventListener('loadend', end, { once: true });
-      try { return send.apply(this, args); } catch (error) { this.removeEventListener('loadend', end); end(); throw error; }
-    };
-  }
-  const read = () => {
-    if (pending > 0) return [pending, null];
-    let html = document.doctype ? serialize.call(new Serializer(), document.doctype) : '';
-    if (document.documentElement) html += outer.call(document.documentElement);
-    return [0, html];
-  };
-  Object.defineProperty(window, '__mgrpoNet', { value: (waitMs) => new Promise((resolve) => {
-    if (pending === 0) { resolve(read()); return; }
-    const wake = () => resolve(read());
-    waiters.push(wake);
-    setTimeout(wake, waitMs);
-  }) });
-})();"""
-
-
 class BrowserFetcher(RequestGuard):
     """Fetch pages with headless Chromium; same ``fetch(url) -> FetchResult`` as the HTTP fetcher.
 
@@ -127,7 +73,9 @@ class BrowserFetcher(RequestGuard):
     Args:
         policy: URL policy for the page and each of its requests.
         executable_path: the Chromium binary (default: ``$MGRPO_CHROMIUM`` or Debian's ``/usr/bin/chromium``).
-        timeout_s: limit for one fetch, navigation and rendering included.
+        timeout_s: limit for rendering one page, navigation and the settle included, from the moment
+            its fresh page is ready (a free page slot and Chromium's new renderer are not counted:
+            under a loaded machine they take seconds that say nothing about the page).
         max_bytes: largest document (and rendered DOM) accepted.
         cache: optional response cache (namespace ``"browser"``).
         max_pages: pages rendered at the same time.
@@ -140,7 +88,7 @@ class BrowserFetcher(RequestGuard):
             bounded by ``max_idle_wait_s``.
         max_idle_wait_s: the longest wait for that quiet period.
         launch_args: Chromium command-line switches.
-        startup_timeout_s: limit for launching the browser.
+        startup_timeout_s: limit for launching the browser, and for opening a fresh page for a fetch.
         render_cache: optional in-memory cache of rendered pages (:mod:`.render_cache`), for sites
             whose pages are static: each page is rendered once, later fetches get the same DOM.
     """
@@ -227,8 +175,9 @@ class BrowserFetcher(RequestGuard):
         loop = self._ensure_started()
         future = asyncio.run_coroutine_threadsafe(self._fetch_async(checked, start), loop)
         try:
-            # The coroutine enforces timeout_s itself; the margin covers a slow (re)launch.
-            return future.result(timeout=self.timeout_s + self.startup_timeout_s)
+            # The coroutine enforces timeout_s itself; the margin covers a slow (re)launch and a slow
+            # new page (each bounded by startup_timeout_s).
+            return future.result(timeout=self.timeout_s + 2 * self.startup_timeout_s)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise ToolError("timeout", f"the browser did not render {checked} in time") from None
@@ -394,11 +343,19 @@ class BrowserFetcher(RequestGuard):
         assert self._pages is not None
         try:
             async with self._pages:
-                # The clock starts when a page slot is free: waiting in the queue is not rendering.
-                job = _Job(url=url, deadline=time.monotonic() + self.timeout_s)
                 if self._browser is None or not self._browser.is_connected():
                     await self._launch()  # the browser crashed or was killed: start a new one
-                return await asyncio.wait_for(self._render(job, start), timeout=self.timeout_s)
+                tab = await self._open_tab(url)
+                try:
+                    # The clock starts when the page is ready: waiting for a slot or for Chromium to
+                    # start a renderer (seconds on a loaded machine) is not the page's rendering.
+                    job = _Job(url=url, deadline=time.monotonic() + self.timeout_s)
+                    return await asyncio.wait_for(self._render(job, tab, start), timeout=self.timeout_s)
+                finally:
+                    # Closing takes ~20 ms the caller need not wait for; the context is never reused.
+                    # The spare is prepared after the fetch, not during it: starting a renderer costs CPU.
+                    self._spawn(self._close_tab(tab), self._closing)
+                    self._schedule_refill()
         except (asyncio.TimeoutError, TimeoutError):
             raise ToolError("timeout", f"{url} did not render within {self.timeout_s:g} s") from None
         except PlaywrightError as exc:
@@ -407,62 +364,64 @@ class BrowserFetcher(RequestGuard):
                 raise ToolError("timeout", f"{url} did not render within {self.timeout_s:g} s") from None
             raise ToolError("http", f"the browser could not load {url}: {message}") from None
 
-    async def _render(self, job: _Job, start: float) -> tuple[FetchResult, bool]:
+    async def _open_tab(self, url: str) -> _Tab:
+        """A fresh tab for the fetch of ``url``, bounded by ``startup_timeout_s`` (the browser's own
+        setup, like its launch: a context and a renderer process, not the page)."""
+        try:
+            return await asyncio.wait_for(self._take_tab(), timeout=self.startup_timeout_s)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise ToolError("timeout", f"the browser could not open a page for {url} within "
+                                       f"{self.startup_timeout_s:g} s") from None
+
+    async def _render(self, job: _Job, tab: _Tab, start: float) -> tuple[FetchResult, bool]:
         from playwright.async_api import Error as PlaywrightError
 
-        tab = await self._take_tab()
         tab.job = job
         page = tab.page
-        try:
-            current = job.url
-            response = None
-            for _hop in range(self.max_redirects + 1):
-                job.redirect_to, job.error = None, None
-                try:
-                    response = await page.goto(current, wait_until="load", timeout=job.remaining_ms())
-                except PlaywrightError:
-                    if job.redirect_to is not None:
-                        current = self.policy.check(job.redirect_to)
-                        continue
-                    if job.error is not None:
-                        raise job.error from None
-                    raise
-                break
-            else:
-                raise ToolError(
-                    "http", f"too many redirects (more than {self.max_redirects}) starting at {job.url}"
-                )
-            job.navigating = False
-            status = response.status if response is not None else 200
-            if status >= 400:
-                raise ToolError(
-                    "http", f"HTTP {status} {response.status_text} for {current}".strip(), status=status
-                )
-            content_type = ""
-            if response is not None:
-                content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-            settled, html = await self._settle(job, page)
-            # A page still fetching when we read it, or one that forbids storing, is not reused.
-            reusable = settled and "no-store" not in (
-                response.headers.get("cache-control", "").lower() if response is not None else "")
-            html = self.policy.origin_map.virtualize_text(html if html is not None else await self._content(page))
-            if len(html.encode("utf-8", errors="replace")) > self.max_bytes:
-                raise ToolError("content", f"page larger than {self.max_bytes} bytes at {current}")
-            return FetchResult(
-                url=page.url,
-                status=status,
-                content_type=content_type or "text/html",
-                text=html,
-                elapsed_s=time.perf_counter() - start,
-                from_cache=False,
-                via=self.via,
-                blocked=tuple(job.blocked),
-            ), reusable
-        finally:
-            # Closing takes ~20 ms the caller need not wait for; the context is never reused. The
-            # spare is prepared after the fetch, not during it: starting a renderer costs CPU.
-            self._spawn(self._close_tab(tab), self._closing)
-            self._schedule_refill()
+        current = job.url
+        response = None
+        for _hop in range(self.max_redirects + 1):
+            job.redirect_to, job.error = None, None
+            try:
+                response = await page.goto(current, wait_until="load", timeout=job.remaining_ms())
+            except PlaywrightError:
+                if job.redirect_to is not None:
+                    current = self.policy.check(job.redirect_to)
+                    continue
+                if job.error is not None:
+                    raise job.error from None
+                raise
+            break
+        else:
+            raise ToolError(
+                "http", f"too many redirects (more than {self.max_redirects}) starting at {job.url}"
+            )
+        job.navigating = False
+        status = response.status if response is not None else 200
+        if status >= 400:
+            raise ToolError(
+                "http", f"HTTP {status} {response.status_text} for {current}".strip(), status=status
+            )
+        content_type = ""
+        if response is not None:
+            content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        settled, html = await self._settle(job, page)
+        # A page still fetching when we read it, or one that forbids storing, is not reused.
+        reusable = settled and "no-store" not in (
+            response.headers.get("cache-control", "").lower() if response is not None else "")
+        html = self.policy.origin_map.virtualize_text(html if html is not None else await self._content(page))
+        if len(html.encode("utf-8", errors="replace")) > self.max_bytes:
+            raise ToolError("content", f"page larger than {self.max_bytes} bytes at {current}")
+        return FetchResult(
+            url=page.url,
+            status=status,
+            content_type=content_type or "text/html",
+            text=html,
+            elapsed_s=time.perf_counter() - start,
+            from_cache=False,
+            via=self.via,
+            blocked=tuple(job.blocked),
+        ), reusable
 
     async def _settle(self, job: _Job, page: Any) -> tuple[bool, str | None]:
         """Wait until the page is quiet (bounded by ``max_idle_wait_s``), for JS-loaded content:
@@ -470,7 +429,7 @@ class BrowserFetcher(RequestGuard):
         was still loading when read).
 
         Quiet at both ends: no request at the route handler (which sees every network request) for
-        ``idle_s``, and none pending in the page (:data:`_NET_SCRIPT`: fetches and XHRs from the moment
+        ``idle_s``, and none pending in the page (:data:`.browser_route._NET_SCRIPT`: fetches and XHRs from the moment
         a script starts them until its handlers of the answer ran; the page is asked once the route is
         quiet, and waits in the page for its own requests). A document without scripts cannot change
         after ``load``, so it is not waited for.

@@ -3,7 +3,8 @@
 Split from :mod:`.browser` by concern: :class:`RequestGuard` is the route handler that
 :class:`~mgrpo_tools.browser.BrowserFetcher` installs on every page (see that module's docstring for
 why Chromium opens no connection of its own), with the per-fetch state it shares with the navigation
-code (``_Job``, ``_Tab``).
+code (``_Job``, ``_Tab``), and the script every page runs to count its own requests (``_NET_SCRIPT``:
+the page's end of the same count).
 """
 
 from __future__ import annotations
@@ -21,6 +22,60 @@ from .base import ToolError
 from .fetch import REDIRECT_STATUSES, _looks_binary, is_text_content_type
 
 __all__ = ["RequestGuard"]
+
+
+# Installed in every document before its scripts run: counts the page's own fetch() calls, their
+# body reads and XMLHttpRequests from the moment a script starts one, and ends each one task after
+# it settles (so the page's handlers of the answer have run). The route handler sees a request only
+# when Chromium hands it over, which on a loaded machine (a slow renderer, a stalled worker loop) can
+# come after its quiet window has passed; the page's own count cannot lag. `__mgrpoNet(waitMs)`
+# resolves once nothing is pending (or after waitMs) to [pending, the DOM as page.content() reads
+# it, or null while pending], read in the same task, with serializers taken before any page script ran.
+_NET_SCRIPT = """(() => {
+  if (window.__mgrpoNet) return;
+  const Serializer = XMLSerializer, serialize = XMLSerializer.prototype.serializeToString;
+  const outer = Object.getOwnPropertyDescriptor(Element.prototype, 'outerHTML').get;
+  let pending = 0, waiters = [];
+  const start = () => { pending += 1; };
+  const end = () => { setTimeout(() => {
+    pending -= 1;
+    if (pending === 0) { const ready = waiters; waiters = []; ready.forEach((wake) => wake()); }
+  }, 0); };
+  const counted = (call) => function (...args) {
+    start();
+    let promise;
+    try { promise = call.apply(this, args); } catch (error) { end(); throw error; }
+    Promise.resolve(promise).then(end, end);
+    return promise;
+  };
+  if (window.fetch) window.fetch = counted(window.fetch);
+  if (window.Response) {
+    for (const name of ['arrayBuffer', 'blob', 'formData', 'json', 'text']) {
+      const read = Response.prototype[name];
+      if (read) Response.prototype[name] = counted(read);
+    }
+  }
+  if (window.XMLHttpRequest) {
+    const send = XMLHttpRequest.prototype.send;
+    XMLHttpRequest.prototype.send = function (...args) {
+      start();
+      this.addEventListener('loadend', end, { once: true });
+      try { return send.apply(this, args); } catch (error) { this.removeEventListener('loadend', end); end(); throw error; }
+    };
+  }
+  const read = () => {
+    if (pending > 0) return [pending, null];
+    let html = document.doctype ? serialize.call(new Serializer(), document.doctype) : '';
+    if (document.documentElement) html += outer.call(document.documentElement);
+    return [0, html];
+  };
+  Object.defineProperty(window, '__mgrpoNet', { value: (waitMs) => new Promise((resolve) => {
+    if (pending === 0) { resolve(read()); return; }
+    const wake = () => resolve(read());
+    waiters.push(wake);
+    setTimeout(wake, waitMs);
+  }) });
+})();"""
 
 
 @dataclass

@@ -1,0 +1,360 @@
+"""The survivors of ``make mutation`` (benchmarks/mutation.py) that are kept, each with the reason it is
+equivalent to the original or harmless. Split from mutation.py, which reads :data:`KEPT`."""
+
+from __future__ import annotations
+
+_CPU = ("device only: the mutation and the original agree on CPU, where these tests run "
+        "(tensors are created on the input's device; tests/test_gpu.py runs the math on CUDA)")
+
+_KL32 = ("the approx_kl metric without the upper clamp: it only differs for log-ratios above 20, where "
+         "ratio is e^20 and the metric, averaged in float32 (tok_mean casts), cannot tell e^20 - 21 from "
+         "e^20 - 26 (float32's step there is 32); the loss is unaffected")
+_F64 = ("np.asarray(rewards) without float64: the rewards are Python floats (float64 already), and "
+        "main_advantages and group_stats cast to float64 themselves")
+
+#: Survivors we keep, by mutant name, with the reason they are equivalent or harmless.
+KEPT: dict[str, str] = {
+    # advantages
+    "mgrpo_algo.core.advantages.x__as_mask__mutmut_7": (
+        "a tensor mask goes through np.asarray instead of .detach(): the same values on CPU "
+        "(a CUDA mask would fail loudly, not silently)"),
+    "mgrpo_algo.core.advantages.x__as_mask__mutmut_17": _CPU,
+    "mgrpo_algo.core.advantages.x__group_moments__mutmut_9": (
+        "the mask stays bool instead of float64: r * mask and mask.sum() give the same numbers "
+        "(bool promotes to r's dtype, the count is an exact integer)"),
+    # losses
+    "mgrpo_algo.core.losses.x__prepare__mutmut_27": (
+        "dtype=None gives float32 ones: the weight 1.0 is exact in any dtype and promotes to the values' dtype"),
+    "mgrpo_algo.core.losses.x__prepare__mutmut_30": (
+        "no dtype gives float32 ones: the weight 1.0 is exact in any dtype and promotes to the values' dtype"),
+    "mgrpo_algo.core.losses.x__prepare__mutmut_28": _CPU,
+    "mgrpo_algo.core.losses.x__prepare__mutmut_31": _CPU,
+    "mgrpo_algo.core.losses.x__prepare__mutmut_36": _CPU,
+    "mgrpo_algo.core.losses.x__prepare__mutmut_38": _CPU,
+    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_7": (
+        "torch.zeros without dtype is float32, the dtype written: equivalent"),
+    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_10": (
+        "torch.zeros without dtype is float32, the dtype written: equivalent"),
+    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_8": _CPU,
+    "mgrpo_algo.core.losses.x_loss_normalizer__mutmut_11": _CPU,
+    "mgrpo_algo.core.losses.x_aggregate__mutmut_25": _CPU,
+    "mgrpo_algo.core.losses.x_aggregate__mutmut_28": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_32": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_34": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_174": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_176": _CPU,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_119": (
+        "kl_coef >= 0 instead of > 0: at kl_coef == 0 it adds 0 * kl, and kl is clamped finite, so the "
+        "loss and its gradient are unchanged"),
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_131": (
+        "entropy_coef >= 0 instead of > 0: at entropy_coef == 0 it subtracts 0 * entropy; masked positions "
+        "are replaced before aggregation, so the loss and its gradient are unchanged for finite entropies"),
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_161": (
+        "adv <= 0 instead of < 0 in clipfrac_low: where adv == 0 both pg terms are 0, so "
+        "pg_clipped > pg_unclipped is already false"),
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_166": (
+        "adv >= 0 instead of > 0 in clipfrac_high: where adv == 0 both pg terms are 0, so "
+        "pg_clipped > pg_unclipped is already false"),
+    "mgrpo_algo.core.losses.x__prepare__mutmut_11": (
+        "the mask stays bool instead of the values' dtype: values * mask, mask.sum() and (n > 0) give the "
+        "same numbers, and every result is divided or multiplied into the values' dtype"),
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_208": _KL32,
+    "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_210": _KL32,
+    # roles
+    **{f"mgrpo_algo.training.roles.x__write_json__mutmut_{n}": (
+        "mkdir without parents: _write_json writes into the server's folder (made with parents=True when the "
+        "server starts) or its buffers/ subfolder, so the parent always exists") for n in (1, 3, 5)},
+    **{f"mgrpo_algo.training.roles.xǁRoleServerǁ_apply_sub__mutmut_{n}": (
+        "_apply_sub is only called from _apply_pending, which has just made state['pending'] and iterates "
+        "its keys: the setdefault default is never used and the key popped is always there")
+       for n in (3, 5, 13, 24, 32)},
+    # compare
+    "mgrpo_algo.experiments.compare.x__history_means__mutmut_6": 'float("NAN") is the same NaN as float("nan")',
+    "mgrpo_algo.experiments.compare.x__history_means__mutmut_9": 'float("NAN") is the same NaN as float("nan")',
+    "mgrpo_algo.experiments.compare.x__pm__mutmut_7": (
+        "format 'F' instead of 'f': identical for finite numbers (only inf / nan are spelled INF / NAN)"),
+    "mgrpo_algo.experiments.compare.x__pm__mutmut_9": (
+        "format 'F' instead of 'f': identical for finite numbers (only inf / nan are spelled INF / NAN)"),
+    # compare's orchestration (issue 22)
+    **{f"mgrpo_algo.experiments.compare.x__full_evaluation__mutmut_{n}": (
+        "eval_figures given None for the records, or no scores: with scores given the records are not read, "
+        "and without them it recomputes the same per_question(records) that _full_evaluation passes")
+       for n in (22, 23, 26)},
+    "mgrpo_algo.experiments.compare.x_eval_figures__mutmut_3": (
+        "always recompute the scores from the records: every caller passes per_question(records) of those same "
+        "records (or nothing), so the scores are the same"),
+    "mgrpo_algo.experiments.compare.x__full_evaluation__mutmut_62": 'float("NAN") is the same NaN as float("nan")',
+    "mgrpo_algo.experiments.compare.x_aggregate__mutmut_19": 'float("NAN") is the same NaN as float("nan")',
+    **{f"mgrpo_algo.experiments.compare.x_evaluate_policies__mutmut_{n}": (
+        "RewardConfig's default expert (hop_expert_score) instead of expert_scorer(None): without a judge the "
+        "scorer returns hop_expert_score's value and is named 'hops' like it, so every reward and record agree")
+       for n in (18,)},
+    **{f"mgrpo_algo.experiments.compare.x_run_compare__mutmut_{n}": (
+        "summary.json without json.dumps' default=str: every value of the summary is a str, number, bool, "
+        "None, list or dict already (paths are str), so the fallback is never called and the text is the same")
+       for n in (251, 254)},
+    # the env's reward path (issue 22)
+    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_expert__mutmut_{n}": (
+        "sub.task or 'XXXX': a sub-agent's task is the delegate call's task, which the protocol's schema "
+        "requires with minLength 1, so it is never empty and the fallback is never used") for n in (17,)},
+    # NOTE (issue 33): _step_main and _finish moved their turn recording and the answer's pay into
+    # mgrpo_env/episode_core.py; the mutant numbers below predate that and need re-checking at the
+    # next `make mutation`.
+    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_step_main__mutmut_{n}": (
+        "the delegate task's fallback when the call has none: the protocol's schema requires 'task' (a "
+        "non-empty string), so a parsed delegate call always has it") for n in (78, 80, 83)},
+    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_finish__mutmut_{n}": (
+        "infos.get(agent, None) instead of (agent, {}): every agent's infos are set when it starts "
+        "(_start_agent -> _set_observation), so the default is never used") for n in (92, 94)},
+    "mgrpo_env.aec.xǁMGRPOEnvǁ_return_to_main__mutmut_1": (
+        "the note's default: _return_to_main is called without a note only with a sub's result text (a str), "
+        "and the note is read only when the result is None"),
+    # kv_cache (issue 22)
+    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_18": (
+        "entries.pop(None, None) for an unkeyed row: store never keeps a row without a key, so there is no "
+        "entry under None and the pop returns None, as the branch does"),
+    **{f"mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_{n}": (
+        "zip(strict=...) over the prompts and their cached lengths: cached is built one per prompt (from a "
+        "zip(keys, prompts, strict=True) that raises on a mismatch, tested), the lengths are always equal")
+       for n in (44, 47, 48, 67, 70, 71)},
+    **{f"mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_{n}": (
+        "torch.full without dtype=torch.long: the fill value pad_id is a Python int, so torch infers int64 "
+        "(long) anyway (the layout's dtype is tested)") for n in (53, 56)},
+    **{f"mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_{n}": (
+        "torch.tensor of a list of token ids without dtype=torch.long: a non-empty list of Python ints is "
+        "int64 already; the list is never empty (an entry is used only when it leaves at least one id to "
+        "feed, and the cached part is only copied when c > 0)") for n in (74, 76, 88, 90)},
+    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_4": (
+        "budget_bytes == 1 instead of == 0 for the early return: with a budget of 0 every entry (at least "
+        "one float per layer) is over it and skipped, so nothing is kept either way; a budget of exactly 1 "
+        "byte likewise keeps nothing (the budget is whole megabytes in practice)"),
+    **{f"mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_{n}": (
+        "the length (or device) read from layer 1's keys or from layer 0's values instead of layer 0's keys: "
+        "only models whose layers are all plain full-attention DynamicLayers are served (supports_reuse), "
+        "and their keys and values all have the same length and device") for n in (7, 8, 38, 39)},
+    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_25": (
+        "device only: index.to(None) keeps the column index on the CPU, identical on CPU where these tests "
+        "run (on CUDA PyTorch moves a CPU index tensor to the indexed tensor's device; not run here)"),
+    "mgrpo_algo.policies.kv_cache.x_supports_reuse__mutmut_9": (
+        "getattr(cache, 'layers') without a default: the DynamicCache of the installed transformers always "
+        "has .layers (only an older one without it would raise instead of answering False)"),
+    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁ__init____mutmut_8": (
+        "'' instead of None as the weights version before the first batch: any value that is not a tuple of "
+        "versions differs from the first model's, and there are no entries to invalidate then"),
+    "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_65": (
+        "popitem(last=None): OrderedDict reads a falsy last as False, the least recently used end"),
+    # scoring
+    "mgrpo_algo.core.scoring.x_score_main__mutmut_12": _F64,
+    "mgrpo_algo.core.scoring.x_score_main__mutmut_14": _F64,
+    "mgrpo_algo.core.scoring.x_score_sub__mutmut_52": (
+        "zip(strict=None) over the group and its plan: plan_with_stats returns one row per rollout, the "
+        "lengths are always equal"),
+    "mgrpo_algo.core.scoring.x_score_sub__mutmut_55": (
+        "zip without strict over the group and its plan: plan_with_stats returns one row per rollout"),
+    "mgrpo_algo.core.scoring.x_score_sub__mutmut_56": (
+        "zip(strict=False) over the group and its plan: plan_with_stats returns one row per rollout"),
+    # align
+    "mgrpo_env.align.x__subset__mutmut_5": (
+        "rng.choice(replace=None): numpy reads a falsy replace as without replacement, as written"),
+    "mgrpo_env.align.x__duplicate__mutmut_1": (
+        "d_k > d instead of >=: at d_k == d the other branch returns range(d) plus rng.integers(size=0), "
+        "the same slots, and drawing 0 integers leaves the generator's state unchanged (tested)"),
+    "mgrpo_env.align.x__duplicate__mutmut_20": (
+        "rng.integers(d_k, size=n) is numpy's one-argument form, [0, d_k): identical to integers(0, d_k)"),
+    "mgrpo_env.align.x__duplicate_balanced__mutmut_1": (
+        "d_k > d instead of >=: at d_k == d the other branch gives range(d) * 1 plus a subset of size 0, "
+        "the same slots, and choosing 0 leaves the generator's state unchanged (tested)"),
+    "mgrpo_env.align.x_choose_d__mutmut_37": (
+        "frac gets one extra entry (n+1)/n past the end: frac[n-1] == 1 >= quantile already, so argmax "
+        "never reaches it"),
+    # rewards
+    "mgrpo_env.rewards.x__unit_array__mutmut_3": (
+        "np.asarray without float64: bools, ints and floats compare and multiply to the same values, and "
+        "the result is cast to float64 at the end"),
+    "mgrpo_env.rewards.x__unit_array__mutmut_5": (
+        "np.asarray without float64: bools, ints and floats compare and multiply to the same values, and "
+        "the result is cast to float64 at the end"),
+    "mgrpo_env.rewards.x_main_rewards__mutmut_13": (
+        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
+    "mgrpo_env.rewards.x_main_rewards__mutmut_15": (
+        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
+    "mgrpo_env.rewards.x_main_rewards__mutmut_23": "astype(None) is astype(float64) in numpy: equivalent",
+    "mgrpo_env.rewards.x_sub_rewards__mutmut_13": (
+        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
+    "mgrpo_env.rewards.x_sub_rewards__mutmut_15": (
+        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
+    "mgrpo_env.rewards.x_sub_rewards__mutmut_30": "astype(None) is astype(float64) in numpy: equivalent",
+}
+
+_RC = "mgrpo_tools.render_cache.xǁRenderCacheǁ"
+_FS = "mgrpo_algo.policies.fast_step."
+_FS_CPU = ("device only: FastStep refuses any model that is not on the CPU (FastStep.supports), and its "
+           "additive mask is only made for it, so every tensor here is on the CPU either way")
+_FS_ROPE = ("the rope table's size only (grown to at least the position needed, doubling, 256 at first): the "
+            "rotary module's cos / sin of a position do not depend on how many positions the table holds")
+_FS_GATE_UP = ("the gate/up bias when only some of gate and up have one: Qwen2 has none and Llama's mlp_bias gives "
+               "both or neither, so the mutation either gives the same bias or adds zeros (x @ W + 0 == x @ W)")
+
+#: issue 34: the speed code's survivors.
+KEPT.update({
+    # render_cache
+    _RC + "__init____mutmut_1": (
+        "the default bound 4096 -> 4097 entries: any bound far above a world's ~200 rendered pages serves the same"),
+    **{_RC + f"_append__mutmut_{n}": (
+        "json.dumps(ensure_ascii=None): json reads a falsy ensure_ascii as False, as written") for n in (6,)},
+    _RC + "_append__mutmut_16": '"UTF-8" and "utf-8" name the same codec',
+    **{_RC + f"_append__mutmut_{n}": (
+        "f.read(None) or f.read(2) after seeking to one byte before the end: either reads that one last byte")
+       for n in (39, 40)},
+    _RC + "_keep__mutmut_25": "popitem(last=None): OrderedDict reads a falsy last as False, the least recently used end",
+    **{_RC + f"_load__mutmut_{n}": (
+        "path.open() without encoding='utf-8': the locale's encoding, UTF-8 where these tests run (and under "
+        "Python's UTF-8 mode); on a non-UTF-8 locale a non-ASCII page would be misread") for n in (1, 3)},
+    _RC + "_load__mutmut_6": '"UTF-8" and "utf-8" name the same codec',
+    **{_RC + f"_load__mutmut_{n}": (
+        "the elapsed_s of a loaded render: never served, a hit replaces it with the caller's elapsed()")
+       for n in (16, 21)},
+    _RC + "_load__mutmut_28": "_keep(persist=None): a falsy persist does not write, as False",
+    **{_RC + f"_load__mutmut_{n}": (
+        "the from_cache flag of a loaded render: never served, a hit replaces it with from_cache=True")
+       for n in (33, 35, 36)},
+    **{_RC + f"get_or_render__mutmut_{n}": (
+        "_inflight.pop(key) without a default: only the owner of a render removes its key, and it put it there "
+        "under the same lock, so the key is always present") for n in (43, 47)},
+    # fast_step
+    **{_FS + f"x__rotation__mutmut_{n}": (
+        "index - half instead of index + half for index in [0, half): negative indices wrap to the same "
+        "rows [half, head_dim)") for n in (12, 16)},
+    _FS + "x__rms_norm__mutmut_11": (
+        "mean over dim +1 instead of -1: FastStep's hidden states are always [batch, hidden], where 1 is the last dim"),
+    _FS + "x_additive_mask__mutmut_4": "torch.zeros(dtype=None) is float32 (the default dtype), as written",
+    _FS + "x_additive_mask__mutmut_7": "torch.zeros without dtype is float32 (the default dtype), as written",
+    **{_FS + f"x_additive_mask__mutmut_{n}": _FS_CPU for n in (5, 8)},
+    _FS + "x_additive_mask__mutmut_25": 'float("-INF") is float("-inf")',
+    _FS + "xǁFastStepǁ__init____mutmut_15": (
+        "getattr(config, 'num_key_value_heads') without a default: Qwen2 and Llama configs (the only ones "
+        "FastStep supports) always have the attribute"),
+    _FS + "xǁFastStepǁ__init____mutmut_21": (
+        "scaling None: SDPA's default scale is head_dim ** -0.5, which is what Qwen2 and Llama attention use"),
+    _FS + "xǁFastStepǁ__init____mutmut_22": (
+        "_layers None before the first refresh: every call refreshes first (the version starts unset), which "
+        "replaces it"),
+    _FS + "xǁFastStepǁ__init____mutmut_23": (
+        "'' instead of None as the weights version before the first refresh: any value that is not a tuple of "
+        "versions differs from the model's, so the first refresh builds the weights either way"),
+    **{_FS + f"xǁFastStepǁ_grow_rope__mutmut_{n}": _FS_ROPE for n in (6, 7, 9, 11)},
+    _FS + "xǁFastStepǁ_grow_rope__mutmut_13": (
+        "two rows of the embedding as the rotary module's probe instead of one: it reads only the probe's dtype "
+        "and device"),
+    **{_FS + f"xǁFastStepǁ_grow_rope__mutmut_{n}": _FS_CPU for n in (20, 22)},
+    _FS + "xǁFastStepǁrefresh__mutmut_1": (
+        "refresh()'s default max_position 1 instead of 0: the table is then built early (256 positions), the "
+        "same values as when a later call grows it"),
+    _FS + "xǁFastStepǁrefresh__mutmut_2": (
+        "max_position >= the table's length: grows the table one call early (the values are the same)"),
+    **{_FS + f"xǁ_Layerǁ__init____mutmut_{n}": _FS_GATE_UP for n in (52, 56, 57, 58)},
+})
+
+_PX = "mgrpo_algo.learning.prefix."
+_DC = "mgrpo_algo.policies.decode."
+
+KEPT.update({
+    # fast_step
+    _FS + "xǁFastStepǁrefresh__mutmut_9": (
+        "the rotation matrix left as made (float32, CPU) instead of moved to the embedding's dtype and device: "
+        "FastStep supports float32 CPU models only, so it is there already"),
+    _FS + "xǁFastStepǁrefresh__mutmut_23": (
+        "lm_head's bias read as None: Qwen2's and Llama's LM heads have no bias (Linear(bias=False))"),
+    **{_FS + f"xǁFastStepǁsupports__mutmut_{n}": (
+        "the default of getattr(rotary_emb, 'rope_type', ...): the installed transformers' rotary modules always "
+        "set rope_type, so the default is never read") for n in (7, 10, 13, 14)},
+    # prefix
+    **{_PX + f"x_forward_with_prefix__mutmut_{n}": (
+        "no position ids for the rows' remaining tokens: the model's default after a cache of `length` tokens "
+        "is arange(length, L), exactly these (the prefix has no padding: rows are right-padded)")
+       for n in (3, 19, 23)},
+    **{_PX + f"x_forward_with_prefix__mutmut_{n}": _CPU for n in (10, 13)},
+    **{_PX + f"x_forward_with_prefix__mutmut_{n}": (
+        "use_cache None / False with a cache passed: in the installed transformers use_cache only decides "
+        "whether the model makes a cache when none is given; the passed prefix cache is read either way "
+        "(and is made afresh per micro-batch, so what the forward appends to it is never read)")
+       for n in (20, 24, 27)},
+    **{_PX + f"xǁPrefixPassǁbackward__mutmut_{n}": (
+        "zip(strict=...) over the outputs and their leaves: the leaves are made one per output in run_prefixes")
+       for n in (4, 7, 8)},
+    _PX + "xǁPrefixPassǁcache__mutmut_2": (
+        "DynamicCache(config=None): for the full-attention models trained here (no sliding-window layers) the "
+        "config makes the same plain DynamicLayers; a sliding-window config would differ (not trained here)"),
+    # decode
+    _DC + "x_inverse_cdf__mutmut_3": "cumsum over dim +1 of a [B, V] tensor: the last dim, as -1",
+    **{_DC + f"x_inverse_cdf__mutmut_{n}": (
+        "torch.rand without the cdf's dtype: float32, the decode loop's probabilities' dtype") for n in (11, 14)},
+    _DC + "x_inverse_cdf__mutmut_12": _CPU,
+})
+
+KEPT.update({
+    _PX + "x_run_prefixes__mutmut_24": (
+        "DynamicCache(config=None): for the full-attention models trained here (no sliding-window layers) the "
+        "config makes the same plain DynamicLayers; a sliding-window config would differ (not trained here)"),
+    **{_PX + f"x_run_prefixes__mutmut_{n}": (
+        "use_cache None / False with a cache passed: in the installed transformers use_cache only decides "
+        "whether the model makes a cache when none is given (and returns it); the passed cache is filled either "
+        "way, and only it is read") for n in (26, 29, 32)},
+    **{_PX + f"x_run_prefixes__mutmut_{n}": (
+        "more logits kept by the prefix forward (all, or the last 2): they are never read, only the keys and "
+        "values; it costs memory and time, not numbers") for n in (27, 30, 33)},
+    _DC + "x_inverse_cdf__mutmut_15": _CPU,
+})
+
+KEPT.update({
+    _PX + "x_plan_prefix__mutmut_43": (
+        "by_prompt > by_common instead of >=: on a tie both plans save the same tokens and give the same "
+        "logits (each row reads its own leading tokens either way); only which prefix runs differs"),
+    **{_PX + f"x_plan_prefix__mutmut_{n}": _CPU for n in (47, 50)},
+})
+
+_LG = "mgrpo_algo.learning.logits.x_target_logprobs__mutmut_"
+KEPT.update({
+    _LG + "34": (
+        "set_grad_enabled(grad enabled or entropy_grad) on the plain path: with gradients off the log-probs were "
+        "computed without a graph, so enabling gradients for the entropy records nothing either way"),
+    _LG + "37": (
+        "the log-probs not detached when entropy_grad is False: the entropy is then computed under "
+        "set_grad_enabled(False), which records no graph, so it has no gradient either way"),
+})
+
+_BT = "mgrpo_algo.learning.batching.x_advantages__mutmut_"
+KEPT.update({
+    **{_BT + f"{n}": (
+        "no dtype for a tensor of Python floats, or for zeros: torch's default dtype, float32, as written")
+       for n in (4, 7, 12, 14, 24, 26)},
+    **{_BT + f"{n}": _CPU for n in (5, 8, 27)},
+})
+
+_TP = "mgrpo_algo.policies.decode.x__top_p__mutmut_"
+KEPT.update({
+    _TP + "6": "torch.sort without dim: its default is -1, as written",
+    _TP + "7": "torch.sort without descending: its default is False, as written",
+    **{_TP + f"{n}": "dim +1 instead of -1 on [B, V] scores: the last dim either way" for n in (8, 14, 16)},
+    _TP + "40": 'float("-INF") is float("-inf")',
+    **{_DC + f"x_process_scores__mutmut_{n}": "log_softmax over dim +1 of [B, V] logits: the last dim, as -1"
+       for n in (9, 34)},
+    **{_DC + f"x_process_scores__mutmut_{n}": (
+        "top-p applied at top_p = 1 too: it removes tokens whose cumulative probability (ascending) is <= 0, "
+        "i.e. only tokens whose probability is 0 in float32 already: they are never drawn, and the recorded "
+        "log-prob is read at the drawn token only; costs a sort, not numbers")
+       for n in (20, 21)},
+})
+
+_GL = "mgrpo_algo.policies.decode.x__growing_layer_class__mutmut_"
+KEPT.update({
+    _GL + "6": "the value buffer's placeholder '' before the first update: _grow sets both buffers before either is read",
+    _GL + "20": (
+        "2 * 1 instead of 2 * 0 as the doubling term before the first buffer: the first buffer is at least the "
+        "room reserved or what is fed, both at least 2 in practice (a 1-position buffer grows at the next token)"),
+    _GL + "28": (
+        "copy the filled part when there is a buffer OR something filled: something filled implies a buffer, "
+        "and copying zero filled columns changes nothing"),
+    _GL + "40": "key_states.shape[+2] of [batch, heads, length, dim] states: the same axis as -2",
+    _GL + "50": "the assert's 'or': both buffers are set together in _grow, so both conditions hold together",
+})
