@@ -358,3 +358,15 @@ KEPT.update({
     _GL + "40": "key_states.shape[+2] of [batch, heads, length, dim] states: the same axis as -2",
     _GL + "50": "the assert's 'or': both buffers are set together in _grow, so both conditions hold together",
 })
+
+_RS = "mgrpo_algo.policies.decode.x_reserve__mutmut_"
+KEPT.update({
+    _RS + "3": (
+        "break instead of continue for a layer that is already this call's GrowingLayer: unreachable, since "
+        "_growing_layer_class makes a new class at every call, so no layer is an instance of it yet (a layer "
+        "from an earlier call is wrapped again with room, as intended)"),
+    _RS + "7": "an uninitialised layer's get_seq_length() is 0: 0 + extra is extra",
+    **{_RS + f"{n}": (
+        "an initialised layer holding 0 positions is fed its empty keys and values: the new layer then holds 0 "
+        "positions too, as without the call") for n in (9, 10)},
+})
