@@ -134,18 +134,18 @@ def test_the_preallocated_layer_grows_only_past_its_room_and_then_doubles() -> N
     assert layer._k.data_ptr() == buffer and layer.get_seq_length() == 8
     fed = torch.cat(chunks, 2)
     assert torch.equal(keys, fed) and torch.equal(values, -fed)
-    # a cache that already holds 3 positions (KV reuse): reserving 4 more keeps them and makes room for 7
+    # a cache that already holds a position (KV reuse): reserving 4 more keeps it and makes room for 5
     held = DynamicCache(config=config)
-    held.layers[0].update(chunks[1][:, :, :1].repeat(1, 1, 3, 1), chunks[2][:, :, :1].repeat(1, 1, 3, 1))
+    held.layers[0].update(chunks[1][:, :, :1], chunks[2][:, :, :1])
     before = (held.layers[0].keys.clone(), held.layers[0].values.clone())
     reserve(held, 4)
     layer = held.layers[0]
-    assert layer._k.shape[2] == 7 and layer.get_seq_length() == 3
+    assert layer._k.shape[2] == 5 and layer.get_seq_length() == 1
     assert torch.equal(layer.keys, before[0]) and torch.equal(layer.values, before[1])
     buffer = layer._k.data_ptr()
     layer.update(chunks[0], chunks[0])
     layer.update(chunks[1], chunks[1])
-    assert layer._k.data_ptr() == buffer and layer.get_seq_length() == 7
+    assert layer._k.data_ptr() == buffer and layer.get_seq_length() == 5
 
 
 def test_decode_stops_every_row_at_its_stop_id_and_pads_after(sub_model) -> None:
