@@ -214,6 +214,21 @@ def test_top_p_keeps_the_smallest_nucleus_that_reaches_p_by_hand() -> None:
     assert torch.isfinite(equal).sum(-1).tolist() == [2, 2, 2]
 
 
+def test_inverse_cdf_draws_under_a_float64_default_dtype() -> None:
+    """The uniform is drawn in the probabilities' dtype (float32), whatever torch's default dtype is."""
+    from mgrpo_algo.policies.decode import inverse_cdf
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            picked = inverse_cdf(torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]], dtype=torch.float32))
+    finally:
+        torch.set_default_dtype(default)
+    assert picked[0] == 1 and picked[1] in (0, 2)
+
+
 def test_process_scores_tempers_then_cuts_and_records_raw_or_processed_log_probs() -> None:
     from mgrpo_algo.policies.decode import process_scores
 
@@ -232,6 +247,10 @@ def test_process_scores_tempers_then_cuts_and_records_raw_or_processed_log_probs
     assert torch.allclose(raw, torch.log_softmax(logits, -1))  # raw: the model's distribution, uncut
     scores, logp = process_scores(logits, 0.0, 0.5, "processed")  # greedy: untouched
     assert torch.equal(scores, logits) and torch.allclose(logp, torch.log_softmax(logits, -1))
+    # top-p 1 cuts nothing: a token whose probability is 0 in float32 keeps its finite log-prob
+    far = torch.tensor([[0.0, -200.0]])
+    scores, logp = process_scores(far, 1.0, 1.0, "processed")
+    assert torch.equal(scores, far) and torch.allclose(logp, torch.tensor([[0.0, -200.0]]))
 
 
 def test_the_inverse_cdf_sampler_records_the_models_log_probs(sub_model) -> None:
