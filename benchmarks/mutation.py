@@ -81,8 +81,8 @@ BEFORE = {
     "mgrpo_env/aec.py": (318, 56, 0, 374),
     "mgrpo_env/core.py": (51, 3, 0, 54),
     "mgrpo_algo/policies/kv_cache.py": (223, 23, 0, 246),
-    # issue 34: the speed modules' first run (commit 91f3a93's tests plus the issue-34 tests of the previous
-    # session; render_cache's killed count includes 3 timeouts)
+    # issue 34: the speed modules' first run, before the tests it prompted (the tests of commit 91f3a93, which
+    # include the previous session's issue-34 tests; render_cache's killed count includes its 3 timeouts)
     "mgrpo_algo/policies/fast_step.py": (191, 38, 0, 229),
     "mgrpo_algo/policies/decode.py": (136, 47, 0, 183),
     "mgrpo_algo/learning/prefix.py": (143, 30, 0, 173),
