@@ -214,19 +214,26 @@ def test_top_p_keeps_the_smallest_nucleus_that_reaches_p_by_hand() -> None:
     assert torch.isfinite(equal).sum(-1).tolist() == [2, 2, 2]
 
 
-def test_inverse_cdf_draws_under_a_float64_default_dtype() -> None:
-    """The uniform is drawn in the probabilities' dtype (float32), whatever torch's default dtype is."""
+def test_inverse_cdf_draws_the_same_ids_under_a_float64_default_dtype() -> None:
+    """The uniforms are drawn in the probabilities' dtype (float32), whatever torch's default dtype is: a
+    float64 default must not change the ids drawn under a seed."""
     from mgrpo_algo.policies.decode import inverse_cdf
 
+    probs = torch.softmax(torch.randn(500, 40, generator=torch.Generator().manual_seed(1)), -1)
+
+    def draw() -> torch.Tensor:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            return inverse_cdf(probs)
+
+    plain = draw()
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        with torch.random.fork_rng():
-            torch.manual_seed(0)
-            picked = inverse_cdf(torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]], dtype=torch.float32))
+        under_float64 = draw()
     finally:
         torch.set_default_dtype(default)
-    assert picked[0] == 1 and picked[1] in (0, 2)
+    assert torch.equal(plain, under_float64) and len(set(plain.tolist())) > 10
 
 
 def test_process_scores_tempers_then_cuts_and_records_raw_or_processed_log_probs() -> None:
