@@ -81,6 +81,14 @@ BEFORE = {
     "mgrpo_env/aec.py": (318, 56, 0, 374),
     "mgrpo_env/core.py": (51, 3, 0, 54),
     "mgrpo_algo/policies/kv_cache.py": (223, 23, 0, 246),
+    # issue 34: the speed modules' first run, before the tests it prompted (the tests of commit 91f3a93, which
+    # include the previous session's issue-34 tests; render_cache's killed count includes its 3 timeouts)
+    "mgrpo_algo/policies/fast_step.py": (191, 38, 0, 229),
+    "mgrpo_algo/policies/decode.py": (136, 47, 0, 183),
+    "mgrpo_algo/learning/prefix.py": (143, 30, 0, 173),
+    "mgrpo_algo/learning/logits.py": (82, 13, 0, 95),
+    "mgrpo_algo/learning/batching.py": (38, 24, 0, 62),
+    "tools/render_cache.py": (158, 47, 2, 207),
 }
 
 #: Modules scored on some functions only (only their mutants are run; the others are left to the
@@ -243,7 +251,7 @@ def rerun_survivors(previous: dict, paths: list[str]) -> dict:
         detected = m["killed"] + m["timeout"]
         m["detected"] = round(detected / m["total"], 4) if m["total"] else 1.0
         m["rerun"] = {"survivors_before": len(before["survivors"]), "survivors_after": len(m["survivors"]),
-                      "first_run": before.get("run")}
+                      "first_run": before.get("rerun", {}).get("first_run") or before.get("run")}
         out[path] = m
     return out
 
@@ -266,6 +274,24 @@ def _run_line(run: dict, modules: dict) -> str:
     used = [path for path, m in modules.items() if m.get("run") == run]
     return (f"- `{run['command']}` ({workers}, {wall}{when}), the verdicts of "
             + ", ".join(f"`{path}`" for path in used))
+
+
+def _first_run_lines(modules: dict) -> list[str]:
+    """For modules whose survivors were rerun (``--survivors``): the run their other verdicts come from."""
+    firsts: list[dict] = []
+    for m in modules.values():
+        first = m.get("rerun", {}).get("first_run")
+        if first and first not in firsts:
+            firsts.append(first)
+    lines = []
+    for first in firsts:
+        used = [p for p, m in modules.items() if m.get("rerun", {}).get("first_run") == first]
+        wall = "" if first.get("wall_s") is None else f", wall time {first['wall_s'] / 60:.1f} min"
+        when = f", finished {first['finished']}" if first.get("finished") else ""
+        lines.append(f"- `{first['command']}` ({first['max_children']} worker{'s' if first['max_children'] > 1 else ''}"
+                     f"{wall}{when}): every verdict of " + ", ".join(f"`{p}`" for p in used)
+                     + " but their survivors', which the rerun above gives")
+    return lines
 
 
 def write(modules: dict, out: Path, note: str = "") -> bool:
@@ -292,6 +318,7 @@ def write(modules: dict, out: Path, note: str = "") -> bool:
         "The verdicts come from these runs:",
         "",
         *(_run_line(r, modules) for r in runs),
+        *_first_run_lines(modules),
         "",
         *([note, ""] if note else []),
         "Why mutmut 3 and not cosmic-ray 8: both mutate a module and run a test command, but cosmic-ray "
@@ -315,7 +342,9 @@ def write(modules: dict, out: Path, note: str = "") -> bool:
         lines += ["", f"`{path}` is scored on {', '.join(f'`{f}`' for f in sorted(scope))} only."]
     lines += ["", "First run: killed / survived / no test before the tests it prompted (commit 04f434e; the "
               "selected tests were test_advantages, test_losses, test_rewards and test_align); for the wiring "
-              "modules, their first complete run (commit 1826326), before the tests its survivors prompted."]
+              "modules, their first complete run (commit 1826326), before the tests its survivors prompted; for "
+              "the speed modules (issue 34), their first run (the tests of commit 91f3a93), before the tests its "
+              "survivors prompted."]
     lines += ["", "## Survivors kept", "",
               "Each is equivalent to the original, or differs only on a CUDA device; the reason is given "
               "under its diff.", ""]
@@ -347,8 +376,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--survivors needs --only")
     previous_file = args.out / "mutation.json"
     previous = json.loads(previous_file.read_text()) if previous_file.exists() else {}
-    command = "make mutation" if argv is None and len(sys.argv) == 1 else " ".join(
-        ["benchmarks/mutation.py", *(sys.argv[1:] if argv is None else argv)])
+    given = sys.argv[1:] if argv is None else list(argv)
+    if "--note" in given:  # the note is printed on its own
+        at = given.index("--note")
+        given = given[:at] + given[at + 2:]
+    command = "make mutation" if argv is None and len(sys.argv) == 1 else " ".join(["benchmarks/mutation.py", *given])
     if args.no_run:  # the run that produced mutants/, as it recorded itself
         run_file = ROOT / "mutants" / RUN_FILE
         run = json.loads(run_file.read_text()) if run_file.exists() else None

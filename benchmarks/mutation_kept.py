@@ -190,8 +190,6 @@ _RC = "mgrpo_tools.render_cache.xǁRenderCacheǁ"
 _FS = "mgrpo_algo.policies.fast_step."
 _FS_CPU = ("device only: FastStep refuses any model that is not on the CPU (FastStep.supports), and its "
            "additive mask is only made for it, so every tensor here is on the CPU either way")
-_FS_ROPE = ("the rope table's size only (grown to at least the position needed, doubling, 256 at first): the "
-            "rotary module's cos / sin of a position do not depend on how many positions the table holds")
 _FS_GATE_UP = ("the gate/up bias when only some of gate and up have one: Qwen2 has none and Llama's mlp_bias gives "
                "both or neither, so the mutation either gives the same bias or adds zeros (x @ W + 0 == x @ W)")
 
@@ -227,8 +225,6 @@ KEPT.update({
         "rows [half, head_dim)") for n in (12, 16)},
     _FS + "x__rms_norm__mutmut_11": (
         "mean over dim +1 instead of -1: FastStep's hidden states are always [batch, hidden], where 1 is the last dim"),
-    _FS + "x_additive_mask__mutmut_4": "torch.zeros(dtype=None) is float32 (the default dtype), as written",
-    _FS + "x_additive_mask__mutmut_7": "torch.zeros without dtype is float32 (the default dtype), as written",
     **{_FS + f"x_additive_mask__mutmut_{n}": _FS_CPU for n in (5, 8)},
     _FS + "x_additive_mask__mutmut_25": 'float("-INF") is float("-inf")',
     _FS + "xǁFastStepǁ__init____mutmut_15": (
@@ -242,7 +238,6 @@ KEPT.update({
     _FS + "xǁFastStepǁ__init____mutmut_23": (
         "'' instead of None as the weights version before the first refresh: any value that is not a tuple of "
         "versions differs from the model's, so the first refresh builds the weights either way"),
-    **{_FS + f"xǁFastStepǁ_grow_rope__mutmut_{n}": _FS_ROPE for n in (6, 7, 9, 11)},
     _FS + "xǁFastStepǁ_grow_rope__mutmut_13": (
         "two rows of the embedding as the rotary module's probe instead of one: it reads only the probe's dtype "
         "and device"),
@@ -250,8 +245,6 @@ KEPT.update({
     _FS + "xǁFastStepǁrefresh__mutmut_1": (
         "refresh()'s default max_position 1 instead of 0: the table is then built early (256 positions), the "
         "same values as when a later call grows it"),
-    _FS + "xǁFastStepǁrefresh__mutmut_2": (
-        "max_position >= the table's length: grows the table one call early (the values are the same)"),
     **{_FS + f"xǁ_Layerǁ__init____mutmut_{n}": _FS_GATE_UP for n in (52, 56, 57, 58)},
 })
 
@@ -260,14 +253,8 @@ _DC = "mgrpo_algo.policies.decode."
 
 KEPT.update({
     # fast_step
-    _FS + "xǁFastStepǁrefresh__mutmut_9": (
-        "the rotation matrix left as made (float32, CPU) instead of moved to the embedding's dtype and device: "
-        "FastStep supports float32 CPU models only, so it is there already"),
     _FS + "xǁFastStepǁrefresh__mutmut_23": (
         "lm_head's bias read as None: Qwen2's and Llama's LM heads have no bias (Linear(bias=False))"),
-    **{_FS + f"xǁFastStepǁsupports__mutmut_{n}": (
-        "the default of getattr(rotary_emb, 'rope_type', ...): the installed transformers' rotary modules always "
-        "set rope_type, so the default is never read") for n in (7, 10, 13, 14)},
     # prefix
     **{_PX + f"x_forward_with_prefix__mutmut_{n}": (
         "no position ids for the rows' remaining tokens: the model's default after a cache of `length` tokens "
@@ -287,8 +274,6 @@ KEPT.update({
         "config makes the same plain DynamicLayers; a sliding-window config would differ (not trained here)"),
     # decode
     _DC + "x_inverse_cdf__mutmut_3": "cumsum over dim +1 of a [B, V] tensor: the last dim, as -1",
-    **{_DC + f"x_inverse_cdf__mutmut_{n}": (
-        "torch.rand without the cdf's dtype: float32, the decode loop's probabilities' dtype") for n in (11, 14)},
     _DC + "x_inverse_cdf__mutmut_12": _CPU,
 })
 
@@ -300,9 +285,6 @@ KEPT.update({
         "use_cache None / False with a cache passed: in the installed transformers use_cache only decides "
         "whether the model makes a cache when none is given (and returns it); the passed cache is filled either "
         "way, and only it is read") for n in (26, 29, 32)},
-    **{_PX + f"x_run_prefixes__mutmut_{n}": (
-        "more logits kept by the prefix forward (all, or the last 2): they are never read, only the keys and "
-        "values; it costs memory and time, not numbers") for n in (27, 30, 33)},
     _DC + "x_inverse_cdf__mutmut_15": _CPU,
 })
 
@@ -326,8 +308,8 @@ KEPT.update({
 _BT = "mgrpo_algo.learning.batching.x_advantages__mutmut_"
 KEPT.update({
     **{_BT + f"{n}": (
-        "no dtype for a tensor of Python floats, or for zeros: torch's default dtype, float32, as written")
-       for n in (4, 7, 12, 14, 24, 26)},
+        "torch.as_tensor of the values without dtype: the result is written into the float32 zeros, which casts")
+       for n in (24, 26)},
     **{_BT + f"{n}": _CPU for n in (5, 8, 27)},
 })
 
@@ -339,11 +321,6 @@ KEPT.update({
     _TP + "40": 'float("-INF") is float("-inf")',
     **{_DC + f"x_process_scores__mutmut_{n}": "log_softmax over dim +1 of [B, V] logits: the last dim, as -1"
        for n in (9, 34)},
-    **{_DC + f"x_process_scores__mutmut_{n}": (
-        "top-p applied at top_p = 1 too: it removes tokens whose cumulative probability (ascending) is <= 0, "
-        "i.e. only tokens whose probability is 0 in float32 already: they are never drawn, and the recorded "
-        "log-prob is read at the drawn token only; costs a sort, not numbers")
-       for n in (20, 21)},
 })
 
 _GL = "mgrpo_algo.policies.decode.x__growing_layer_class__mutmut_"
@@ -357,4 +334,16 @@ KEPT.update({
         "and copying zero filled columns changes nothing"),
     _GL + "40": "key_states.shape[+2] of [batch, heads, length, dim] states: the same axis as -2",
     _GL + "50": "the assert's 'or': both buffers are set together in _grow, so both conditions hold together",
+})
+
+_RS = "mgrpo_algo.policies.decode.x_reserve__mutmut_"
+KEPT.update({
+    _RS + "3": (
+        "break instead of continue for a layer that is already this call's GrowingLayer: unreachable, since "
+        "_growing_layer_class makes a new class at every call, so no layer is an instance of it yet (a layer "
+        "from an earlier call is wrapped again with room, as intended)"),
+    _RS + "7": "an uninitialised layer's get_seq_length() is 0: 0 + extra is extra",
+    **{_RS + f"{n}": (
+        "an initialised layer holding 0 positions is fed its empty keys and values: the new layer then holds 0 "
+        "positions too, as without the call") for n in (9, 10)},
 })

@@ -134,6 +134,18 @@ def test_the_preallocated_layer_grows_only_past_its_room_and_then_doubles() -> N
     assert layer._k.data_ptr() == buffer and layer.get_seq_length() == 8
     fed = torch.cat(chunks, 2)
     assert torch.equal(keys, fed) and torch.equal(values, -fed)
+    # a cache that already holds a position (KV reuse): reserving 4 more keeps it and makes room for 5
+    held = DynamicCache(config=config)
+    held.layers[0].update(chunks[1][:, :, :1], chunks[2][:, :, :1])
+    before = (held.layers[0].keys.clone(), held.layers[0].values.clone())
+    reserve(held, 4)
+    layer = held.layers[0]
+    assert layer._k.shape[2] == 5 and layer.get_seq_length() == 1
+    assert torch.equal(layer.keys, before[0]) and torch.equal(layer.values, before[1])
+    buffer = layer._k.data_ptr()
+    layer.update(chunks[0], chunks[0])
+    layer.update(chunks[1], chunks[1])
+    assert layer._k.data_ptr() == buffer and layer.get_seq_length() == 5
 
 
 def test_decode_stops_every_row_at_its_stop_id_and_pads_after(sub_model) -> None:
@@ -202,6 +214,28 @@ def test_top_p_keeps_the_smallest_nucleus_that_reaches_p_by_hand() -> None:
     assert torch.isfinite(equal).sum(-1).tolist() == [2, 2, 2]
 
 
+def test_inverse_cdf_draws_the_same_ids_under_a_float64_default_dtype() -> None:
+    """The uniforms are drawn in the probabilities' dtype (float32), whatever torch's default dtype is: a
+    float64 default must not change the ids drawn under a seed."""
+    from mgrpo_algo.policies.decode import inverse_cdf
+
+    probs = torch.softmax(torch.randn(500, 40, generator=torch.Generator().manual_seed(1)), -1)
+
+    def draw() -> torch.Tensor:
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            return inverse_cdf(probs)
+
+    plain = draw()
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        under_float64 = draw()
+    finally:
+        torch.set_default_dtype(default)
+    assert torch.equal(plain, under_float64) and len(set(plain.tolist())) > 10
+
+
 def test_process_scores_tempers_then_cuts_and_records_raw_or_processed_log_probs() -> None:
     from mgrpo_algo.policies.decode import process_scores
 
@@ -220,6 +254,10 @@ def test_process_scores_tempers_then_cuts_and_records_raw_or_processed_log_probs
     assert torch.allclose(raw, torch.log_softmax(logits, -1))  # raw: the model's distribution, uncut
     scores, logp = process_scores(logits, 0.0, 0.5, "processed")  # greedy: untouched
     assert torch.equal(scores, logits) and torch.allclose(logp, torch.log_softmax(logits, -1))
+    # top-p 1 cuts nothing: a token whose probability is 0 in float32 keeps its finite log-prob
+    far = torch.tensor([[0.0, -200.0]])
+    scores, logp = process_scores(far, 1.0, 1.0, "processed")
+    assert torch.equal(scores, far) and torch.allclose(logp, torch.tensor([[0.0, -200.0]]))
 
 
 def test_the_inverse_cdf_sampler_records_the_models_log_probs(sub_model) -> None:

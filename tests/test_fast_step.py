@@ -86,6 +86,49 @@ def test_the_weights_are_prepared_once_while_no_parameter_moves() -> None:
     assert fast._layers is not prepared
 
 
+def test_the_rope_table_holds_256_positions_first_then_doubles() -> None:
+    """The table is grown rarely (amortised): 256 positions at first, then twice its length, or more
+    when a call needs more; a position already in the table grows nothing."""
+    model = _llama()
+    fast = FastStep(model)
+    fast.refresh(10)
+    assert fast._cos.shape[0] == 256
+    fast.refresh(256)  # positions 0-255: all in the table
+    assert fast._cos.shape[0] == 256
+    fast.refresh(300)
+    assert fast._cos.shape[0] == 512
+    fast.refresh(1500)
+    assert fast._cos.shape[0] == 1500
+    cos, sin = model.model.rotary_emb(model.model.embed_tokens.weight[:1], torch.arange(1500)[None])
+    assert torch.equal(fast._cos, cos[0]) and torch.equal(fast._sin, sin[0])
+
+
+def test_a_rotary_module_without_rope_type_is_the_default_rope() -> None:
+    """Rotary modules of transformers versions that do not name their rope type compute the default one."""
+    model = _qwen2()
+    del model.model.rotary_emb.rope_type
+    assert FastStep.supports(model)
+
+
+def test_fast_steps_keep_float32_under_a_float64_default_dtype() -> None:
+    """The additive mask and the rotation are made in float32 (the model's dtype) whatever torch's
+    default dtype is: a float64 default must not turn them into float64."""
+    model = _llama()
+    cache, token, mask, position = _prefilled(model, True, True)
+    with torch.no_grad():
+        expected = model(input_ids=token, attention_mask=mask, position_ids=position, cache=copy.deepcopy(cache),
+                         use_cache=True, logits_to_keep=1).logits[:, -1]
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        bias = additive_mask(mask, 2)
+        ours = FastStep(model)(token, None, position, copy.deepcopy(cache), attention_bias=bias[..., :mask.shape[1]])
+    finally:
+        torch.set_default_dtype(default)
+    assert bias.dtype == torch.float32 and ours.dtype == torch.float32
+    torch.testing.assert_close(ours, expected, atol=LOGIT_ATOL, rtol=0)
+
+
 def test_a_first_token_at_position_zero_is_the_models() -> None:
     """A fresh FastStep's first call at position 0 (an empty cache): the rope table is built for it."""
     from transformers import DynamicCache

@@ -134,3 +134,15 @@ def test_scatter_columns_places_values_and_passes_their_gradient() -> None:
     assert out.tolist() == [[1.0, 0.0, 2.0, 0.0], [3.0, 0.0, 4.0, 0.0]]
     (out * torch.arange(8.0).view(2, 4)).sum().backward()
     assert values.grad.tolist() == [[0.0, 2.0], [4.0, 6.0]]
+
+
+def test_advantages_are_float32_under_a_float64_default_dtype() -> None:
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        plain = advantages([seq(2, 1.0)], 2, torch.device("cpu"))
+        mixed = advantages([seq(2, 1.0, token_advantages=[0.5, 0.25]), seq(2, 2.0)], 2, torch.device("cpu"))
+    finally:
+        torch.set_default_dtype(default)
+    assert plain.dtype == mixed.dtype == torch.float32
+    assert plain.tolist() == [1.0] and mixed.tolist() == [[0.25], [2.0]]

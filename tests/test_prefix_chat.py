@@ -124,7 +124,11 @@ def test_prefix_passes_map_each_row_to_its_own_prefix_across_micro_batches(chat_
         None,
         (3, torch.tensor([[20, 21, 26]]), torch.tensor([0, 0])),
     ]
+    heads: list[tuple[int, ...]] = []  # the LM head runs on one position per prefix: no logits it would drop
+    hook = model.lm_head.register_forward_hook(lambda module, args, output: heads.append(tuple(output.shape)))
     out = run_prefixes(model, plans)
+    hook.remove()
+    assert heads == [(4, 1, model.config.vocab_size), (1, 1, model.config.vocab_size)]
     assert out[2] is None
     want = {0: [c, a, b, a], 1: [b, d, d], 3: [[20, 21, 26]] * 2}
     for j, rows in want.items():

@@ -29,7 +29,7 @@ def test_bounds_must_be_at_least_one() -> None:
     keep(tiny, "a", "x")
     assert (len(tiny), tiny.nbytes) == (1, 1)
     for kwargs in ({"max_entries": 0}, {"max_bytes": 0}, {"max_entries": -3, "max_bytes": 5}):
-        with pytest.raises(ValueError, match=r"max_entries and max_bytes must be >= 1"):
+        with pytest.raises(ValueError, match=r"^max_entries and max_bytes must be >= 1$"):
             RenderCache(**kwargs)
 
 

@@ -75,7 +75,7 @@ class BrowserFetcher(RequestGuard):
         executable_path: the Chromium binary (default: ``$MGRPO_CHROMIUM`` or Debian's ``/usr/bin/chromium``).
         timeout_s: limit for rendering one page, navigation and the settle included, from the moment
             its fresh page is ready (a free page slot and Chromium's new renderer are not counted:
-            under a loaded machine they take seconds that say nothing about the page).
+            on a loaded machine they take seconds that say nothing about the page).
         max_bytes: largest document (and rendered DOM) accepted.
         cache: optional response cache (namespace ``"browser"``).
         max_pages: pages rendered at the same time.
@@ -176,7 +176,7 @@ class BrowserFetcher(RequestGuard):
         future = asyncio.run_coroutine_threadsafe(self._fetch_async(checked, start), loop)
         try:
             # The coroutine enforces timeout_s itself; the margin covers a slow (re)launch and a slow
-            # new page (each bounded by startup_timeout_s).
+            # new page (opening one is bounded by startup_timeout_s).
             return future.result(timeout=self.timeout_s + 2 * self.startup_timeout_s)
         except concurrent.futures.TimeoutError:
             future.cancel()
