@@ -389,3 +389,31 @@ def test_stopped_rows_leave_the_batch_without_changing_what_is_sampled(monkeypat
                                        atol=1e-5, rtol=0)
             torch.testing.assert_close(a.values[row, :, : ids.shape[1] + read],
                                        b.values[row, :, : ids.shape[1] + read], atol=1e-5, rtol=0)
+
+
+def test_a_biased_lm_head_is_added_by_the_step_and_the_prefill() -> None:
+    """Qwen2's and Llama's heads have no bias, but a Linear head with one is still a head FastStep
+    mirrors: both paths add it (their logits are the forward's)."""
+    model = _llama()
+    head = model.lm_head
+    biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    with torch.no_grad():
+        biased.weight.copy_(head.weight)
+        biased.bias.normal_(0.0, 1.0)
+    model.lm_head = biased
+    assert FastStep.supports(model)
+    fast = FastStep(model)
+    cache, ids, mask, positions = _ragged_prefill(model, False, True)
+    theirs_cache = copy.deepcopy(cache)
+    with torch.no_grad():
+        theirs = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=theirs_cache, use_cache=True,
+                       logits_to_keep=1).logits[:, -1]
+    torch.testing.assert_close(fast.prefill(ids, positions, cache, additive_mask(mask, 1)), theirs, atol=LOGIT_ATOL, rtol=0)
+    token = theirs.argmax(-1, keepdim=True)
+    mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+    position = positions[:, -1:] + 1
+    with torch.no_grad():
+        theirs = model(input_ids=token, attention_mask=mask, position_ids=position, cache=theirs_cache,
+                       use_cache=True, logits_to_keep=1).logits[:, -1]
+    torch.testing.assert_close(fast(token, None, position, cache, attention_bias=additive_mask(mask)), theirs,
+                               atol=LOGIT_ATOL, rtol=0)

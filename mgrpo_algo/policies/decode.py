@@ -83,9 +83,9 @@ def _growing_layer_class() -> type:
             return self.keys, self.values
 
         def keep_rows(self, rows: torch.Tensor) -> None:
-            """Keep only the batch rows ``rows`` (a copy of their filled part, room included)."""
-            assert self._k is not None and self._v is not None
-            self._k, self._v = self._k.index_select(0, rows), self._v.index_select(0, rows)
+            """Keep only the batch rows ``rows`` (a copy of their filled part, room included; the layer
+            has been fed: decode compacts after its first step)."""
+            self._k, self._v = self._k.index_select(0, rows), self._v.index_select(0, rows)  # type: ignore[union-attr]
             self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
 
     return GrowingLayer
@@ -261,11 +261,11 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ca
 
 def _scatter_steps(tokens: list[Any], logps: list[Any], batch: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``[B, n]`` ids (pad where a row had left) and log-probs (0 there) of ``(rows, values)`` steps."""
-    ids = torch.full((batch, len(tokens)), pad_id, dtype=torch.long)
-    lps = torch.zeros((batch, len(tokens)), dtype=torch.float32)
-    for step, ((rows, t), (_, lp)) in enumerate(zip(tokens, logps, strict=True)):
+    ids = torch.full((batch, len(tokens)), pad_id)  # an int fill: int64 ids; zeros: float32 log-probs
+    lps = torch.zeros((batch, len(tokens)))
+    for step, (rows, t) in enumerate(tokens):
         ids[rows.cpu(), step] = t.cpu()
-        lps[rows.cpu(), step] = lp.float().cpu()
+        lps[rows.cpu(), step] = logps[step][1].float().cpu()
     return ids, lps
 
 
