@@ -211,10 +211,10 @@ def test_the_render_budget_starts_when_the_page_is_ready(browser_policy: UrlPoli
     new_tab = BrowserFetcher._new_tab
 
     async def slow_new_tab(self: BrowserFetcher):
-        await asyncio.sleep(3.5)  # a renderer starting on a loaded machine
+        await asyncio.sleep(5.5)  # a renderer starting on a loaded machine: longer than timeout_s
         return await new_tab(self)
 
-    with BrowserFetcher(browser_policy, executable_path=CHROMIUM, timeout_s=3, prewarm=0) as fetcher:
+    with BrowserFetcher(browser_policy, executable_path=CHROMIUM, timeout_s=5, prewarm=0) as fetcher:
         fetcher.start()
         monkeypatch.setattr(BrowserFetcher, "_new_tab", slow_new_tab)
         assert "river Lenta" in fetcher.fetch(route_server.url("/page2")).text
