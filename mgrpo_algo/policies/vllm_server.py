@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["VLLMServer", "VLLMServerError", "engine_refusal", "free_port", "launch_role_engine"]
+__all__ = ["VLLMServer", "VLLMServerError", "engine_refusal", "free_port", "launch_role_engine", "save_for_engine"]
 
 ENTRY_POINT = "vllm.entrypoints.openai.api_server"
 
@@ -332,11 +332,40 @@ def _write_weights(folder: Path, model: str, learner: Any) -> None:
 
         AutoTokenizer.from_pretrained(model).save_pretrained(folder)
     if learner is not None:
-        learner.model.save_pretrained(folder)
-    elif source.is_dir():  # a frozen role: the start weights as they are
-        for weights in [*source.glob("*.safetensors"), *source.glob("*.index.json")]:
-            shutil.copy2(weights, folder / weights.name)
-    else:
+        save_for_engine(learner.model, folder)
+    else:  # a frozen role: the start weights
         from transformers import AutoModelForCausalLM
 
-        AutoModelForCausalLM.from_pretrained(model).save_pretrained(folder)
+        save_for_engine(AutoModelForCausalLM.from_pretrained(model), folder)
+
+
+def save_for_engine(model: Any, folder: str | os.PathLike) -> Path:
+    """Write ``model``'s weights to ``folder`` the way a served engine can reload them: untied.
+
+    vLLM's ``reload_weights`` (0.32, measured on the CPU build) reloads ``embed_tokens`` of a model with
+    tied embeddings but not its output head ("ParallelLMHead: Failed to load weights"): the engine then
+    samples from the new body with the start model's head (log-probs 0.4 off after three updates of the
+    tiny model). So the served folder holds an explicit ``lm_head.weight`` and
+    ``tie_word_embeddings: false``, the same function. The server must be started from such a folder
+    (a launched one is); ``config.json`` is written too."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {name: tensor.detach().to("cpu").contiguous().clone() for name, tensor in model.state_dict().items()}
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    if head is not None and "lm_head.weight" not in state:
+        state["lm_head.weight"] = head.weight.detach().to("cpu").contiguous().clone()
+    config = model.config.to_dict()
+    config["tie_word_embeddings"] = False
+    if isinstance(config.get("text_config"), dict):
+        config["text_config"]["tie_word_embeddings"] = False
+    tmp = folder / ".model.safetensors.tmp"
+    save_file(state, str(tmp), metadata={"format": "pt"})
+    for stale in [*folder.glob("model-*.safetensors"), *folder.glob("*.index.json"), *folder.glob("*.bin")]:
+        stale.unlink()
+    os.replace(tmp, folder / "model.safetensors")  # the reload never reads a half-written file
+    import json
+
+    (folder / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
+    return folder

@@ -422,7 +422,9 @@ class RoleWorker:
             weights = self.spec.served.weights_dir
             if not weights:
                 raise ValueError(f"config field '{self.role}.served.weights_dir' is needed to push full weights")
-            self.learner.model.save_pretrained(weights)
+            from ..policies.vllm_server import save_for_engine
+
+            save_for_engine(self.learner.model, weights)  # untied: vLLM's reload skips a tied head
             self.sync.sync_full(sleep=self.spec.served.sleep)
         return {f"{self.role}/weight_sync_s": time.perf_counter() - t0}
 
