@@ -40,7 +40,7 @@ Errors: connection errors, timeouts, HTTP 408/429/5xx and unparsable bodies are 
 exponential backoff, ``max_retries`` times or for ``wait_s`` seconds, whichever lasts longer; other
 HTTP statuses (a 400 for a bad field, 404 for a wrong model name) fail at once. Either way the call
 raises :class:`PolicyError` with the status and the start of the body. With ``wait_s > 0`` the first
-failure of an outage prints one line (what failed, how long it will wait). With an ``engine`` (a
+retry of a batch prints one line (what failed, how long it will wait), not one per request. With an ``engine`` (a
 :class:`mgrpo_algo.policies.vllm_server.VLLMServer` this run started), a connection error or a
 timeout first asks it to restart the server if it died or hung (``engine.ensure_up``), then retries:
 a rollout in flight when its server is SIGKILLed resumes on the restarted server (same prompt ids,
@@ -104,7 +104,7 @@ class OpenAICompatiblePolicy:
         trust_env: let httpx read proxy settings from the environment (``HTTP_PROXY``, ``NO_PROXY``).
         transport: an ``httpx`` transport (tests); default a real connection pool.
         wait_s: keep retrying transient failures for this long (a server restarting or overloaded).
-        engine: the server's supervisor (``ensure_up(problem) -> bool``), asked after a connection
+        engine: the server's supervisor (``ensure_up(problem) -> str``), asked after a connection
             error or timeout; None: an external server (the policy only waits for it).
     """
 
@@ -204,6 +204,7 @@ class OpenAICompatiblePolicy:
 
     def __call__(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
         call = next(self._calls)
+        self._outage = False  # one line per batch that meets an outage, whatever its number of requests
         prepared = [self.prompter.prompt(r) for r in requests]
 
         def one(index: int) -> tuple[list[int], list[float], str]:
@@ -232,17 +233,18 @@ class OpenAICompatiblePolicy:
         problem = ""
         start = time.monotonic()
         attempt = 0
+        recovered = False  # the engine was (re)started: retry at once, its own line said what happened
         while attempt <= self.max_retries or time.monotonic() - start < self.wait_s:
-            if attempt:
+            if attempt and not recovered:
                 self._announce(problem)
                 time.sleep(min(10.0, self.backoff_s * 2 ** (attempt - 1)))
-            attempt += 1
+            attempt, recovered = attempt + 1, False
             try:
                 reply = self._client.post(self.url, content=json.dumps(body))
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
-                if self.engine is not None:  # dead or hung: restarted (one line) before the retry
-                    self.engine.ensure_up(problem)
+                if self.engine is not None:  # still starting, dead or hung: waited for or restarted
+                    recovered = self.engine.ensure_up(problem) != "up"
                 continue
             snippet = reply.text[:300]
             if reply.status_code != 200:
@@ -255,7 +257,6 @@ class OpenAICompatiblePolicy:
             except (ValueError, KeyError, TypeError, IndexError) as exc:
                 problem = f"malformed reply from {self.url} ({type(exc).__name__}: {exc}): {snippet}"
                 continue
-            self._outage = False
             return parsed
         raise PolicyError(f"{problem} (after {attempt} attempts, {time.monotonic() - start:.0f} s)")
 

@@ -132,6 +132,7 @@ class VLLMServer:
         self.health_timeout_s = float(health_timeout_s)
         self.log_path = None if log_path is None else Path(log_path)
         self.proc: subprocess.Popen | None = None
+        self.ready = False  # /health answered since the last start (a server still loading is not hung)
         self.restarts: list[dict[str, Any]] = []
         self.start_s: list[float] = []  # seconds each start took until /health answered
         self._lock = threading.RLock()  # one start / restart at a time (many request threads fail together)
@@ -178,7 +179,7 @@ class VLLMServer:
             finally:
                 if log is not subprocess.DEVNULL:
                     log.close()
-            self._started = time.monotonic()
+            self._started, self.ready = time.monotonic(), False
             if wait:
                 self.wait_ready()
             return self
@@ -193,7 +194,9 @@ class VLLMServer:
                 raise VLLMServerError(f"{self.name}: the vLLM server exited while starting (exit code {code})"
                                       f"{self._log_tail()}")
             if self.healthy(timeout_s=2.0):
-                self.start_s.append(time.monotonic() - self._started)
+                if not self.ready:
+                    self.start_s.append(time.monotonic() - self._started)
+                self.ready = True
                 return
             time.sleep(0.5)
         raise VLLMServerError(f"{self.name}: the vLLM server did not answer /health within "
@@ -209,14 +212,19 @@ class VLLMServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def ensure_up(self, problem: str = "") -> bool:
-        """After a failed request: restart the server if it is dead or hung; True if it was restarted.
+    def ensure_up(self, problem: str = "") -> str:
+        """After a failed request: ``"up"`` (it answers /health: nothing done), ``"waited"`` (it was
+        still starting: waited until it answers) or ``"restarted"`` (it was dead or hung: restarted,
+        one line printed).
 
         Several request threads fail together: the lock makes one of them restart, and the others
         find the new server healthy."""
         with self._lock:
+            if self.alive() and not self.ready:
+                self.wait_ready()
+                return "waited"
             if self.alive() and self.healthy():
-                return False
+                return "up"
             if self.alive():
                 why = f"hung (no answer to /health in {self.health_timeout_s:g} s)"
             else:
@@ -228,7 +236,7 @@ class VLLMServer:
             self.stop(grace_s=0.0)
             self.start(wait=True)
             self.restarts.append({"why": why, "problem": problem, "seconds": time.monotonic() - t0})
-            return True
+            return "restarted"
 
     def kill(self) -> None:
         """SIGKILL the server and its engine processes (fault injection)."""
