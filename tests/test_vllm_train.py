@@ -186,3 +186,32 @@ def test_train_waits_for_a_server_that_answers_5xx_or_hangs(vllm_server, small_s
     expected = "HTTP 503" if mode == "503" else "ReadTimeout"
     assert len(outages) == 1 and expected in outages[0] and "retrying for up to 120 s" in outages[0], printed
     _check_run(out, 2, ("main",))
+
+
+def test_a_server_down_past_wait_s_stops_the_run_in_one_line_keeping_its_iterations(vllm_server, small_scenario,
+                                                                                     tmp_path, capsys):
+    """Iteration 0 runs; then every completion answers 503 for longer than ``served.wait_s``: the run stops
+    with exit code 1 and one line (no traceback), and iteration 0 stays committed for --resume."""
+    proxy = FaultProxy(vllm_server.url, "503", faults=0)
+    out = tmp_path / "run"
+
+    def fail_after_iteration_0() -> None:
+        while not ((out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 1):
+            time.sleep(0.1)
+        proxy.left = 10**9
+
+    threading.Thread(target=fail_after_iteration_0, daemon=True).start()
+    try:
+        code = main(["train", *_args(
+            small_scenario, out, 3, f"main.model={vllm_server.model}",
+            f"main.served={{base_url: {proxy.url}, model: {vllm_server.served_model_name}, "
+            f"weights_dir: {vllm_server.model}, wait_s: 2}}")])
+    finally:
+        proxy.close()
+    captured = capsys.readouterr()
+    assert code == 1
+    errors = [line for line in captured.err.splitlines() if line.startswith("mgrpo:")]
+    assert len(errors) == 1 and "served engine failed (PolicyError): HTTP 503" in errors[0], captured.err
+    assert "--resume" in errors[0] and "Traceback" not in captured.err
+    assert json.loads((out / "loop_state.json").read_text())["iteration"] == 0
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
