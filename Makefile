@@ -53,10 +53,10 @@ chromium:
 	  fi; }
 
 test: chromium $(STAMP) $(VLLM_STAMP)
-	$(PY) -m pytest -q
+	MGRPO_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q
 
 test-all: chromium $(STAMP) $(VLLM_STAMP)
-	$(PY) -m pytest -q -m "not gpu"
+	MGRPO_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q -m "not gpu"
 
 # The main job: from the committed warm start (configs/demo-warm-start, the imperfect teacher's clone,
 # checksum-verified), M-GRPO / frozen-sub / single-agent at the same rollout budget (configs/demo.yaml),
