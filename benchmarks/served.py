@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "served.json"))
+    parser.add_argument("--only", default="", help="run only the models whose name contains this")
+    parser.add_argument("--log-dir", default="", help="keep the servers' logs here (default: a temporary folder)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = ROOT / "configs" / "demo-warm-start" / "main"
@@ -67,6 +69,8 @@ def main() -> None:
         shutil.copytree(start, big, ignore=shutil.ignore_patterns("*.safetensors"))
         build_tiny_model(load_tokenizer(str(start)), big, hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, seed=0)
         for name, source in (("128x4 (demo warm start)", start), ("512x8 (random weights)", big)):
+            if args.only not in name:
+                continue
             from transformers import AutoModelForCausalLM
 
             model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval()
@@ -78,7 +82,7 @@ def main() -> None:
                      for r in ("main", "sub")}
             row = {"model": name, "parameters": params,
                    "in_process": rollouts_per_s(scenario, world, tasks, args.k, local, limits, args.repeats)}
-            with VLLMServer(served_dir, name="bench", log_path=Path(tmp) / "server.log") as server:
+            with VLLMServer(served_dir, name="bench", log_path=Path(args.log_dir or tmp) / f"server-{len(results)}.log") as server:
                 served = {r: OpenAICompatiblePolicy(server.url, server.served_model_name, role=r, tokenizer=str(source),
                                                     max_new_tokens=args.max_new_tokens, seed=1) for r in ("main", "sub")}
                 row["served"] = rollouts_per_s(scenario, world, tasks, args.k, served, limits, args.repeats)

@@ -168,9 +168,14 @@ class VLLMServer:
         return None if self.proc is None else self.proc.pid
 
     def command(self) -> list[str]:
+        # No chunked prefill: vLLM 0.32's CPU build kills its engine ("CPU Generator does not use offset")
+        # when it rolls back the generator of a seeded request whose prefill was cut in chunks (long
+        # multi-turn prompts side by side; the policy seeds every request). Whole prompts need a batch
+        # budget of at least one full-length prompt.
         cmd = [self.python, "-m", ENTRY_POINT, "--model", self.model, "--served-model-name", self.served_model_name,
                "--host", self.host, "--port", str(self.port), "--dtype", self.dtype,
-               "--max-model-len", str(self.max_model_len), "--enforce-eager"]
+               "--max-model-len", str(self.max_model_len), "--enforce-eager", "--no-enable-chunked-prefill",
+               "--max-num-batched-tokens", str(max(self.max_model_len, 8192))]
         if self.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(self.max_loras)]
         if self.sleep_mode:
