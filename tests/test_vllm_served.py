@@ -212,3 +212,19 @@ def test_the_cpu_build_refuses_in_one_line_without_avx512(tmp_path, monkeypatch)
     check_served_engines(load_config(None, []))  # nothing launched: nothing to check
     with pytest.raises(PreflightError, match=r"^main\.served\.launch: no vLLM installed"):
         check_served_engines(load_config(None, ["main.served.launch=true"]))
+
+
+def test_long_seeded_prompts_side_by_side_keep_the_engine_alive(vllm_server):
+    """Regression: with chunked prefill on, vLLM 0.32's CPU build kills its engine ("CPU Generator does not
+    use offset") when a seeded request's prompt is cut in chunks; VLLMServer starts it without. Eight
+    seeded 1,800-token prompts at once exceed one step's token budget."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    policy = _policy(vllm_server, max_new_tokens=4, max_retries=0)
+    words = " ".join(f"Who founded press number {i} and where was its founder born?" for i in range(240))
+    prompts = [policy.tokenizer.encode(f"Request {r}: {words}", add_special_tokens=False)[:1800] for r in range(8)]
+    assert min(len(p) for p in prompts) == 1800
+    with ThreadPoolExecutor(8) as pool:
+        done = list(pool.map(lambda r: policy._complete(prompts[r], 1000 + r), range(8)))
+    assert all(len(ids) == len(logprobs) > 0 for ids, logprobs, _ in done)
+    assert vllm_server.alive() and vllm_server.healthy()
