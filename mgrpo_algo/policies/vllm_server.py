@@ -199,6 +199,8 @@ class VLLMServer:
                 raise VLLMServerError(f"{self.name}: {problem}")
             if self.alive():
                 return self
+            if self.log_path:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
             log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
             try:
                 self.proc = subprocess.Popen(self.command(), env=self.environment(), stdout=log,
