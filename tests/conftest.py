@@ -63,3 +63,30 @@ def tiny(small_scenario):
 def tiny_world(tiny):
     with tiny.open() as world:
         yield world
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """One real vLLM server for the session (the CPU build here, tests/test_vllm_*.py): a copy of the
+    demo's warm-start main model, runtime LoRA on, development endpoints on. A start costs 35-60 s on
+    2 shared cores, hence one per session. A missing engine (or a CPU without AVX-512) fails the tests
+    that need it, in one line: it never skips."""
+    import shutil
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    from mgrpo_algo.policies.vllm_server import VLLMServer, engine_refusal, save_for_engine
+
+    problem = engine_refusal()
+    if problem:
+        pytest.fail(f"the served-engine tests need a vLLM server: {problem}", pytrace=False)
+    folder = tmp_path_factory.mktemp("vllm") / "main"
+    start = Path(__file__).resolve().parents[1] / "configs" / "demo-warm-start" / "main"
+    shutil.copytree(start, folder)
+    save_for_engine(AutoModelForCausalLM.from_pretrained(start), folder)  # untied: reloadable (vllm_server.py)
+    server = VLLMServer(folder, name="test-main", enable_lora=True, max_lora_rank=8,
+                        log_path=folder.parent / "server.log")
+    server.start()
+    yield server
+    server.stop()

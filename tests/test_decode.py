@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from mgrpo_algo.policies.decode import decode, reserve
+from mgrpo_algo.policies.decode import (
+    _cache_kwarg,  # `cache` in transformers >= 5.2x, else `past_key_values`
+    decode,
+    reserve,
+)
 from mgrpo_algo.policies.hf_policy import TransformersPolicy
 from mgrpo_env.rollout import PolicyRequest
 
@@ -98,8 +102,8 @@ def test_the_preallocated_cache_holds_what_a_dynamic_cache_holds(sub_model) -> N
             reserve(cache, 4)  # less room than fed: the layer must grow and keep what it holds
         with torch.no_grad():
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            sub_model(input_ids=ids[:, :9], attention_mask=mask[:, :9], position_ids=positions[:, :9], cache=cache)
-            out = sub_model(input_ids=ids[:, 9:], attention_mask=mask, position_ids=positions[:, 9:], cache=cache)
+            sub_model(input_ids=ids[:, :9], attention_mask=mask[:, :9], position_ids=positions[:, :9], **{_cache_kwarg(): cache})
+            out = sub_model(input_ids=ids[:, 9:], attention_mask=mask, position_ids=positions[:, 9:], **{_cache_kwarg(): cache})
         caches.append((cache, out.logits))
     (plain, logits), (grown, grown_logits) = caches
     assert torch.equal(logits, grown_logits)

@@ -13,6 +13,7 @@ import torch
 from test_decode import START, chat_turns, sub_model  # noqa: F401  (the warm-start sub model fixture)
 from test_lean_forward import _beside_the_model, _llama, _prefilled, _qwen2
 
+from mgrpo_algo.policies.decode import _cache_kwarg  # `cache` in transformers >= 5.2x, else `past_key_values`
 from mgrpo_algo.policies.fast_step import FastStep, additive_mask
 from mgrpo_algo.policies.hf_policy import TransformersPolicy
 
@@ -65,7 +66,7 @@ def test_positions_beyond_the_first_table_are_rotated_right() -> None:
     with torch.no_grad():
         for offset in (0, 3, 350):
             theirs = model(input_ids=token, attention_mask=mask, position_ids=position + offset,
-                           cache=copy.deepcopy(cache), use_cache=True, logits_to_keep=1).logits[:, -1]
+                           **{_cache_kwarg(): copy.deepcopy(cache)}, use_cache=True, logits_to_keep=1).logits[:, -1]
             ours = fast(token, mask, position + offset, copy.deepcopy(cache))
             torch.testing.assert_close(ours, theirs, atol=LOGIT_ATOL, rtol=0)
 
@@ -160,7 +161,7 @@ def test_fast_step_reads_the_live_weights(change) -> None:
             parameter.data = parameter.data * 1.5
         else:
             parameter.mul_(1.5)
-        expected = model(input_ids=token, attention_mask=mask, position_ids=position, cache=copy.deepcopy(cache),
+        expected = model(input_ids=token, attention_mask=mask, position_ids=position, **{_cache_kwarg(): copy.deepcopy(cache)},
                          use_cache=True, logits_to_keep=1).logits[:, -1]
     after = fast(token, mask, position, copy.deepcopy(cache))
     assert (before - after).abs().max() > 1e-3
@@ -250,7 +251,7 @@ def test_a_learner_update_reaches_the_next_fast_step() -> None:
                                   advantage=1.0 if i % 2 else -1.0) for i in range(4)])
     model.eval()
     with torch.no_grad():
-        expected = model(input_ids=token, attention_mask=mask, position_ids=position, cache=copy.deepcopy(cache),
+        expected = model(input_ids=token, attention_mask=mask, position_ids=position, **{_cache_kwarg(): copy.deepcopy(cache)},
                          use_cache=True, logits_to_keep=1).logits[:, -1]
     after = fast(token, mask, position, copy.deepcopy(cache))
     assert (before - after).abs().max() > 1e-3

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from mgrpo_algo.policies.decode import reserve
+from mgrpo_algo.policies.decode import (
+    _cache_kwarg,  # `cache` in transformers >= 5.2x, else `past_key_values`
+    reserve,
+)
 from mgrpo_algo.policies.lean_forward import LeanStep
 
 START = Path(__file__).resolve().parent.parent / "configs" / "demo-warm-start"
@@ -53,7 +56,7 @@ def _prefilled(model, padded: bool, grow: bool):
     if grow:
         reserve(cache, 24)  # the decode loop's preallocated layers
     with torch.no_grad():
-        model(input_ids=ids[:, :20], attention_mask=mask[:, :20], position_ids=positions[:, :20], cache=cache,
+        model(input_ids=ids[:, :20], attention_mask=mask[:, :20], position_ids=positions[:, :20], **{_cache_kwarg(): cache},
               use_cache=True)
     return cache, ids[:, 20:], mask, positions[:, 20:]
 
@@ -69,7 +72,7 @@ def _beside_the_model(model, step, padded: bool, grow: bool, steps: int = 3):
     pairs = []
     with torch.no_grad():
         for _ in range(steps):  # several steps: each extends its cache the same way
-            theirs = model(input_ids=token, attention_mask=mask, position_ids=position, cache=theirs_cache,
+            theirs = model(input_ids=token, attention_mask=mask, position_ids=position, **{_cache_kwarg(): theirs_cache},
                            use_cache=True, logits_to_keep=1).logits[:, -1]
             pairs.append((step(token, mask, position, ours_cache), theirs))
             token = theirs.argmax(-1, keepdim=True)
@@ -111,7 +114,7 @@ def test_lean_step_reads_the_live_weights(change) -> None:
             parameter.data = parameter.data * 1.5
         else:
             parameter.mul_(1.5)
-        expected = model(input_ids=token, attention_mask=mask, position_ids=position, cache=copy.deepcopy(cache),
+        expected = model(input_ids=token, attention_mask=mask, position_ids=position, **{_cache_kwarg(): copy.deepcopy(cache)},
                          use_cache=True, logits_to_keep=1).logits[:, -1]
     after = lean(token, mask, position, copy.deepcopy(cache))
     assert not torch.equal(before, after) and torch.equal(after, expected)

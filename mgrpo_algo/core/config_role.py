@@ -278,10 +278,31 @@ class ServedConfig:
     """Where full weights are written for a reload (needed when ``learner.lora_rank`` is 0)."""
     api_key: str | None = None
     """Bearer key of the server, if it asks for one."""
+    launch: bool = False
+    """The run starts this role's vLLM server itself (``python -m vllm.entrypoints.openai.api_server``,
+    :class:`mgrpo_algo.policies.vllm_server.VLLMServer`) from ``weights_dir`` (the learner's weights
+    are written there first; with LoRA, the role's model) on ``base_url``'s port (empty: a free port),
+    stops it at the end, and restarts it when it dies or hangs. False: an external server at
+    ``base_url`` that the run only waits for."""
+    timeout_s: float = 120.0
+    """Seconds one HTTP request may take; a longer one counts as a hung server (restarted when
+    launched, else retried)."""
+    wait_s: float = 600.0
+    """How long rollouts and weight syncs keep retrying a server that fails (connection refused,
+    HTTP 5xx, timeouts) before the run stops with the error; a restart (~45 s on 2 CPU cores) fits."""
+    sleep: bool = True
+    """Full-weight sync through vLLM's level-2 sleep / wake-up (lowest GPU memory peak); False:
+    ``reload_weights`` then ``reset_prefix_cache``. The CPU build answers both."""
+    engine_args: list[str] = field(default_factory=list)
+    """More flags for a launched server (e.g. ``["--gpu-memory-utilization", "0.3"]``)."""
+
+    def __post_init__(self) -> None:
+        _check(self.timeout_s > 0, "served.timeout_s", "must be > 0")
+        _check(self.wait_s >= 0, "served.wait_s", "must be >= 0")
 
     @property
     def enabled(self) -> bool:
-        return bool(self.base_url)
+        return bool(self.base_url) or self.launch
 
 
 @dataclass

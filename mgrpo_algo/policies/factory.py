@@ -23,6 +23,7 @@ def make_policy(
     max_new_tokens: int | None = None,
     served: bool | None = None,
     evaluation: bool = False,
+    engine: Any = None,
 ) -> Any:
     """A policy for ``role`` from its :class:`~mgrpo_algo.core.config.RoleConfig` ``spec``.
 
@@ -34,6 +35,8 @@ def make_policy(
         served: use ``spec.served`` (an OpenAI-compatible engine); default ``spec.served.enabled``.
         evaluation: a held-out evaluation's policy: on ``spec.learner.device`` / ``dtype``, with the
             policy's own KV-cache and decode defaults (evaluations have always run with them).
+        engine: the role's launched vLLM server (:class:`~mgrpo_algo.policies.vllm_server.VLLMServer`),
+            restarted by the served policy when it dies or hangs.
     """
     g = spec.generation
     temperature = g.temperature if temperature is None else temperature
@@ -45,6 +48,7 @@ def make_policy(
         return OpenAICompatiblePolicy(
             s.base_url, s.model or str(tokenizer), role=role, tokenizer=tokenizer, max_new_tokens=max_new_tokens,
             temperature=temperature, top_p=g.top_p, max_prompt_tokens=g.max_prompt_tokens, api_key=s.api_key,
+            timeout_s=s.timeout_s, wait_s=s.wait_s, engine=engine,
         )
     from .hf_policy import TransformersPolicy
 

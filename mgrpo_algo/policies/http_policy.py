@@ -36,10 +36,15 @@ Log-probabilities: vLLM reports them under its ``--logprobs-mode`` (default ``ra
 ``--logprobs-mode processed_logprobs`` to get the sampling distribution's, as
 :class:`mgrpo_algo.policies.hf_policy.TransformersPolicy` does by default. vLLM clamps ``-inf`` to -9999.
 
-Errors: connection errors, timeouts, HTTP 408/429/5xx and unparsable bodies are retried
-``max_retries`` times with exponential backoff; other HTTP statuses (a 400 for a bad field, 404 for
-a wrong model name) fail at once. Either way the call raises :class:`PolicyError` with the status
-and the start of the body.
+Errors: connection errors, timeouts, HTTP 408/429/5xx and unparsable bodies are retried with
+exponential backoff, ``max_retries`` times or for ``wait_s`` seconds, whichever lasts longer; other
+HTTP statuses (a 400 for a bad field, 404 for a wrong model name) fail at once. Either way the call
+raises :class:`PolicyError` with the status and the start of the body. With ``wait_s > 0`` the first
+retry of a batch prints one line (what failed, how long it will wait), not one per request. With an ``engine`` (a
+:class:`mgrpo_algo.policies.vllm_server.VLLMServer` this run started), a connection error or a
+timeout first asks it to restart the server if it died or hung (``engine.ensure_up``), then retries:
+a rollout in flight when its server is SIGKILLed resumes on the restarted server (same prompt ids,
+same seed), nothing of the episode is lost.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -97,6 +103,9 @@ class OpenAICompatiblePolicy:
         name: recorded as ``extra["policy"]``; default ``"http:<model>"``.
         trust_env: let httpx read proxy settings from the environment (``HTTP_PROXY``, ``NO_PROXY``).
         transport: an ``httpx`` transport (tests); default a real connection pool.
+        wait_s: keep retrying transient failures for this long (a server restarting or overloaded).
+        engine: the server's supervisor (``ensure_up(problem) -> str``), asked after a connection
+            error or timeout; None: an external server (the policy only waits for it).
     """
 
     def __init__(
@@ -120,6 +129,8 @@ class OpenAICompatiblePolicy:
         name: str | None = None,
         trust_env: bool = True,
         transport: httpx.BaseTransport | None = None,
+        wait_s: float = 0.0,
+        engine: Any = None,
     ) -> None:
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -148,6 +159,11 @@ class OpenAICompatiblePolicy:
             headers["Authorization"] = f"Bearer {key}"
         self._client = httpx.Client(timeout=timeout_s, headers=headers, transport=transport, trust_env=trust_env)
         self._calls = itertools.count()
+        self.wait_s = float(wait_s)
+        self.engine = engine
+        self._outage_lock = threading.Lock()
+        self._outage = False  # an outage is announced once, not once per request thread
+        self.outages: list[str] = []  # the one line of each outage (tests, logs)
 
     def close(self) -> None:
         self._client.close()
@@ -188,6 +204,7 @@ class OpenAICompatiblePolicy:
 
     def __call__(self, requests: Sequence[PolicyRequest]) -> list[PolicyResponse]:
         call = next(self._calls)
+        self._outage = False  # one line per batch that meets an outage, whatever its number of requests
         prepared = [self.prompter.prompt(r) for r in requests]
 
         def one(index: int) -> tuple[list[int], list[float], str]:
@@ -214,13 +231,20 @@ class OpenAICompatiblePolicy:
     def _complete(self, prompt: list[int], seed: int | None) -> tuple[list[int], list[float], str]:
         body = self.body(prompt, seed)
         problem = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
+        start = time.monotonic()
+        attempt = 0
+        recovered = False  # the engine was (re)started: retry at once, its own line said what happened
+        while attempt <= self.max_retries or time.monotonic() - start < self.wait_s:
+            if attempt and not recovered:
+                self._announce(problem)
                 time.sleep(min(10.0, self.backoff_s * 2 ** (attempt - 1)))
+            attempt, recovered = attempt + 1, False
             try:
                 reply = self._client.post(self.url, content=json.dumps(body))
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
+                if self.engine is not None:  # still starting, dead or hung: waited for or restarted
+                    recovered = self.engine.ensure_up(problem) != "up"
                 continue
             snippet = reply.text[:300]
             if reply.status_code != 200:
@@ -229,11 +253,25 @@ class OpenAICompatiblePolicy:
                     continue
                 raise PolicyError(problem)
             try:
-                return self._parse(reply.json(), prompt)
+                parsed = self._parse(reply.json(), prompt)
             except (ValueError, KeyError, TypeError, IndexError) as exc:
                 problem = f"malformed reply from {self.url} ({type(exc).__name__}: {exc}): {snippet}"
                 continue
-        raise PolicyError(f"{problem} (after {self.max_retries + 1} attempts)")
+            return parsed
+        raise PolicyError(f"{problem} (after {attempt} attempts, {time.monotonic() - start:.0f} s)")
+
+    def _announce(self, problem: str) -> None:
+        """The one line of an outage, printed by the first request thread that retries."""
+        if self.wait_s <= 0:
+            return
+        with self._outage_lock:
+            if self._outage:
+                return
+            self._outage = True
+        line = (f"served engine {self.role}: {' '.join(problem.split())[:160]}; retrying for up to "
+                f"{self.wait_s:.0f} s")
+        self.outages.append(line)
+        print(line, flush=True)
 
     @staticmethod
     def _parse(data: Any, prompt: list[int]) -> tuple[list[int], list[float], str]:

@@ -94,6 +94,10 @@ class WeightSync:
         backoff_s: first retry delay (doubles each retry, capped at 10 s).
         trust_env: let httpx read proxy settings from the environment.
         transport: an ``httpx`` transport (tests).
+        wait_s: keep retrying transient failures for this long (a restarting server).
+        engine: the server's supervisor (``ensure_up(problem)``), asked after a connection error or a
+            timeout (a launched server that died or hung is restarted from the folder the new weights
+            were just written to: the restart is the reload).
 
     Attributes:
         loaded: adapter name -> path of the adapters this object loaded (``sync_lora``).
@@ -110,6 +114,8 @@ class WeightSync:
         backoff_s: float = 0.5,
         trust_env: bool = True,
         transport: httpx.BaseTransport | None = None,
+        wait_s: float = 0.0,
+        engine: Any = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
@@ -123,6 +129,8 @@ class WeightSync:
         self._client = httpx.Client(timeout=timeout_s, headers=headers, transport=transport, trust_env=trust_env)
         self.loaded: dict[str, str] = {}
         self.syncs = 0
+        self.wait_s = float(wait_s)
+        self.engine = engine
 
     def close(self) -> None:
         self._client.close()
@@ -215,15 +223,19 @@ class WeightSync:
         url = self.root + route
         shown = url + ("?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else "")
         problem, status = "", None
-        for attempt in range(self.max_retries + 1):
+        start, attempt = time.monotonic(), 0
+        while attempt <= self.max_retries or time.monotonic() - start < self.wait_s:
             if attempt:
                 time.sleep(min(10.0, self.backoff_s * 2 ** (attempt - 1)))
+            attempt += 1
             try:
                 reply = self._client.request(
                     method, url, params=params, content=None if body is None else json.dumps(body)
                 )
             except httpx.HTTPError as exc:
                 problem, status = f"{method} {shown}: {type(exc).__name__}: {exc}", None
+                if self.engine is not None:
+                    self.engine.ensure_up(problem)
                 continue
             if reply.status_code == 200:
                 try:
@@ -237,7 +249,7 @@ class WeightSync:
             if status == 404 and _body_is_route_missing(reply.text) and hint:
                 problem += f" (endpoint missing: {hint})"
             raise WeightSyncError(problem, status)
-        raise WeightSyncError(f"{problem} (after {self.max_retries + 1} attempts)", status)
+        raise WeightSyncError(f"{problem} (after {attempt} attempts)", status)
 
 
 def _body_is_route_missing(text: str) -> bool:

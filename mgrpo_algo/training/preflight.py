@@ -140,7 +140,21 @@ def preflight(config: TrainConfig, *, check_eval: bool = False) -> None:
         check_writable(config.models_dir, "models folder (models_dir)")
     check_store(config.placement.store or None)
     check_models_and_devices(config)
+    check_served_engines(config)
     check_browser_for(check_scenario(config, include_eval=check_eval))
+
+
+def check_served_engines(config: TrainConfig) -> None:
+    """A role whose vLLM server the run launches (``served.launch``) needs a usable vLLM here: installed,
+    and for the CPU build an AVX-512 CPU (one line, before any model loads)."""
+    launched = [role for role in ROLES if getattr(config, role).served.launch]
+    if not launched:
+        return
+    from ..policies.vllm_server import engine_refusal
+
+    problem = engine_refusal()
+    if problem:
+        raise PreflightError(f"{', '.join(launched)}.served.launch: {problem}")
 
 
 def _looks_like_path(name: str) -> bool:

@@ -115,12 +115,20 @@ class RoleWorker:
         from ..core.seeding import policy_seed
 
         policy_model = self.learner.model if self.learner is not None else model
-        self.policy = make_policy(role, policy_model, model, self.spec, seed=policy_seed(seed, role, self.state["last_applied"] + 1))
+        self.engine = None
+        if self.spec.served.launch:  # this role's own vLLM server, from the learner's current weights
+            from ..policies.vllm_server import launch_role_engine
+
+            self.engine, served = launch_role_engine(role, self.spec, model, self.learner, self.run_dir)
+            self.spec = replace(self.spec, served=served)
+        self.policy = make_policy(role, policy_model, model, self.spec, seed=policy_seed(seed, role, self.state["last_applied"] + 1),
+                                  engine=self.engine)
         self.sync = None
         if self.spec.served.enabled:
             from ..policies.weight_sync import WeightSync
 
-            self.sync = WeightSync(self.spec.served.base_url, api_key=self.spec.served.api_key)
+            s = self.spec.served
+            self.sync = WeightSync(s.base_url, api_key=s.api_key, wait_s=s.wait_s, engine=self.engine)
         if self.learner is not None and self.learner.tokenizer is None:  # checkpoints are complete HF folders
             self.learner.tokenizer = getattr(self.policy, "tokenizer", None)
         self.buffers: dict[int, dict[str, Any]] = {}
@@ -441,8 +449,10 @@ class RoleWorker:
             weights = self.spec.served.weights_dir
             if not weights:
                 raise ValueError(f"config field '{self.role}.served.weights_dir' is needed to push full weights")
-            self.learner.model.save_pretrained(weights)
-            self.sync.sync_full()
+            from ..policies.vllm_server import save_for_engine
+
+            save_for_engine(self.learner.model, weights)  # untied: vLLM's reload skips a tied head
+            self.sync.sync_full(sleep=self.spec.served.sleep)
         return {f"{self.role}/weight_sync_s": time.perf_counter() - t0}
 
     def _published(self, iteration: int, metrics: dict[str, float], scored: set[str] = frozenset()) -> dict[str, float]:
@@ -471,6 +481,8 @@ class RoleWorker:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+        if self.engine is not None:
+            self.engine.stop()
 
 
 def _sub_payload(slots: list[Any]) -> list[dict[str, Any]]:
