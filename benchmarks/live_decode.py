@@ -45,6 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import report  # noqa: E402
+from generation import Timed  # noqa: E402  (a policy wrapper adding up its calls' time and tokens)
 
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = ("main", "sub")
@@ -68,23 +69,6 @@ def trainer_for(tmp: Path, label: str, b: int, k: int, iterations: int) -> Any:
         policy = trainer.workers[role].policy
         policy.fast_prefill, policy.compact = SIDES[label]
     return trainer
-
-
-class Timed:
-    """A policy wrapper that adds up its calls' time and the tokens they sampled."""
-
-    def __init__(self, policy: Any) -> None:
-        self.policy, self.seconds, self.tokens = policy, 0.0, 0
-
-    def __call__(self, requests: Any) -> Any:
-        t0 = time.perf_counter()
-        responses = self.policy(requests)
-        self.seconds += time.perf_counter() - t0
-        self.tokens += sum(len(r.extra["completion_ids"]) for r in responses)
-        return responses
-
-    def release(self, episode: int, agent: str) -> None:
-        self.policy.release(episode, agent)
 
 
 def collect_timed(trainer: Any, world: Any, tasks: list[Any], k: int, seed: int, side: str) -> dict[str, Any]:

@@ -101,7 +101,7 @@ SCOPE = {
     # the recovery path: commit / read back / discard, the update guards, pending and lag, the checkpoint order
     "mgrpo_algo/training/roles.py": {f"RoleWorker.{m}" for m in (
         "commit", "discard", "_buffer", "update_main", "update_sub", "_apply_pending", "flush", "_apply_sub",
-        "_score_sub", "update_shared", "_applied", "_save_state", "rollback", "committed", "_adopt")} | {"write_json"},
+        "_score_sub", "update_shared", "_replayed", "_publish_main", "_applied", "_save_state", "rollback", "committed", "_adopt")} | {"write_json"},
     "mgrpo_algo/experiments/compare.py": {
         "aggregate", "log_scalars", "_start_name", "evaluation_policies", "evaluate_policies", "eval_figures", "greedy_em",
         "_evaluate", "_full_evaluation", "_warm_record", "run_compare", "_train_and_evaluate", "_intervals",

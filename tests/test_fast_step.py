@@ -311,7 +311,13 @@ def test_a_fast_prefill_gives_the_models_logits_and_cache(build, cached, padded)
         torch.testing.assert_close(b.values.transpose(1, 2)[attended], a.values.transpose(1, 2)[attended],
                                    atol=1e-5, rtol=0)
         assert torch.isfinite(b.keys).all() and torch.isfinite(b.values).all()  # padding queries stay finite
-    token = theirs.argmax(-1, keepdim=True)
+    _next_step_is_the_models(model, fast, theirs, mask, positions, theirs_cache, ours_cache, padded)
+
+
+def _next_step_is_the_models(model, fast, logits, mask, positions, theirs_cache, ours_cache, padded: bool) -> None:
+    """From a prefill's logits and the two caches it left: one step of the model's argmax through the
+    forward and through ``fast`` gives the same logits."""
+    token = logits.argmax(-1, keepdim=True)
     mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
     position = positions[:, -1:] + 1
     with torch.no_grad():
@@ -410,11 +416,4 @@ def test_a_biased_lm_head_is_added_by_the_step_and_the_prefill() -> None:
         theirs = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=theirs_cache, use_cache=True,
                        logits_to_keep=1).logits[:, -1]
     torch.testing.assert_close(fast.prefill(ids, positions, cache, additive_mask(mask, 1)), theirs, atol=LOGIT_ATOL, rtol=0)
-    token = theirs.argmax(-1, keepdim=True)
-    mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-    position = positions[:, -1:] + 1
-    with torch.no_grad():
-        theirs = model(input_ids=token, attention_mask=mask, position_ids=position, cache=theirs_cache,
-                       use_cache=True, logits_to_keep=1).logits[:, -1]
-    torch.testing.assert_close(fast(token, None, position, cache, attention_bias=additive_mask(mask)), theirs,
-                               atol=LOGIT_ATOL, rtol=0)
+    _next_step_is_the_models(model, fast, theirs, mask, positions, theirs_cache, cache, True)

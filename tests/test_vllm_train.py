@@ -166,19 +166,25 @@ class FaultProxy:
         self.server.server_close()
 
 
+def _train_behind(proxy, vllm_server, small_scenario, out, iterations: int, served: str) -> int:
+    """``mgrpo train`` with the main role on the session's server behind ``proxy`` (closed after);
+    ``served``: the extra ``main.served`` fields. Returns the exit code."""
+    try:
+        return main(["train", *_args(
+            small_scenario, out, iterations, f"main.model={vllm_server.model}",
+            f"main.served={{base_url: {proxy.url}, model: {vllm_server.served_model_name}, "
+            f"weights_dir: {vllm_server.model}, {served}}}")])
+    finally:
+        proxy.close()
+
+
 @pytest.mark.parametrize("mode", ["503", "hang"])
 def test_train_waits_for_a_server_that_answers_5xx_or_hangs(vllm_server, small_scenario, tmp_path, capsys, mode):
     """The main role on the session's server behind the fault proxy (an external server: the run waits
     for it), the sub agent in process; its weights are pushed through the proxy after every update."""
     proxy = FaultProxy(vllm_server.url, mode, faults=6)
     out = tmp_path / "run"
-    try:
-        code = main(["train", *_args(
-            small_scenario, out, 2, f"main.model={vllm_server.model}",
-            f"main.served={{base_url: {proxy.url}, model: {vllm_server.served_model_name}, "
-            f"weights_dir: {vllm_server.model}, timeout_s: 3, wait_s: 120}}")])
-    finally:
-        proxy.close()
+    code = _train_behind(proxy, vllm_server, small_scenario, out, 2, "timeout_s: 3, wait_s: 120")
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert proxy.injected == 6
@@ -201,13 +207,7 @@ def test_a_server_down_past_wait_s_stops_the_run_in_one_line_keeping_its_iterati
         proxy.left = 10**9
 
     threading.Thread(target=fail_after_iteration_0, daemon=True).start()
-    try:
-        code = main(["train", *_args(
-            small_scenario, out, 3, f"main.model={vllm_server.model}",
-            f"main.served={{base_url: {proxy.url}, model: {vllm_server.served_model_name}, "
-            f"weights_dir: {vllm_server.model}, wait_s: 2}}")])
-    finally:
-        proxy.close()
+    code = _train_behind(proxy, vllm_server, small_scenario, out, 3, "wait_s: 2")
     captured = capsys.readouterr()
     assert code == 1
     errors = [line for line in captured.err.splitlines() if line.startswith("mgrpo:")]

@@ -100,6 +100,19 @@ def _rms_norm(hidden: Tensor, weight: Tensor, eps: float) -> Tensor:
     return weight * (hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + eps))
 
 
+def _after_attention(layer: _Layer, hidden: Tensor, attended: Tensor) -> Tensor:
+    """The rest of a decoder layer after its attention, for rows ``[N, C]`` (one token each, or every
+    new token of a prefill): output projection and residual, then the MLP and its residual."""
+    hidden = torch.addmm(hidden, attended, layer.out)
+    if layer.out_bias is not None:
+        hidden = hidden + layer.out_bias
+    x = _rms_norm(hidden, layer.norm2, layer.eps2)
+    y = torch.mm(x, layer.gate_up) if layer.gate_up_bias is None else torch.addmm(layer.gate_up_bias, x, layer.gate_up)
+    gate, up = y.chunk(2, dim=-1)
+    hidden = torch.addmm(hidden, F.silu(gate).mul_(up), layer.down)
+    return hidden if layer.down_bias is None else hidden + layer.down_bias
+
+
 class FastStep:
     """A one-token decode step for ``model`` (a float32 ``Qwen2ForCausalLM`` / ``LlamaForCausalLM``):
     logits equal to the model's up to float rounding, with about half the ops of
@@ -193,16 +206,7 @@ class FastStep:
             k, v = cache.layers[index].update(qk[:, heads:].unsqueeze(2), y[:, 2 * rotated:].unsqueeze(2))
             q = qk[:, :heads].view(batch, kv_heads, heads // kv_heads, head_dim)  # one query: heads under their kv head
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)
-            hidden = torch.addmm(hidden, out.reshape(batch, -1), layer.out)
-            if layer.out_bias is not None:
-                hidden = hidden + layer.out_bias
-            x = _rms_norm(hidden, layer.norm2, layer.eps2)
-            y = torch.mm(x, layer.gate_up) if layer.gate_up_bias is None else torch.addmm(layer.gate_up_bias, x,
-                                                                                        layer.gate_up)
-            gate, up = y.chunk(2, dim=-1)
-            hidden = torch.addmm(hidden, F.silu(gate).mul_(up), layer.down)
-            if layer.down_bias is not None:
-                hidden = hidden + layer.down_bias
+            hidden = _after_attention(layer, hidden, out.reshape(batch, -1))
         return self._logits(hidden)
 
     def _logits(self, hidden: Tensor) -> Tensor:
@@ -255,14 +259,5 @@ class FastStep:
                 batch, kv_heads, groups * new, head_dim)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)
             out = out.view(batch, kv_heads, groups, new, head_dim).permute(0, 3, 1, 2, 4).reshape(batch * new, -1)
-            hidden = torch.addmm(hidden, out, layer.out)
-            if layer.out_bias is not None:
-                hidden = hidden + layer.out_bias
-            x = _rms_norm(hidden, layer.norm2, layer.eps2)
-            y = torch.mm(x, layer.gate_up) if layer.gate_up_bias is None else torch.addmm(layer.gate_up_bias, x,
-                                                                                        layer.gate_up)
-            gate, up = y.chunk(2, dim=-1)
-            hidden = torch.addmm(hidden, F.silu(gate).mul_(up), layer.down)
-            if layer.down_bias is not None:
-                hidden = hidden + layer.down_bias
+            hidden = _after_attention(layer, hidden, out)
         return self._logits(hidden)

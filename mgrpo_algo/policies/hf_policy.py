@@ -461,11 +461,10 @@ class TransformersPolicy:
                         stop_ids=self.stop.token_ids, pad_id=self.pad_id, temperature=self.temperature,
                         top_p=self.top_p, logprobs_mode=self.logprobs_mode, step=self.decode,
                         sampler=self.sampler, fast_prefill=self.fast_prefill, compact=self.compact, stats=counts)
-                self.batch_shapes.append((len(prompts), counts["steps"], int(width), counts["row_steps"]))
             else:
                 generated, logprobs, cache_out = self._hf_generate(input_ids, attention, cache_in, width, new_tokens, seed)
-                steps = int(generated.shape[1])
-                self.batch_shapes.append((len(prompts), steps, int(width), len(prompts) * steps))
+                counts = {"steps": int(generated.shape[1]), "row_steps": len(prompts) * int(generated.shape[1])}
+            self.batch_shapes.append((len(prompts), counts["steps"], int(width), counts["row_steps"]))
         finally:
             model.train(was_training)
         results = []

@@ -296,20 +296,28 @@ class RoleWorker:
 
         ``slots``: :func:`mgrpo_algo.core.scoring.slot_payload` of the iteration's ``MainSlot``s, one per rollout.
         """
-        from ..distributed.store import MainStat
-
-        if iteration <= self.state["last_applied"]:  # applied before a crash: finish its idempotent tail only
-            metrics = dict(self.state["metrics"].get(str(iteration), {}))
-            return {**self._published(iteration, metrics), f"{self.role}/replayed": 1.0}
+        if iteration <= self.state["last_applied"]:
+            return self._replayed(iteration)
         if self.store is not None:  # first: the sub side may be waiting for it
-            self.store.put_main_stats(iteration, [MainStat(s["key"]["query"], s["key"]["rollout"], float(s["correct"]),
-                                                           bool(s["format_ok"]), float(s["reward"])) for s in slots])
+            self._publish_main(iteration, slots)
         self.faults.hit("after_store_write", role=self.role, iteration=iteration)
         metrics: dict[str, float] = {}
         if self.train:
             metrics = self.learner.update(self._sequences(iteration, slots))
             self.faults.hit("after_update", role=self.role, iteration=iteration)
         return self._applied(iteration, metrics)
+
+    def _replayed(self, iteration: int) -> dict[str, float]:
+        """An iteration applied before a crash: finish its idempotent tail only."""
+        metrics = dict(self.state["metrics"].get(str(iteration), {}))
+        return {**self._published(iteration, metrics), f"{self.role}/replayed": 1.0}
+
+    def _publish_main(self, iteration: int, slots: list[dict[str, Any]]) -> None:
+        """The main statistics of ``iteration`` into the store, one per rollout."""
+        from ..distributed.store import MainStat
+
+        self.store.put_main_stats(iteration, [MainStat(s["key"]["query"], s["key"]["rollout"], float(s["correct"]),
+                                                       bool(s["format_ok"]), float(s["reward"])) for s in slots])
 
     def update_sub(self, iteration: int, facts: list[list[dict[str, Any]]], scoring: dict[str, Any], *,
                    staleness: int = 0) -> dict[str, Any]:
@@ -397,15 +405,11 @@ class RoleWorker:
         from the store as the sub side reads them, the sub side is scored as :meth:`update_sub` scores
         it, and one learner update runs over the main and the sub sequences together; one commit.
         Returns what :meth:`update_main` and :meth:`update_sub` return together."""
-        from ..distributed.store import MainStat
-
-        if iteration <= self.state["last_applied"]:  # applied before a crash: finish its idempotent tail only
-            metrics = dict(self.state["metrics"].get(str(iteration), {}))
-            return {**self._published(iteration, metrics), f"{self.role}/replayed": 1.0}
+        if iteration <= self.state["last_applied"]:
+            return self._replayed(iteration)
         if self.store is None:
             raise RuntimeError("a shared-model worker reads the main statistics through the store: none is open")
-        self.store.put_main_stats(iteration, [MainStat(s["key"]["query"], s["key"]["rollout"], float(s["correct"]),
-                                                       bool(s["format_ok"]), float(s["reward"])) for s in slots])
+        self._publish_main(iteration, slots)
         stats = self.store.get_main_stats(iteration, expected=len(facts), timeout_s=self.store_timeout_s)
         sub_slots, metrics, scored = self._score_sub(iteration, {"facts": facts, "scoring": scoring},
                                                      [s.correct for s in stats])
