@@ -223,6 +223,7 @@ KEPT.update({
     **{_FS + f"x__rotation__mutmut_{n}": (
         "index - half instead of index + half for index in [0, half): negative indices wrap to the same "
         "rows [half, head_dim)") for n in (12, 16)},
+    _FS + "x__after_attention__mutmut_38": "y.chunk(2, dim=+1) of the 2-D [rows, 2 x intermediate] gate/up output: dim 1 is dim -1",
     _FS + "x__rms_norm__mutmut_11": (
         "mean over dim +1 instead of -1: FastStep's hidden states are always [batch, hidden], where 1 is the last dim"),
     **{_FS + f"x_additive_mask__mutmut_{n}": _FS_CPU for n in (5, 8)},
