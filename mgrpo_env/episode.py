@@ -176,7 +176,12 @@ class AgentTrajectory:
 
 @dataclass
 class EpisodeRecord:
-    """A whole episode. ``rewards`` maps agent name to its reward; ``components`` keeps the parts."""
+    """A whole episode. ``rewards`` maps agent name to its reward; ``components`` keeps the parts.
+
+    ``trajectory_key``: where a trainer's role workers keep this episode's sampled token ids
+    (``{"iteration": t, "index": i}``: agent a's turns are ``"<i>/<a>"`` of iteration t in its role
+    worker's trajectories); None when the policies' token ids are on the turns (``Turn.extra``).
+    """
 
     episode_id: str
     task: dict[str, Any]
@@ -192,6 +197,7 @@ class EpisodeRecord:
     components: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
     tool_s: float = 0.0
+    trajectory_key: dict[str, int] | None = None
 
     @property
     def num_subs(self) -> int:

@@ -5,11 +5,13 @@ the store's statistics; together they must give what this gives)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from mgrpo_algo.core.scoring import (
-    ScoredBatch,
+    MainSlot,
+    SubSlot,
     alignment_metrics,
     score_main_side,
     score_sub_side,
@@ -17,6 +19,16 @@ from mgrpo_algo.core.scoring import (
     turn_states,
 )
 from mgrpo_env.episode import EpisodeRecord
+
+
+@dataclass
+class ScoredBatch:
+    """Both sides of one iteration: typed slots and the scoring metrics."""
+
+    main: list[MainSlot]
+    sub: list[SubSlot]
+    d: int
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def score_batch(

@@ -25,7 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: F401
 
 from mgrpo_algo.core.config import GenerationConfig, LearnerConfig, RoleConfig
-from mgrpo_algo.core.scoring import MainSlot, RolloutKey, anchor_state, score_sub_side, slot_payload
+from mgrpo_algo.core.scoring import MainSlot, RolloutKey, SubFact, SubScoring, anchor_state, score_sub_side
 from mgrpo_algo.core.seeding import iteration_rngs
 from mgrpo_algo.core.sequences import slot_sequence
 from mgrpo_algo.distributed.placement import spawn
@@ -43,7 +43,7 @@ K = 2  # rollouts per query; 2 queries
 SUBS = [("sub_0", "sub_1"), ("sub_0",), ("sub_0", "sub_1", "sub_2", "sub_3"), ("sub_0", "sub_1")]
 TURNS = 2  # turns of every agent
 ITERATIONS = 4
-SCORING = {"k": K, "d": 3, "strategy": "duplicate", "step_weight": 0.5, "sub_weights": [0.1, 0.4, 0.5]}
+SCORING = SubScoring(k=K, d=3, strategy="duplicate", step_weight=0.5, sub_weights=(0.1, 0.4, 0.5))
 SPEC = RoleConfig(generation=GenerationConfig(max_new_tokens=4), learner=LearnerConfig(lr=1e-2))
 
 
@@ -58,7 +58,7 @@ def tiny_model(tmp_path_factory):
 def _worker(tiny_model, run_dir, role, **kw):
     kw.setdefault("spec", SPEC)
     return RoleWorker(role, tiny_model, str(run_dir), f"sqlite:{run_dir / 'stats.db'}", seed=SEED,
-                      store_timeout_s=0.2, return_extras=True, **kw)
+                      store_timeout_s=0.2, **kw)
 
 
 def _act(worker, iteration, agents):
@@ -75,10 +75,12 @@ def _act(worker, iteration, agents):
             observation = f"iteration {iteration} turn {turn}: " + ("hello", "world", "x")[episode * (iteration + 1) % 3]
             chats[(episode, agent)].append({"role": "user", "content": observation})
             requests.append(PolicyRequest(episode, agent, worker.role, observation, list(chats[(episode, agent)]), None))
-        responses = worker.act(iteration, requests)
-        for request, response in zip(requests, responses, strict=True):
-            chats[(request.episode, request.agent)].append({"role": "assistant", "content": response.text})
-            seen[(request.episode, request.agent)][0].append(copy.deepcopy(response.extra))
+        texts = worker.act(iteration, requests)  # text only: the token ids stay in the worker
+        for request, text in zip(requests, texts, strict=True):
+            chats[(request.episode, request.agent)].append({"role": "assistant", "content": text})
+            kept = worker.trajectories.history(iteration, request.episode, request.agent)[-1]
+            assert kept["completion_ids"] and len(kept["prompt_ids"]) > len(seen[(request.episode, request.agent)][0])
+            seen[(request.episode, request.agent)][0].append(copy.deepcopy(kept))
             seen[(request.episode, request.agent)][1].append(anchor_state(request.messages))
     worker.commit(iteration)
     return seen
@@ -91,8 +93,8 @@ def _facts(t):
     """Iteration t's sub facts (the same agents every iteration, different format flags and expert
     scores: a slot of another iteration would fit the sequences but carry other values)."""
     rng = np.random.default_rng([SEED, t, 7])
-    return [[{"agent": a, "format_ok": bool(rng.random() < 0.8), "expert": None if (i + j + t) % 3 == 0 else float(rng.random()),
-              "expert_source": "none" if (i + j + t) % 3 == 0 else "hops"} for j, a in enumerate(row)]
+    return [[SubFact(a, bool(rng.random() < 0.8), None if (i + j + t) % 3 == 0 else float(rng.random()),
+                     "none" if (i + j + t) % 3 == 0 else "hops") for j, a in enumerate(row)]
             for i, row in enumerate(SUBS)]
 
 
@@ -101,20 +103,27 @@ def _correct(t):
 
 
 def _main_slots(t):
-    return slot_payload([MainSlot(RolloutKey(i, i // K, i % K), "main_0", c, 0.0, c, True) for i, c in enumerate(_correct(t))])
+    return [MainSlot(RolloutKey(i, i // K, i % K), "main_0", c, 0.0, c, True) for i, c in enumerate(_correct(t))]
 
 
 def _expected(t, seen):
     """Iteration t's sub training samples, computed here from t's facts, t's correctness and t's trajectories."""
     facts = _facts(t)
-    rewards = [[paid_sub_reward(f["format_ok"], _correct(t)[i], f["expert"], SCORING["sub_weights"]) for f in row]
+    rewards = [[paid_sub_reward(f.format_ok, _correct(t)[i], f.expert, SCORING.sub_weights) for f in row]
                for i, row in enumerate(facts)]
-    states = {(i, j): seen[(i, f["agent"])][1] for i, row in enumerate(facts) for j, f in enumerate(row)}
-    slots, _ = score_sub_side(facts, rewards, K, SCORING["d"], strategy=SCORING["strategy"], rng=iteration_rngs(SEED, t)[1],
-                              step_weight=SCORING["step_weight"], states=states)
+    states = {(i, j): seen[(i, f.agent)][1] for i, row in enumerate(facts) for j, f in enumerate(row)}
+    slots, _ = score_sub_side(facts, rewards, K, SCORING.d, strategy=SCORING.strategy, rng=iteration_rngs(SEED, t)[1],
+                              step_weight=SCORING.step_weight, states=states)
     sequences = [slot_sequence(seen[(s.key.index, s.agent)][0], s.advantage, "sub", turn_advantages=s.turn_advantages)
                  for s in slots]
     return [(s.key.index, s.agent, s.advantage) for s in slots], sequences
+
+
+def _kept_advantages(run_dir):
+    """The A_S the sub worker kept, by iteration: [(record index, agent, A_S)] per aligned slot."""
+    folder = run_dir / "workers" / "sub" / "advantages"
+    return {int(p.stem): [(s["index"], s["agent"], s["advantage"]) for s in json.loads(p.read_text())]
+            for p in sorted(folder.glob("*.json"))} if folder.exists() else {}
 
 
 def _sample(sequence):
@@ -147,16 +156,14 @@ def test_sub_learner_applies_iteration_ts_slots_to_iteration_ts_sequences(tiny_m
         for it in published[t]:
             main.update_main(it, _main_slots(it))
         out = sub.update_sub(t, _facts(t), SCORING, staleness=staleness)
-        advantages = out.get("advantages", {})
-        assert list(advantages) == applies[t], (t, list(advantages))
-        for it in applies[t]:  # the A_S of iteration it, for iteration it's records
-            assert advantages[it] == expected[it][0]
+        assert _kept_advantages(tmp_path) == {it: expected[it][0] for step in applies[:t + 1] for it in step}, t
         if applies[t]:
             assert (out["sub/applied_iteration"], out["sub/lag"]) == (applies[t][-1], t - applies[t][-1])
     for it in flushed:
         main.update_main(it, _main_slots(it))
     out = sub.flush(ITERATIONS - 1)
-    assert list(out.get("advantages", {})) == flushed
+    assert out.get("sub/applied_iteration") == (flushed[-1] if flushed else None)
+    assert _kept_advantages(tmp_path) == {it: expected[it][0] for it in range(ITERATIONS)}  # A_S of iteration it, kept
     assert sub.status()["pending"] == [] and sub.status()["last_applied"] == ITERATIONS - 1
     # each iteration applied once, in order, with its own slots on its own sequences
     assert all(len(set(advantage for _, _, advantage in expected[t][0])) > 1 for t in expected)  # A_S carry signal
@@ -184,8 +191,8 @@ def _train_main(worker, t):
     _act(worker, t, [(i, "main_0") for i in range(len(SUBS))])
     correct = _correct(t)
     advantages = [c - float(np.mean(correct)) + 0.25 * (i % 2) for i, c in enumerate(correct)]
-    metrics = worker.update_main(t, slot_payload([MainSlot(RolloutKey(i, i // K, i % K), "main_0", c, a, c, True)
-                                                  for i, (c, a) in enumerate(zip(correct, advantages, strict=True))]))
+    metrics = worker.update_main(t, [MainSlot(RolloutKey(i, i // K, i % K), "main_0", c, a, c, True)
+                                     for i, (c, a) in enumerate(zip(correct, advantages, strict=True))])
     assert metrics["main/skipped"] == 0.0
     return metrics
 
@@ -228,7 +235,7 @@ def test_restarted_learner_is_the_checkpoints_and_trains_on_identically(tiny_mod
     worker died), which restores its newest checkpoint. ``rollback``: a resumed run whose worker had
     gone one iteration past the loop's commit goes back to the committed checkpoint, in place."""
     kwargs = {"role": "main", "model": tiny_model, "run_dir": str(tmp_path / "run"), "store": f"sqlite:{tmp_path / 'run.db'}",
-              "spec": SPEC, "seed": SEED, "store_timeout_s": 0.2, "return_extras": True}
+              "spec": SPEC, "seed": SEED, "store_timeout_s": 0.2}
     handle = spawn(RoleWorker, kwargs, placement="local", name="mgrpo-main")
     for t in range(2):  # two steps: AdamW's moments and step count are not those of a fresh optimizer
         _train_main(handle._obj, t)

@@ -10,6 +10,7 @@ Frozen workers (``train=False``) and empty batches keep most of them free of tok
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, replace
 
 import pytest
 
@@ -17,7 +18,7 @@ import pytest
 # mutation run (make mutation) forks once per mutant after collecting this module.
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: F401
 
-from mgrpo_algo.core.scoring import MainSlot, RolloutKey, slot_payload
+from mgrpo_algo.core.scoring import MainSlot, RolloutKey, SubFact, SubScoring
 from mgrpo_algo.distributed.store import MainStat, StoreTimeout, open_store
 from mgrpo_algo.learning.learner import RoleLearner  # noqa: F401  (RoleWorker imports these lazily)
 from mgrpo_algo.policies.hf_policy import TransformersPolicy  # noqa: F401
@@ -40,7 +41,7 @@ def _server(tiny_model, tmp_path, role, **kw):
 
 
 NO_SUBS = [[], []]  # two rollouts that delegated nothing
-SCORING = {"k": 2, "d": 1, "strategy": "duplicate", "step_weight": 0.0, "sub_weights": [0.1, 0.4, 0.5]}
+SCORING = SubScoring(k=2, d=1, strategy="duplicate", step_weight=0.0, sub_weights=(0.1, 0.4, 0.5))
 
 
 def _ck(tmp_path, role, iteration):
@@ -53,7 +54,7 @@ def _steady(metrics):
 
 
 def _main_slots(correct=(1.0, 0.0)):
-    return slot_payload([MainSlot(RolloutKey(i, 0, i), "main_0", c, 0.0, c, i == 0) for i, c in enumerate(correct)])
+    return [MainSlot(RolloutKey(i, 0, i), "main_0", c, 0.0, c, i == 0) for i, c in enumerate(correct)]
 
 
 
@@ -62,7 +63,7 @@ def _main_slots(correct=(1.0, 0.0)):
 def test_update_main_publishes_then_applies_once(tiny_model, tmp_path):
     main = _server(tiny_model, tmp_path, "main")
     metrics = main.update_main(0, _main_slots())
-    assert main.state["last_applied"] == 0 and metrics["main/store_bytes_written"] > 0
+    assert main.state.last_applied == 0 and metrics["main/store_bytes_written"] > 0
     store = open_store(f"sqlite:{tmp_path / 'stats.db'}")
     expected = [MainStat(0, 0, 1.0, True, 1.0), MainStat(0, 1, 0.0, False, 0.0)]  # R_M travels too
     assert store.get_main_stats(0, expected=2, timeout_s=0) == expected
@@ -89,11 +90,11 @@ def test_synchronized_sub_waits_for_the_main_statistics(tiny_model, tmp_path):
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
     with pytest.raises(StoreTimeout):
         sub.update_sub(0, NO_SUBS, SCORING)
-    assert sub.state["last_applied"] == -1 and sub.status()["pending"] == [0]  # kept for the retry
+    assert sub.state.last_applied == -1 and sub.status()["pending"] == [0]  # kept for the retry
     main.update_main(0, _main_slots())
     metrics = sub.update_sub(0, NO_SUBS, SCORING)
     assert metrics["sub/applied_iteration"] == 0.0 and metrics["sub/lag"] == 0.0
-    assert sub.state["last_applied"] == 0 and sub.status()["pending"] == []
+    assert sub.state.last_applied == 0 and sub.status()["pending"] == []
     assert sub.update_sub(0, NO_SUBS, SCORING) == {}  # applied already: not queued again
     assert sub.store.done_iterations("sub") == {0}
     main.close()
@@ -109,7 +110,7 @@ def test_stale_sub_lags_behind_by_at_most_n(tiny_model, tmp_path):
     main.update_main(0, _main_slots())
     metrics = sub.update_sub(1, NO_SUBS, SCORING, staleness=1)  # applies 0 (lag 1); 1 is not in yet
     assert (metrics["sub/applied_iteration"], metrics["sub/lag"]) == (0.0, 1.0)
-    assert sub.state["last_applied"] == 0 and sub.status()["pending"] == [1]
+    assert sub.state.last_applied == 0 and sub.status()["pending"] == [1]
     main.update_main(1, _main_slots())
     metrics = sub.flush(1)
     assert (metrics["sub/applied_iteration"], metrics["sub/lag"]) == (1.0, 0.0)
@@ -122,10 +123,10 @@ def test_pending_iteration_already_applied_is_dropped(tiny_model, tmp_path):
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
     main.update_main(0, _main_slots())
     sub.update_sub(0, NO_SUBS, SCORING)
-    sub.state["pending"]["0"] = {"facts": NO_SUBS, "scoring": SCORING}  # e.g. a state written before a crash
+    sub.state.pending["0"] = {"facts": NO_SUBS, "scoring": asdict(SCORING)}  # e.g. a state written before a crash
     metrics = sub.flush(0)
     assert "sub/store_bytes_written" not in metrics  # not applied again
-    assert sub.status()["pending"] == [] and sub.state["last_applied"] == 0
+    assert sub.status()["pending"] == [] and sub.state.last_applied == 0
     main.close()
     sub.close()
 
@@ -154,16 +155,16 @@ def test_role_name_checked(tiny_model, tmp_path):
 
 def test_committed_buffer_is_compact_and_read_back(tiny_model, tmp_path):
     main = _server(tiny_model, tmp_path, "main")
-    main.buffers[0] = {"turns": {"3/main_0": [{"prompt_ids": [1, 2], "completion_ids": [3]},
-                                              {"prompt_ids": [1, 2, 3, 4], "completion_ids": [5]}]},
-                       "states": {"3/main_0": ["a", "b"]}}
+    main.trajectories.add(0, 3, "main_0", {"prompt_ids": [1, 2], "completion_ids": [3]}, "a")
+    main.trajectories.add(0, 3, "main_0", {"prompt_ids": [1, 2, 3, 4], "completion_ids": [5]}, "b")
+    assert main.trajectories.history(0, 3, "main_0")[1]["prompt_ids"] == [1, 2, 3, 4]
     assert main.commit(0) == 1
-    main.buffers.clear()  # as after a restart: read from disk
-    assert main._buffer(0) == {"turns": {"3/main_0": [{"prompt_ids": [1, 2], "completion_ids": [3]},
+    main.trajectories._open.clear()  # as after a restart: read from disk
+    assert main.trajectories.load(0) == {"turns": {"3/main_0": [{"prompt_ids": [1, 2], "completion_ids": [3]},
                                                       {"prompt_shared": 3, "prompt_new_ids": [4], "completion_ids": [5]}]},
                                "states": {"3/main_0": ["a", "b"]}}
-    main.discard(0)
-    assert 0 not in main.buffers and not (tmp_path / "ck" / "workers" / "main" / "buffers" / "0.json").exists()
+    main.trajectories.discard(0)
+    assert 0 not in main.trajectories._open and not (tmp_path / "ck" / "workers" / "main" / "buffers" / "0.json").exists()
     main.close()
 
 
@@ -249,17 +250,19 @@ def test_sub_worker_scores_its_trajectories_from_the_store(tiny_model, tmp_path)
 
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
     main.update_main(0, _main_slots((1.0, 0.0)))  # rollout 0 answered correctly, rollout 1 did not
-    facts = [[{"agent": "sub_0", "format_ok": True, "expert": 0.5, "expert_source": "hops"},
-              {"agent": "sub_1", "format_ok": False, "expert": 1.0, "expert_source": "hops"}],
-             [{"agent": "sub_0", "format_ok": True, "expert": None, "expert_source": "none"}]]
-    metrics = sub.update_sub(0, facts, {**SCORING, "d": 2})
+    facts = [[SubFact("sub_0", True, 0.5, "hops"), SubFact("sub_1", False, 1.0, "hops")],
+             [SubFact("sub_0", True, None, "none")]]
+    metrics = sub.update_sub(0, facts, replace(SCORING, d=2))
     rewards = [0.1 + 0.4 * 1.0 + 0.5 * 0.5, 0.0, 0.1 + 0.4 * 0.0, 0.1]  # rollout 1's sub fills both of its slots
     assert metrics["sub/reward_mean"] == pytest.approx(np.mean(rewards))
     assert metrics["sub/expert_disabled"] == pytest.approx(1 / 3) and metrics["sub/expert_mean"] == pytest.approx(0.5)
     expected = (np.array(rewards) - np.mean(rewards)) / np.std(rewards)
-    advantages = metrics["advantages"][0]
-    assert [(i, a) for i, a, _ in advantages] == [(0, "sub_0"), (0, "sub_1"), (1, "sub_0"), (1, "sub_0")]
-    assert [v for _, _, v in advantages] == pytest.approx(expected.tolist())
+    assert "advantages" not in metrics  # the sub side keeps its A_S: the loop is not handed them
+    kept = json.loads((tmp_path / "ck" / "workers" / "sub" / "advantages" / "0.json").read_text())
+    assert [(s["index"], s["agent"], s["slot"]) for s in kept] == [(0, "sub_0", 0), (0, "sub_1", 1), (1, "sub_0", 0),
+                                                                   (1, "sub_0", 1)]
+    assert [s["reward"] for s in kept] == pytest.approx(rewards)
+    assert [s["advantage"] for s in kept] == pytest.approx(expected.tolist())
     main.close()
     sub.close()
 
@@ -273,13 +276,13 @@ def test_rollback_returns_to_the_loops_commit_and_committed_prunes(tiny_model, t
     for it in range(3):
         main.commit(it)
         main.update_main(it, [])
-    assert [p.name for p in main._checkpoints()] == ["iter-0", "iter-1", "iter-2"]
+    assert [p.name for p in main.state.checkpoints()] == ["iter-0", "iter-1", "iter-2"]
     main.committed(1)
-    assert [p.name for p in main._checkpoints()] == ["iter-1", "iter-2"]  # iter-2 is not committed yet
+    assert [p.name for p in main.state.checkpoints()] == ["iter-1", "iter-2"]  # iter-2 is not committed yet
     main.learner.step = 99  # stands for weights that moved after iteration 1
     assert main.rollback(1) == 1
     assert main.learner.step == 0 and main.status()["last_applied"] == 1  # the empty batches never stepped
-    assert [p.name for p in main._checkpoints()] == ["iter-1"]
+    assert [p.name for p in main.state.checkpoints()] == ["iter-1"]
     saved = RoleLearner.load(_ck(tmp_path, "main", 1))
     for name, tensor in saved.model.state_dict().items():
         assert torch.equal(tensor, main.learner.model.state_dict()[name])

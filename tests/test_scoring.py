@@ -22,15 +22,13 @@ from scoring_reference import score_batch
 
 from mgrpo_algo.core.scoring import (
     COUNT_WINDOW,
-    MainSlot,
     RolloutKey,
-    SubSlot,
     alignment_width,
-    annotate,
+    annotate_main,
+    annotate_sub,
     rollout_keys,
     score_main,
     score_sub,
-    slot_payload,
 )
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord
 
@@ -172,21 +170,13 @@ def test_annotate_counts_aligned_slots():
     records = _records()
     batch = score_batch(records, 3, 2, strategy="duplicate", rng=np.random.default_rng(0))
     records[4].components["sub_0"] = {"aligned_slots": 5}  # annotate adds to what is there
-    annotate(records, batch)
+    annotate_main(records, batch.main)
+    annotate_sub(records, [(s.key.index, s.agent, s.advantage) for s in batch.sub])  # as the viewer joins them
     assert records[0].components["main_0"]["advantage"] == pytest.approx(R2, abs=1e-6)
     assert records[0].components["sub_0"] == {"advantage": pytest.approx(A_SUB[0, 0], abs=1e-6), "aligned_slots": 1}
     assert records[2].components["sub_0"] == {"advantage": pytest.approx(A_SUB[2, 1], abs=1e-6), "aligned_slots": 2}
     assert records[4].components["sub_0"]["aligned_slots"] == 6
     assert "sub_0" not in records[1].components and records[1].components["main_0"]["advantage"] < 0
-
-
-def test_slot_payload_round_trip():
-    slots = [MainSlot(RolloutKey(3, 1, 0), "main_0", 0.5, -1.0, 1.0, True),
-             SubSlot(RolloutKey(2, 0, 2), 1, 0, "sub_0", 0.25, 0.75)]
-    payload = slot_payload(slots)
-    assert payload[0] == {"type": "MainSlot", "key": {"index": 3, "query": 1, "rollout": 0}, "agent": "main_0",
-                          "reward": 0.5, "advantage": -1.0, "correct": 1.0, "format_ok": True, "turn_advantages": None}
-    assert payload[1]["type"] == "SubSlot" and payload[1]["slot"] == 1
 
 
 def test_alignment_width_window():

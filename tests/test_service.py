@@ -12,8 +12,8 @@ from mgrpo_algo.training.roles import RoleWorker
 from mgrpo_algo.training.service import RoleClient, RoleService
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Public worker methods the loop never calls: the worker's own (discard) and the handle's (close).
-NOT_SERVICE = {"discard", "close"}
+#: Public worker methods the loop never calls: the handle's (close).
+NOT_SERVICE = {"close"}
 
 
 def _public(cls: type) -> set[str]:
@@ -70,12 +70,15 @@ def test_no_string_named_call_crosses_the_worker_boundary():
     assert offenders == []
 
 
-def test_the_sub_workers_advantages_reach_every_aligned_slot_of_the_records(small_scenario, tmp_path):
-    """Across the boundary and back: each (record, agent, A_S) the sub worker returns is written into
-    that record, once per aligned slot (the oracle clone delegates, so there are slots)."""
+def test_records_keep_a_key_the_workers_keep_the_tokens_and_the_sub_side_its_advantages(small_scenario, tmp_path):
+    """One owner per datum, through a real run: the episode records carry text, rewards and a key, no
+    token ids; the key finds each agent's sampled turns in its role worker's kept trajectories
+    (``keep_token_ids``); the viewer joins the A_S the sub worker kept to every aligned slot of the
+    records (the oracle clone delegates, so there are slots)."""
     import json
 
     from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.experiments.view import join_sub_advantages, load_episodes
     from mgrpo_algo.training.trainer import Trainer
 
     start = ROOT / "configs" / "oracle-warm-start"
@@ -83,13 +86,23 @@ def test_the_sub_workers_advantages_reach_every_aligned_slot_of_the_records(smal
         f"main.model={start / 'main'}", f"sub.model={start / 'sub'}", "align_d=2", "questions_per_iteration=2",
         "group_size=2", f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}, profile: tiny}}",
         "limits={max_main_turns: 4, max_sub_turns: 3, max_delegations: 2}", "stages=[{split: stage2/train, iterations: 1}]",
-        f"out_dir={tmp_path / 'run'}", f"models_dir={tmp_path / 'models'}"])
+        f"out_dir={tmp_path / 'run'}", f"models_dir={tmp_path / 'models'}", "keep_token_ids=true"])
     with Trainer(config) as trainer:
         trainer.run()
-    records = [json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
-    delegating = [r for r in records if r["subs"]]
-    assert delegating  # else the test checks nothing
+    run = tmp_path / "run"
+    assert "prompt_ids" not in (run / "episodes.jsonl").read_text() and "completion_ids" not in (run / "episodes.jsonl").read_text()
+    records, _ = load_episodes(run / "episodes.jsonl")
+    assert [r.trajectory_key for r in records] == [{"iteration": 0, "index": i} for i in range(4)]
+    kept = {role: json.loads((run / "workers" / role / "trajectories" / "0.json").read_text())["turns"] for role in ("main", "sub")}
+    assert not (run / "workers" / "main" / "buffers" / "0.json").exists()  # applied: moved, not copied
+    for i, record in enumerate(records):
+        for trajectory in [record.main, *record.subs]:
+            turns = kept[trajectory.role][f"{i}/{trajectory.agent}"]
+            assert len(turns) == len(trajectory.turns) and all(t["completion_ids"] for t in turns)
+    assert any(r.subs for r in records)  # else the test checks nothing
+    joined = join_sub_advantages(records, run)
+    assert joined == 2 * sum(bool(r.subs) for r in records)  # duplicate alignment fills d = 2 slots per rollout
     for r in records:
-        slots = {agent: c["aligned_slots"] for agent, c in r["components"].items() if "aligned_slots" in c}
-        assert sum(slots.values()) == (2 if r["subs"] else 0)  # duplicate alignment fills d = 2 slots per rollout
-        assert all("advantage" in r["components"][agent] for agent in slots)
+        slots = {agent: c["aligned_slots"] for agent, c in r.components.items() if "aligned_slots" in c}
+        assert sum(slots.values()) == (2 if r.subs else 0)
+        assert all("advantage" in r.components[agent] for agent in slots)

@@ -11,7 +11,7 @@ import torch
 from scoring_reference import score_batch
 
 from mgrpo_algo.core.advantages import step_advantages
-from mgrpo_algo.core.scoring import slot_payload, turn_states
+from mgrpo_algo.core.scoring import turn_states
 from mgrpo_algo.core.sequences import TokenSequence, slot_sequence, turn_spans
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, Turn
 
@@ -74,8 +74,10 @@ def test_score_batch_step_credit_main_by_hand() -> None:
     assert [m.advantage for m in batch.main] == pytest.approx([R2, -1 / R2, -1 / R2])  # unchanged
     plain = score_batch(records, 3, 1, strategy="duplicate", rng=np.random.default_rng(0), step_weight=0.0)
     assert all(m.turn_advantages is None for m in plain.main)
-    # the payload of a role server carries them
-    assert slot_payload(batch.main)[0]["turn_advantages"] == batch.main[0].turn_advantages
+    # a process placement pickles the slots: they arrive whole
+    import pickle
+
+    assert pickle.loads(pickle.dumps(batch.main))[0].turn_advantages == batch.main[0].turn_advantages
 
 
 def test_score_batch_step_credit_sub_by_hand() -> None:

@@ -48,7 +48,7 @@ def test_r_s_from_the_statistics_is_what_the_env_paid(episodes):
     records, _ = episodes
     for record, row in zip(records, sub_facts(records), strict=True):
         correct = float(record.correct)  # what the main worker publishes per rollout
-        assert [paid_sub_reward(f["format_ok"], correct, f["expert"], PAPER_SUB_WEIGHTS) for f in row] == \
+        assert [paid_sub_reward(f.format_ok, correct, f.expert, PAPER_SUB_WEIGHTS) for f in row] == \
             [s.reward for s in record.subs]
 
 
@@ -63,7 +63,7 @@ def test_sub_side_from_the_workers_inputs_equals_scoring_the_records(episodes):
     records, seen = episodes
     k, d = 2, 3
     reference = score_batch(records, k, d, strategy="duplicate", rng=np.random.default_rng(5), step_weight=0.5)
-    rewards = [[paid_sub_reward(f["format_ok"], float(r.correct), f["expert"], PAPER_SUB_WEIGHTS) for f in row]
+    rewards = [[paid_sub_reward(f.format_ok, float(r.correct), f.expert, PAPER_SUB_WEIGHTS) for f in row]
                for r, row in zip(records, sub_facts(records), strict=True)]
     states = {(i, j): seen[(i, s.agent)] for i, r in enumerate(records) for j, s in enumerate(r.subs)}
     slots, metrics = score_sub_side(sub_facts(records), rewards, k, d, strategy="duplicate",

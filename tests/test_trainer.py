@@ -9,7 +9,7 @@ import pytest
 from scoring_reference import score_batch
 
 from mgrpo_algo.core.config import load_config
-from mgrpo_algo.core.scoring import annotate
+from mgrpo_algo.core.scoring import annotate_main, annotate_sub
 from mgrpo_algo.core.sequences import slot_sequence
 from mgrpo_algo.training.trainer import Trainer
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, Turn
@@ -37,7 +37,8 @@ def test_score_batch_by_hand():
     # one query, K = 2 rollouts: rollout 0 has one sub (reward 1.0), rollout 1 has none
     records = [_record(1.0, [1.0], True), _record(0.0, [], False)]
     batch = score_batch(records, k=2, d=2, strategy="duplicate", rng=np.random.default_rng(0))
-    annotate(records, batch)
+    annotate_main(records, batch.main)  # the loop's A_M; the sub side's A_S as the viewer joins them
+    annotate_sub(records, [(s.key.index, s.agent, s.advantage) for s in batch.sub])
     # A_M: rewards [1, 0], mean 0.5, population std 0.5 -> [+1, -1]
     assert [s.advantage for s in batch.main] == [pytest.approx(1.0), pytest.approx(-1.0)]
     assert [(s.key.query, s.key.rollout, s.key.index) for s in batch.main] == [(0, 0, 0), (0, 1, 1)]

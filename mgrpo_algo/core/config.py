@@ -274,6 +274,11 @@ class TrainConfig:
     ``checkpoints/stage<n>/<role>``. The per-iteration checkpoints of the commit protocol
     (``workers/<role>/checkpoints/iter-<t>``, only the last committed one kept) are always written:
     a restarted worker and ``resume`` need them."""
+    keep_token_ids: bool = False
+    """Keep every applied iteration's sampled token ids (prompt, completion, log-probabilities) in each
+    role worker's ``workers/<role>/trajectories/<t>.json``, keyed by the episode records'
+    ``trajectory_key``. False: a worker deletes an iteration's tokens once it has applied it (the
+    records keep text and rewards only, under every placement)."""
     resume: bool = False
     """Continue the run in ``out_dir`` after its last committed iteration (``loop_state.json``; every
     role worker goes back to its checkpoint of that iteration), dropping metrics and episodes lines

@@ -10,8 +10,8 @@ Rewards are not computed here: the env pays R_M and R_S (with their components) 
 Scoring only reads them. A rollout is addressed by its :class:`RolloutKey` (query q, rollout j,
 position ``index`` in the task-major record list); nothing downstream does ``q*k+j`` arithmetic.
 
-Pure: records in, typed slots and metrics out. The caller builds training sequences from the slots
-(in process from the records' token extras, on a role server from the trajectories it kept).
+Pure: records in, typed slots and metrics out. The role worker that sampled a trajectory builds its
+training sequence from the slot and the token ids it kept.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,9 +34,7 @@ __all__ = [
     "RolloutKey",
     "MainSlot",
     "SubSlot",
-    "ScoredBatch",
     "alignment_width",
-    "annotate",
     "annotate_main",
     "annotate_sub",
     "turn_states",
@@ -47,8 +45,9 @@ __all__ = [
     "score_main_side",
     "score_sub_side",
     "sub_facts",
+    "SubFact",
+    "SubScoring",
     "alignment_metrics",
-    "slot_payload",
 ]
 
 #: Sub-agent counts kept to choose d (``align_d: 0``): the last this many rollouts.
@@ -93,14 +92,31 @@ class SubSlot:
     """Per turn: ``advantage`` + w x the sub-agent's step advantage (``step_weight`` > 0), else None."""
 
 
-@dataclass
-class ScoredBatch:
-    """What one iteration trains on: typed slots and the scoring metrics."""
+@dataclass(frozen=True)
+class SubFact:
+    """What the sub side knows of one of its trajectories before the main statistics arrive: the
+    agent, its format flag and expert score (None: no judge, b3 = 0) and where that score came from.
+    A few bytes, no tokens: the loop sends these, the sub worker's own trajectories hold the rest."""
 
-    main: list[MainSlot]
-    sub: list[SubSlot]
+    agent: str
+    format_ok: bool
+    expert: float | None
+    expert_source: str | None = None
+
+
+@dataclass(frozen=True)
+class SubScoring:
+    """How the sub side scores an iteration (:func:`score_sub_side` and the paid R_S): the group size
+    ``k``, the alignment width ``d`` and strategy, the step-credit weight, R_S's weights and format
+    gate, and the advantage estimator's name."""
+
+    k: int
     d: int
-    metrics: dict[str, float] = field(default_factory=dict)
+    strategy: str
+    step_weight: float
+    sub_weights: tuple[float, ...]
+    estimator: str = "grpo_pooled_masked"
+    sub_format_gate: bool = False
 
 
 def rollout_keys(n: int, k: int) -> list[RolloutKey]:
@@ -231,18 +247,14 @@ def score_main_side(records: Sequence[EpisodeRecord], k: int, *, role: str = "ma
     return main, metrics
 
 
-def sub_facts(records: Sequence[EpisodeRecord]) -> list[list[dict[str, Any]]]:
-    """What the sub side knows of its own trajectories, per rollout in delegation order: agent,
-    format flag, expert score (None: no judge, b3 = 0) and its source. A few bytes each, no tokens."""
-    out = []
-    for r in records:
-        out.append([{"agent": s.agent, "format_ok": bool(s.format_ok), "expert": s.expert,
-                     "expert_source": r.components.get(s.agent, {}).get("expert_source")} for s in r.subs])
-    return out
+def sub_facts(records: Sequence[EpisodeRecord]) -> list[list[SubFact]]:
+    """What the sub side knows of its own trajectories (:class:`SubFact`), per rollout in delegation order."""
+    return [[SubFact(s.agent, bool(s.format_ok), s.expert, r.components.get(s.agent, {}).get("expert_source"))
+             for s in r.subs] for r in records]
 
 
 def score_sub_side(
-    facts: Sequence[Sequence[Mapping[str, Any]]], rewards: Sequence[Sequence[float]], k: int, d: int, *,
+    facts: Sequence[Sequence[SubFact]], rewards: Sequence[Sequence[float]], k: int, d: int, *,
     strategy: str, rng: np.random.Generator, step_weight: float = 0.0,
     states: Mapping[tuple[int, int], Sequence[Any]] | None = None, estimator: str = "grpo_pooled_masked",
 ) -> tuple[list[SubSlot], dict[str, float]]:
@@ -255,17 +267,17 @@ def score_sub_side(
     # a query's sub-agents, of all its rollouts, share anchor states (the same subtask, the same pages)
     sub_steps = _step_credit([((i, j), (states or {})[(i, j)], rewards[i][j]) for i in rows for j in range(len(facts[i]))]
                              for rows in queries) if step_weight else {}
-    sub = [SubSlot(key, s, i, facts[key.index][i]["agent"], reward, a,
+    sub = [SubSlot(key, s, i, facts[key.index][i].agent, reward, a,
                    _plus_steps(a, sub_steps.get((key.index, i)), step_weight))
            for (key, s, i, reward), a in zip(placed, a_sub, strict=True)]
     subs = [f for row in facts for f in row]
     metrics = {
         "sub/reward_mean": align_stats.pop("reward_mean"),
-        "sub/expert_mean": float(np.mean([f["expert"] or 0.0 for f in subs])) if subs else 0.0,
-        "sub/format_ok": float(np.mean([f["format_ok"] for f in subs])) if subs else 0.0,
+        "sub/expert_mean": float(np.mean([f.expert or 0.0 for f in subs])) if subs else 0.0,
+        "sub/format_ok": float(np.mean([f.format_ok for f in subs])) if subs else 0.0,
         **{f"align/{name}": value for name, value in align_stats.items()},
     }
-    sources = [f["expert_source"] for f in subs if f.get("expert_source") is not None]
+    sources = [f.expert_source for f in subs if f.expert_source is not None]
     if sources:
         metrics["sub/expert_disabled"] = sources.count("none") / len(sources)
     return sub, metrics
@@ -274,13 +286,6 @@ def score_sub_side(
 def alignment_metrics(records: Sequence[EpisodeRecord], d: int) -> dict[str, float]:
     """d and the mean sub-agent count d_k of an iteration (the loop's side of the alignment)."""
     return {"align/d": float(d), "align/d_k_mean": float(np.mean([r.num_subs for r in records]))}
-
-
-def annotate(records: Sequence[EpisodeRecord], batch: ScoredBatch) -> None:
-    """Write each trajectory's advantage into its record's components (episodes.jsonl, ``mgrpo view``):
-    :func:`annotate_main` and :func:`annotate_sub` of one batch scored in one place."""
-    annotate_main(records, batch.main)
-    annotate_sub(records, [(s.key.index, s.agent, s.advantage) for s in batch.sub])
 
 
 def annotate_main(records: Sequence[EpisodeRecord], slots: Sequence[MainSlot]) -> None:
@@ -297,10 +302,3 @@ def annotate_sub(records: Sequence[EpisodeRecord], advantages: Sequence[tuple[in
         comp = records[index].components.setdefault(agent, {})
         comp["advantage"] = advantage
         comp["aligned_slots"] = comp.get("aligned_slots", 0) + 1
-
-
-def slot_payload(slots: Sequence[Any]) -> list[dict[str, Any]]:
-    """Slots as plain dicts (JSON and pickle friendly) for a role server."""
-    from dataclasses import asdict
-
-    return [{"type": type(s).__name__, **asdict(s)} for s in slots]

@@ -4,7 +4,9 @@ Reads ``RUN_DIR/episodes.jsonl`` (written by ``mgrpo eval --out`` and ``mgrpo tr
 every episode as a collapsible tree: a header (question, gold and final answer, correctness,
 rewards and their components, end reason, timings), the main agent's turns in order, and under each
 delegation the sub-agent it started (task, context, turns with their tool calls, result, format
-flag, expert score, reward). The page has inline CSS and a little vanilla JS (filter, search,
+flag, expert score, reward; for a training run, the advantages: A_M from the records, A_S joined
+from the sub side's own ``workers/<role>/advantages/<t>.json`` by the records' ``trajectory_key``).
+The page has inline CSS and a little vanilla JS (filter, search,
 expand long texts) and loads nothing. All record text is untrusted model output: every string goes
 through :func:`html.escape`.
 """
@@ -18,7 +20,7 @@ from typing import Any
 
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 
-__all__ = ["load_episodes", "render_html", "write_view"]
+__all__ = ["join_sub_advantages", "load_episodes", "render_html", "write_view"]
 
 DEFAULT_MAX_EPISODES = 2000
 LONG_CHARS = 600  # texts longer than this start folded behind an expand button
@@ -56,6 +58,31 @@ def load_episodes(path: str | Path, max_episodes: int = DEFAULT_MAX_EPISODES) ->
             except Exception as exc:  # any shape error is the line's fault
                 raise ValueError(f"{path}:{lineno}: not an episode record ({type(exc).__name__}: {exc})") from exc
     return records, total
+
+
+def join_sub_advantages(records: list[EpisodeRecord], run_dir: Path) -> int:
+    """A training run's A_S into its records' components (``advantage``, ``aligned_slots``), read from
+    the worker that scored the sub side (``run_dir/workers/*/advantages/<t>.json``, one entry per
+    aligned slot) by each record's ``trajectory_key``; returns how many slots were joined. Iterations
+    whose file is gone (a run stopped before its sub side applied them) stay without A_S."""
+    from ..core.scoring import annotate_sub
+
+    by_iteration: dict[int, list[int]] = {}
+    for position, record in enumerate(records):
+        if record.trajectory_key:
+            by_iteration.setdefault(int(record.trajectory_key["iteration"]), []).append(position)
+    joined = 0
+    for iteration, positions in by_iteration.items():
+        at = {int(records[p].trajectory_key["index"]): p for p in positions}
+        for path in sorted(run_dir.glob(f"workers/*/advantages/{iteration}.json")):
+            try:
+                slots = json.loads(path.read_text())
+                entries = [(at[s["index"]], s["agent"], float(s["advantage"])) for s in slots if s["index"] in at]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}: not a sub side's advantages ({type(exc).__name__}: {exc})") from exc
+            annotate_sub(records, entries)
+            joined += len(entries)
+    return joined
 
 
 # --- small pieces -----------------------------------------------------------------------------
@@ -286,6 +313,7 @@ def write_view(run_dir: str | Path, out: str | Path | None = None, *,
     run_dir = Path(run_dir)
     source = run_dir if run_dir.is_file() else run_dir / "episodes.jsonl"
     records, total = load_episodes(source, max_episodes)
+    join_sub_advantages(records, source.parent)
     target = Path(out) if out else source.parent / "view.html"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render_html(records, title=f"mgrpo run: {source.parent}", total=total), encoding="utf-8")

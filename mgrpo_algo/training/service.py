@@ -9,8 +9,10 @@ a type checker follow every call from the loop into the worker, as verl register
 instead of dispatching on names. The handle still sends the method's name over its transport (a
 pipe, a Ray actor): that is the placement's business, in one place here.
 
-Payloads stay the plain, JSON-friendly shapes the worker persists in its state
-(``core.scoring.slot_payload``, ``core.scoring.sub_facts``, the scoring settings).
+Payloads are dataclasses (:class:`~mgrpo_algo.core.scoring.MainSlot`,
+:class:`~mgrpo_algo.core.scoring.SubFact`, :class:`~mgrpo_algo.core.scoring.SubScoring`, the env's
+``PolicyRequest``), pickled by a process or Ray placement, passed by reference in process; results
+are texts and metrics. Token ids never cross: the worker that sampled them keeps them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Protocol
 
 from mgrpo_env.rollout import PolicyRequest
 
+from ..core.scoring import MainSlot, SubFact, SubScoring
 from .roles import RoleWorker
 
 __all__ = ["RoleClient", "RoleService"]
@@ -31,22 +34,22 @@ class RoleService(Protocol):
 
     # -- collection ------------------------------------------------------------------------------
     def begin_collect(self, iteration: int) -> None: ...
-    def act(self, iteration: int, requests: list[Any]) -> list[Any]: ...
+    def act(self, iteration: int, requests: list[PolicyRequest]) -> list[str]: ...
     def release(self, episode: int, agent: str) -> None: ...
     def commit(self, iteration: int) -> int: ...
 
     # -- evaluation ------------------------------------------------------------------------------
     def begin_eval(self, seed: int, temperature: float, max_new_tokens: int) -> None: ...
-    def eval_act(self, requests: list[Any]) -> list[str]: ...
+    def eval_act(self, requests: list[PolicyRequest]) -> list[str]: ...
     def eval_release(self, episode: int, agent: str) -> None: ...
 
     # -- updates ---------------------------------------------------------------------------------
-    def update_main(self, iteration: int, slots: list[dict[str, Any]]) -> dict[str, float]: ...
-    def update_sub(self, iteration: int, facts: list[list[dict[str, Any]]], scoring: dict[str, Any], *,
-                   staleness: int = 0) -> dict[str, Any]: ...
-    def update_shared(self, iteration: int, slots: list[dict[str, Any]], facts: list[list[dict[str, Any]]],
-                      scoring: dict[str, Any]) -> dict[str, Any]: ...
-    def flush(self, last_iteration: int) -> dict[str, Any]: ...
+    def update_main(self, iteration: int, slots: list[MainSlot]) -> dict[str, float]: ...
+    def update_sub(self, iteration: int, facts: list[list[SubFact]], scoring: SubScoring, *,
+                   staleness: int = 0) -> dict[str, float]: ...
+    def update_shared(self, iteration: int, slots: list[MainSlot], facts: list[list[SubFact]],
+                      scoring: SubScoring) -> dict[str, float]: ...
+    def flush(self, last_iteration: int) -> dict[str, float]: ...
 
     # -- the commit protocol and the run's end ---------------------------------------------------
     def rollback(self, iteration: int) -> int: ...
@@ -72,7 +75,7 @@ class RoleClient:
     def begin_collect(self, iteration: int) -> None:
         return self._call(RoleWorker.begin_collect, iteration)
 
-    def act(self, iteration: int, requests: list[PolicyRequest]) -> list[Any]:
+    def act(self, iteration: int, requests: list[PolicyRequest]) -> list[str]:
         return self._call(RoleWorker.act, iteration, requests)
 
     def release(self, episode: int, agent: str) -> None:
@@ -90,25 +93,25 @@ class RoleClient:
     def eval_release(self, episode: int, agent: str) -> None:
         return self._call(RoleWorker.eval_release, episode, agent)
 
-    def update_main(self, iteration: int, slots: list[dict[str, Any]]) -> dict[str, float]:
+    def update_main(self, iteration: int, slots: list[MainSlot]) -> dict[str, float]:
         return self._call(RoleWorker.update_main, iteration, slots)
 
-    def submit_update_main(self, iteration: int, slots: list[dict[str, Any]]) -> Future:
+    def submit_update_main(self, iteration: int, slots: list[MainSlot]) -> Future:
         return self._submit(RoleWorker.update_main, iteration, slots)
 
-    def update_sub(self, iteration: int, facts: list[list[dict[str, Any]]], scoring: dict[str, Any], *,
-                   staleness: int = 0) -> dict[str, Any]:
+    def update_sub(self, iteration: int, facts: list[list[SubFact]], scoring: SubScoring, *,
+                   staleness: int = 0) -> dict[str, float]:
         return self._call(RoleWorker.update_sub, iteration, facts, scoring, staleness=staleness)
 
-    def submit_update_sub(self, iteration: int, facts: list[list[dict[str, Any]]], scoring: dict[str, Any], *,
+    def submit_update_sub(self, iteration: int, facts: list[list[SubFact]], scoring: SubScoring, *,
                           staleness: int = 0) -> Future:
         return self._submit(RoleWorker.update_sub, iteration, facts, scoring, staleness=staleness)
 
-    def update_shared(self, iteration: int, slots: list[dict[str, Any]], facts: list[list[dict[str, Any]]],
-                      scoring: dict[str, Any]) -> dict[str, Any]:
+    def update_shared(self, iteration: int, slots: list[MainSlot], facts: list[list[SubFact]],
+                      scoring: SubScoring) -> dict[str, float]:
         return self._call(RoleWorker.update_shared, iteration, slots, facts, scoring)
 
-    def flush(self, last_iteration: int) -> dict[str, Any]:
+    def flush(self, last_iteration: int) -> dict[str, float]:
         return self._call(RoleWorker.flush, last_iteration)
 
     def rollback(self, iteration: int) -> int:

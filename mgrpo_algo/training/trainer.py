@@ -41,7 +41,6 @@ from ..core.scoring import (
     alignment_metrics,
     alignment_width,
     annotate_main,
-    annotate_sub,
     score_main_side,
 )
 from ..core.seeding import episode_seed, iteration_rngs
@@ -208,10 +207,10 @@ class Trainer:
         if not single:
             metrics.update(alignment_metrics(records, d))
         t_scored = time.perf_counter()
-        worker_metrics, sub_advantages = self.roles.update(t, main, records, d)  # the sub side scores itself
-        metrics.update(worker_metrics)
-        annotate_main(records, main)
-        annotate_sub(records, sub_advantages.get(t, []))  # the sub worker's A_S (none yet when it lags: stale mode)
+        metrics.update(self.roles.update(t, main, records, d))  # the sub side scores itself and keeps its A_S
+        annotate_main(records, main)  # the loop's own A_M; the token ids stay with the workers that sampled them:
+        for index, record in enumerate(records):  # the records carry the key to them
+            record.trajectory_key = {"iteration": t, "index": index}
         if metrics.get("sub/expert_disabled") and not self._warned_no_expert:
             print("note: r_expert is off (b3 = 0) for sub-agents of tasks without per-hop gold answers; "
                   "set expert_judge to score them with an LLM judge", flush=True)

@@ -1,14 +1,17 @@
 """The roles of a run, one :class:`~mgrpo_algo.training.roles.RoleWorker` each, wherever they run.
 
 :class:`RoleWorkers` is what the iteration loop (:class:`mgrpo_algo.training.trainer.Trainer`) runs on,
-for every placement: ``local`` puts the workers in this process (a local handle:
-arguments by reference, the records keep their token ids), ``processes`` one process per role,
-``ray`` Ray actors. The loop drives the environments and asks the workers for actions; each worker
-keeps the token trajectories it generated. After a batch the loop scores the main side and sends
-the main worker its slots; it publishes per rollout (query, rollout, correct, format, R_M) to the
-store and updates. The sub worker gets only what it knows of its own trajectories (format flag,
-expert score) and the alignment width; it waits in the store for the main statistics
-(synchronized) or lags behind them (stale), computes R_S and A_S itself, then updates.
+for every placement: ``local`` puts the workers in this process (a local handle: arguments by
+reference), ``processes`` one process per role, ``ray`` Ray actors. The loop drives the environments
+and asks the workers for actions, as text; each worker keeps the token trajectories it generated (the
+records carry only their key, ``EpisodeRecord.trajectory_key``). After a batch the loop scores the
+main side and sends the main worker its slots (:class:`~mgrpo_algo.core.scoring.MainSlot`); it
+publishes per rollout (query, rollout, correct, format, R_M) to the store and updates. The sub worker
+gets only what it knows of its own trajectories (:class:`~mgrpo_algo.core.scoring.SubFact`: format
+flag, expert score) and how to score them (:class:`~mgrpo_algo.core.scoring.SubScoring`); it waits in
+the store for the main statistics (synchronized) or lags behind them (stale), computes R_S and A_S
+itself, keeps them, then updates. Every call is a typed :class:`~mgrpo_algo.training.service.RoleClient`
+method; the payloads are those dataclasses.
 
 Faults: a worker that dies (SIGKILL, crash) is restarted from its checkpoint; during collection the
 iteration is re-collected (every worker reseeded for it: the same tokens are drawn), during an update
@@ -30,7 +33,7 @@ from mgrpo_env.episode import EpisodeRecord
 from mgrpo_env.rollout import PolicyRequest
 
 from ..core.config import MODES, TrainConfig
-from ..core.scoring import MainSlot, slot_payload, sub_facts
+from ..core.scoring import MainSlot, SubScoring, sub_facts
 from ..distributed.placement import RoleServerDied, spawn
 from .roles import RoleWorker
 from .service import RoleClient
@@ -82,7 +85,7 @@ class RoleWorkers:
             kwargs = {
                 "role": role, "model": paths[role], "run_dir": str(out), "store": store if not mode.single else "",
                 "spec": getattr(config, role), "seed": config.seed, "torch_threads": config.torch_threads,
-                "train": role in mode.trained, "return_extras": self.kind == "local",
+                "train": role in mode.trained, "keep_token_ids": config.keep_token_ids,
             }
             res = placement.resources.get(role, {})
             self.handles[role] = spawn(RoleWorker, kwargs, placement=self.kind, name=f"mgrpo-{role}",
@@ -140,15 +143,12 @@ class RoleWorkers:
                 self._restart(self._role_of(exc), "collect", exc)  # then collected again from scratch
         raise RuntimeError(f"collection of iteration {iteration} kept failing")
 
-    def update(self, iteration: int, main: list[MainSlot], records: list[EpisodeRecord], d: int
-               ) -> tuple[dict[str, float], dict[int, list[tuple[int, str, float]]]]:
-        """Each worker's update of ``iteration``: (metrics, the sub worker's A_S by applied iteration)."""
+    def update(self, iteration: int, slots: list[MainSlot], records: list[EpisodeRecord], d: int) -> dict[str, float]:
+        """Each worker's update of ``iteration`` (the sub side scores itself and keeps its A_S): the metrics."""
         main_role = next(iter(self.handles))  # "main" or "single"
-        slots = slot_payload(main)
         if self.mode.shares:  # one model plays every role: one update over all of them (the shared-model baseline)
             facts, scoring = sub_facts(records), self._sub_scoring(d)
-            out = dict(self._call(main_role, lambda c: c.update_shared(iteration, slots, facts, scoring), "update_shared"))
-            return out, {int(k): v for k, v in out.pop("advantages", {}).items()}
+            return dict(self._call(main_role, lambda c: c.update_shared(iteration, slots, facts, scoring), "update_shared"))
         # per role: the method's name (for the restart log), the call, and the same call on the handle's thread
         calls: dict[str, tuple[str, Callable[[RoleClient], Any], Callable[[RoleClient], Future]]] = {
             main_role: ("update_main", lambda c: c.update_main(iteration, slots),
@@ -174,19 +174,15 @@ class RoleWorkers:
                 name, call, _ = calls[role]
                 results[role] = self._call(role, call, name)
         metrics: dict[str, float] = {}
-        advantages: dict[int, list[tuple[int, str, float]]] = {}
         for role in calls:  # main first, then sub: the order the metrics always had
-            out = dict(results[role])
-            advantages.update({int(k): v for k, v in out.pop("advantages", {}).items()})
-            metrics.update(out)
-        return metrics, advantages
+            metrics.update(results[role])
+        return metrics
 
-    def _sub_scoring(self, d: int) -> dict[str, Any]:
-        """The sub side's scoring settings of an iteration (``RoleWorker.update_sub``'s ``scoring``)."""
+    def _sub_scoring(self, d: int) -> SubScoring:
+        """How the sub side scores an iteration of width ``d``."""
         cfg = self.config
-        return {"k": cfg.group_size, "d": d, "strategy": cfg.align_strategy, "step_weight": cfg.step_advantage_weight,
-                "sub_weights": list(cfg.sub_weights), "estimator": cfg.sub_estimator,
-                "sub_format_gate": cfg.sub_format_gate}
+        return SubScoring(cfg.group_size, d, cfg.align_strategy, cfg.step_advantage_weight, tuple(cfg.sub_weights),
+                          cfg.sub_estimator, cfg.sub_format_gate)
 
     def committed(self, iteration: int) -> None:
         """The loop committed ``iteration``: the workers prune their older checkpoints."""
