@@ -45,8 +45,11 @@ TARGETS = {
     "mgrpo_algo/core/losses.py": 0.90,
     "mgrpo_env/rewards.py": 0.80,
     "mgrpo_env/align.py": 0.80,
-    # beyond the issue's targets: the role servers' recovery guards
+    # beyond the issue's targets: the role servers' recovery guards (issue 33 split the worker: its token
+    # trajectories and its commit point are modules of their own, held to the same target)
     "mgrpo_algo/training/roles.py": 0.80,
+    "mgrpo_algo/training/trajectories.py": 0.80,
+    "mgrpo_algo/training/worker_state.py": 0.80,
     # issue 22: the wiring between the parts (compare's orchestration, the env's reward path, the KV cache)
     "mgrpo_algo/experiments/compare.py": 0.90,
     "mgrpo_env/aec.py": 0.90,
@@ -100,8 +103,11 @@ BEFORE = {
 SCOPE = {
     # the recovery path: commit / read back / discard, the update guards, pending and lag, the checkpoint order
     "mgrpo_algo/training/roles.py": {f"RoleWorker.{m}" for m in (
-        "commit", "discard", "_buffer", "update_main", "update_sub", "_apply_pending", "flush", "_apply_sub",
-        "_score_sub", "update_shared", "_replayed", "_publish_main", "_applied", "_save_state", "rollback", "committed", "_adopt")} | {"write_json"},
+        "commit", "update_main", "update_sub", "_apply_pending", "flush", "_apply_sub", "_score_sub", "update_shared",
+        "_replayed", "_publish_main", "_applied", "_published", "rollback", "committed")} | {"_queued"},
+    # the worker's sampled tokens: commit / read back / discard / retire / roll back (issue 33's split)
+    "mgrpo_algo/training/trajectories.py": {f"Trajectories.{m}" for m in (
+        "history", "add", "commit", "load", "discard", "retire", "drop_after")} | {"write_json", "drop_json_after"},
     "mgrpo_algo/experiments/compare.py": {
         "aggregate", "log_scalars", "_start_name", "evaluation_policies", "evaluate_policies", "eval_figures", "greedy_em",
         "_evaluate", "_full_evaluation", "_warm_record", "run_compare", "_train_and_evaluate", "_intervals",

@@ -283,6 +283,18 @@ def _interrupt_on_stop_signals() -> None:
         signal.signal(stop, interrupt)
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from .experiments.status import format_status, run_status
+
+    try:
+        status = run_status(args.run_dir, args.store)
+    except (OSError, ValueError) as exc:
+        print(f"mgrpo: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(status, default=str) if args.json else format_status(status))
+    return 0
+
+
 def _cmd_view(args: argparse.Namespace) -> int:
     from .experiments.view import write_view
 
@@ -365,6 +377,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="address to bind (default 127.0.0.1, loopback only; 0.0.0.0 serves every interface)")
     sv.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     sv.set_defaults(func=_cmd_serve)
+
+    st = sub.add_parser("status", help="where a run stands: the loop's commit, each worker's, the store's view of each role")
+    st.add_argument("run_dir", help="the run folder (out_dir)")
+    st.add_argument("--store", default=None, help="the store spec (default: the run's, from its config.json)")
+    st.add_argument("--json", action="store_true", help="print the status as one JSON object")
+    st.set_defaults(func=_cmd_status)
 
     vw = sub.add_parser("view", help="render a run's episodes.jsonl as one static HTML page")
     vw.add_argument("run_dir", help="run folder holding episodes.jsonl (or the JSONL file itself)")

@@ -312,7 +312,8 @@ def test_each_row_is_its_own_runs_seed_metrics_and_episodes(compared):
             assert row["before_em"] == pytest.approx(_em(run / "eval_before.jsonl"))
             assert row["after_em"] == pytest.approx(_em(run / "eval_after.jsonl"))
         # the two seeds' runs sampled different rollouts (their own seeds, not one seed twice)
-        sampled = [[t.get("extra", {}).get("completion_ids") for line in (out / f"seed{s}" / mode / "episodes.jsonl")
+        # (the records keep the sampled text; the token ids stay with the role workers)
+        sampled = [[t["action"] for line in (out / f"seed{s}" / mode / "episodes.jsonl")
                     .read_text().splitlines() for t in json.loads(line)["main"]["turns"]] for s in (0, 1)]
         assert all(sampled[0]) and sampled[0] != sampled[1], mode
 

@@ -52,11 +52,11 @@ class WorkerPolicy:
         self.worker = worker if isinstance(worker, RoleClient) else RoleClient(worker)
         self.iteration = iteration
 
-    def __call__(self, requests: Sequence[PolicyRequest]) -> list[Any]:
-        light = [PolicyRequest(r.episode, r.agent, r.role, r.observation, r.messages, r.task) for r in requests]
+    def __call__(self, requests: Sequence[PolicyRequest]) -> list[str]:
+        # the records hold no token ids here (the worker does), so a request's history is empty: sent as is
         if self.iteration is None:
-            return self.worker.eval_act(light)
-        return self.worker.act(self.iteration, light)
+            return self.worker.eval_act(list(requests))
+        return self.worker.act(self.iteration, list(requests))
 
     def release(self, episode: int, agent: str) -> None:
         if self.iteration is None:
