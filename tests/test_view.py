@@ -124,3 +124,30 @@ def test_missing_file_and_malformed_line(tmp_path, run_dir, capsys):
     assert main(["view", str(bad)]) == 2
     assert "episodes.jsonl:1:" in capsys.readouterr().err
     assert not (bad / "view.html").exists()
+
+
+def test_a_training_runs_sub_advantages_are_joined_by_the_records_key(tmp_path):
+    """The sub side keeps A_S in ``workers/<role>/advantages/<t>.json``; the page joins them to the record
+    of the same iteration and index (a duplicated sub-agent counts its slots), not to another iteration's
+    record at the same index; a record without a key and a malformed file are told apart."""
+    from mgrpo_algo.experiments.view import join_sub_advantages
+    from mgrpo_env.episode import AgentTrajectory, EpisodeRecord
+
+    def record(iteration, index):
+        return EpisodeRecord(f"e{iteration}-{index}", {"id": "t"}, subs=[AgentTrajectory("sub_0", "sub")],
+                             trajectory_key={"iteration": iteration, "index": index})
+
+    records = [record(3, 0), record(3, 1), record(4, 0), EpisodeRecord("eval", {"id": "t"})]
+    folder = tmp_path / "workers" / "sub" / "advantages"
+    folder.mkdir(parents=True)
+    (folder / "3.json").write_text(json.dumps([{"index": 0, "agent": "sub_0", "slot": 0, "reward": 1.0, "advantage": 0.5},
+                                               {"index": 0, "agent": "sub_0", "slot": 1, "reward": 1.0, "advantage": 0.5},
+                                               {"index": 1, "agent": "sub_0", "slot": 0, "reward": 0.0, "advantage": -1.0},
+                                               {"index": 7, "agent": "sub_0", "slot": 0, "reward": 0.0, "advantage": 9.0}]))
+    assert join_sub_advantages(records, tmp_path) == 3  # index 7 is not among the records shown
+    assert records[0].components["sub_0"] == {"advantage": 0.5, "aligned_slots": 2}
+    assert records[1].components["sub_0"] == {"advantage": -1.0, "aligned_slots": 1}
+    assert records[2].components == {} and records[3].components == {}  # iteration 4 has no file yet; no key
+    (folder / "4.json").write_text(json.dumps([{"index": 0}]))
+    with pytest.raises(ValueError, match=r"4\.json: not a sub side's advantages"):
+        join_sub_advantages(records, tmp_path)
