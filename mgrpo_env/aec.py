@@ -34,7 +34,8 @@ Arguments:
     scenario (name or Scenario), split, seed (used by the first ``reset`` without one),
     scenario_kwargs, world (an open world to share; else the scenario's own is opened lazily and
     closed by ``close``), tasks (override the split), limits / the Limits fields as keywords,
-    rewards (RewardConfig), render_mode ("ansi" or "human").
+    rewards (RewardConfig), render_mode ("ansi" or "human"), tools (role -> tool names: the run's
+    choice of each role's tools, checked by ``protocol.check_tool_names``; default the scenario's).
 
 Version history:
     v0: first release.
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gymnasium.utils import seeding
@@ -101,6 +102,7 @@ class MGRPOEnv(EpisodeSource, AECEnv):
         limits: Limits | None = None,
         rewards: RewardConfig | None = None,
         render_mode: str | None = None,
+        tools: Mapping[str, Sequence[str]] | None = None,
         **limit_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -118,7 +120,8 @@ class MGRPOEnv(EpisodeSource, AECEnv):
         self.observation_spaces = {a: obs_space for a in self.possible_agents}
         self.action_spaces = {a: (main_space if a == MAIN else sub_space) for a in self.possible_agents}
         style = getattr(self.scenario, "prompt_style", "full")  # a scenario's profile may ask for compact prompts
-        self._tools_of = {role: role_tools(self.scenario, role) for role in env_roles("hierarchy")}  # the scenario's sets
+        # each role's tool set: the run's choice (``tools``: role -> names), else the scenario's
+        self._tools_of = {role: role_tools(self.scenario, role, (tools or {}).get(role)) for role in env_roles("hierarchy")}
         self._prompts = {role: system_prompt(role, tools, style) for role, tools in self._tools_of.items()}
         self.record: EpisodeRecord | None = None
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -224,15 +224,30 @@ def unregister_tool(name: str) -> None:
             _DEFAULT_ROLE_TOOLS[role] = tuple(n for n in names if n != name)
 
 
-def role_tools(scenario: Any, role: str) -> Mapping[str, ToolSpec]:
-    """The specs of ``role``'s tools in ``scenario``: its ``role_tools`` mapping (role -> tool names)
-    when it declares one, else :data:`DEFAULT_ROLE_TOOLS`; an unknown name raises ValueError."""
-    names = dict(getattr(scenario, "role_tools", None) or DEFAULT_ROLE_TOOLS).get(role, DEFAULT_ROLE_TOOLS[role])
-    unknown = [n for n in names if n not in ALL_TOOLS]
-    if unknown:
-        raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r}: role {role!r} names unknown tools "
-                         f"{unknown}; known: {sorted(ALL_TOOLS)}")
+def role_tools(scenario: Any, role: str, names: Sequence[str] | None = None) -> Mapping[str, ToolSpec]:
+    """The specs of ``role``'s tools: ``names`` when given (a run's ``tools`` setting), else the
+    scenario's ``role_tools`` mapping (role -> tool names) when it declares one, else
+    :data:`DEFAULT_ROLE_TOOLS`; an unknown name raises ValueError (:func:`check_tool_names`)."""
+    if names is None:
+        names = dict(getattr(scenario, "role_tools", None) or DEFAULT_ROLE_TOOLS).get(role, DEFAULT_ROLE_TOOLS[role])
+    check_tool_names(role, names, where=f"scenario {getattr(scenario, 'name', scenario)!r}: role {role!r}")
     return MappingProxyType({n: ALL_TOOLS[n] for n in names})
+
+
+def check_tool_names(role: str, names: Sequence[str], *, where: str) -> None:
+    """``names`` as ``role``'s tool set: every name registered (:data:`TOOLS`), no name twice, and the
+    main agent only the tools the hierarchy env runs itself (:data:`MAIN_TOOLS`: it has no world
+    tools of its own). ValueError naming ``where`` and the valid names otherwise."""
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{where}: a list of tool names, got {names!r}")
+    unknown = [n for n in names if n not in TOOLS]
+    if unknown:
+        raise ValueError(f"{where}: unknown tool {unknown[0]!r}; valid: {', '.join(TOOLS.names())}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where}: a tool named twice in {list(names)}")
+    if role == "main" and any(n not in MAIN_TOOLS for n in names):
+        raise ValueError(f"{where}: the main agent runs only the env's own tools ({', '.join(MAIN_TOOLS)}); "
+                         f"got {list(names)} (world tools are the sub-agents')")
 
 
 # --------------------------------------------------------------------------- parsing

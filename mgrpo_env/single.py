@@ -27,7 +27,8 @@ Arguments:
     turn budget is its ``single_agent_turns``, main x sub turns, 48 by default), max_turns,
     max_action_chars, max_observation_chars (override the limits), rewards (a :class:`RewardConfig`
     as the hierarchy takes; its ``main_weights``, the paper's (0.1, 0.9) by default), render_mode ("ansi": ``render()`` returns the
-    last turn as text; "human": it is printed after every reset and step).
+    last turn as text; "human": it is printed after every reset and step), tools (``{"single": names}``:
+    the run's choice of the agent's tools; default the scenario's).
 
 Registration:
     ``gymnasium.make("mgrpo/WikiHops-v0", **kwargs)`` (registered on ``import mgrpo_env``) builds this
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -94,6 +95,7 @@ class SingleAgentEnv(EpisodeSource, gym.Env):
         max_observation_chars: int | None = None,
         rewards: RewardConfig | None = None,
         render_mode: str | None = None,
+        tools: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         # the hierarchy's Limits object: its single_agent_turns and character limits; keywords override
         self.limits = limits if limits is not None else Limits()
@@ -110,7 +112,8 @@ class SingleAgentEnv(EpisodeSource, gym.Env):
         self.reward_config = rewards or RewardConfig()
         self.observation_space = observation_space(max_observation_chars)
         self.action_space = action_space(max_action_chars, "single")
-        self._tools_spec = role_tools(self.scenario, "single")  # the scenario's set (default: the sub-agent's)
+        # the run's choice (``tools["single"]``), else the scenario's set (default: the sub-agent's)
+        self._tools_spec = role_tools(self.scenario, "single", (tools or {}).get("single"))
         self._prompt = system_prompt("single", self._tools_spec, getattr(self.scenario, "prompt_style", "full"))
         self.record: EpisodeRecord | None = None
 

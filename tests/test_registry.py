@@ -56,6 +56,9 @@ def test_registry_imports_a_string_entry_once_and_maps_an_alias_with_a_warning()
     ("placement.kind=nope", "placement.kind", "local, processes, ray"),
     ("placement.store=nope://h", "placement.store", "schemes: sqlite, redis, rediss"),
     ("sub.learner.loss_options={tau: 1}", "sub.learner.loss_options.tau", "eps_low, eps_high, kl_coef, entropy_coef"),
+    ("tools={sub: [search, nope]}", "tools.sub", "valid: delegate, reason, search, visit, click"),
+    ("tools={main: [delegate, visit]}", "tools.main", "only the env's own tools (delegate, reason)"),
+    ("tools={single: [search, search]}", "tools.single", "a tool named twice"),
 ])
 def test_every_name_is_checked_when_the_config_loads(override, field, valid):
     with pytest.raises(ValueError) as info:
@@ -173,3 +176,30 @@ def test_a_registered_tool_is_shown_checked_and_built_for_its_roles():
         unregister_tool("test-echo")
     assert "test-echo" not in TOOLS and "test-echo" not in role_tools(None, "sub")
     assert set(WorldHandle(None, World()).make_tools()) == {"search"}
+
+
+def test_a_runs_tool_choice_reaches_the_prompts_and_the_argument_check(small_scenario, small_world):
+    """``tools`` drops reason from the main agent and click from the sub-agents: their prompts do not
+    show them and a call of either is refused as a tool the role does not have; roles not named keep
+    the scenario's set; a name registered at run time is valid at load."""
+    from mgrpo_env.aec import MGRPOEnv
+    from mgrpo_env.protocol import ToolSpec, parse_action, register_tool, unregister_tool
+    from mgrpo_env.single import SingleAgentEnv
+
+    config = load_config(None, ["tools={main: [delegate], sub: [search, visit]}"])
+    env = MGRPOEnv(small_scenario, "stage2/test", world=small_world, tools=config.tools)
+    default = MGRPOEnv(small_scenario, "stage2/test", world=small_world)
+    assert list(env._tools_of["main"]) == ["delegate"] and list(env._tools_of["sub"]) == ["search", "visit"]
+    assert list(default._tools_of["main"]) == ["delegate", "reason"]
+    assert "reason" not in env._prompts["main"] and "reason" in default._prompts["main"]
+    call = '<think>t</think><tool_call>{"name": "reason", "arguments": {"problem": "p"}}</tool_call>'
+    assert parse_action(call, role="main", allowed_tools=default._tools_of["main"]).ok
+    refused = parse_action(call, role="main", allowed_tools=env._tools_of["main"])
+    assert not refused.ok and "reason" in refused.error
+    single = SingleAgentEnv(small_scenario, "stage2/test", world=small_world, tools=config.tools)
+    assert list(single._tools_spec) == ["search", "visit", "click"]  # "single" not named: the scenario's set
+    register_tool(ToolSpec("test-noop", "Nothing.", {"type": "object", "properties": {}}), lambda world: None)
+    try:
+        assert load_config(None, ["tools={sub: [search, test-noop]}"]).tools == {"sub": ["search", "test-noop"]}
+    finally:
+        unregister_tool("test-noop")

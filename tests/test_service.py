@@ -86,12 +86,15 @@ def test_records_keep_a_key_the_workers_keep_the_tokens_and_the_sub_side_its_adv
         f"main.model={start / 'main'}", f"sub.model={start / 'sub'}", "align_d=2", "questions_per_iteration=2",
         "group_size=2", f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}, profile: tiny}}",
         "limits={max_main_turns: 4, max_sub_turns: 3, max_delegations: 2}", "stages=[{split: stage2/train, iterations: 1}]",
-        f"out_dir={tmp_path / 'run'}", f"models_dir={tmp_path / 'models'}", "keep_token_ids=true"])
+        f"out_dir={tmp_path / 'run'}", f"models_dir={tmp_path / 'models'}", "keep_token_ids=true",
+        "tools={main: [delegate]}"])
     with Trainer(config) as trainer:
         trainer.run()
     run = tmp_path / "run"
     assert "prompt_ids" not in (run / "episodes.jsonl").read_text() and "completion_ids" not in (run / "episodes.jsonl").read_text()
     records, _ = load_episodes(run / "episodes.jsonl")
+    assert all("reason" not in r.main.messages[0]["content"] and "delegate" in r.main.messages[0]["content"]
+               for r in records)  # the run's tool choice reached its envs
     assert [r.trajectory_key for r in records] == [{"iteration": 0, "index": i} for i in range(4)]
     kept = {role: json.loads((run / "workers" / role / "trajectories" / "0.json").read_text())["turns"] for role in ("main", "sub")}
     assert not (run / "workers" / "main" / "buffers" / "0.json").exists()  # applied: moved, not copied

@@ -239,6 +239,12 @@ class TrainConfig:
     """What r_expert scores a report against: "hop" (the paper: the gold answer of the question's hop)
     or "subtask" (the scenario's answer to the subtask the main agent actually delegated, so a
     sub-agent is not blamed for a mis-delegation; falls back to "hop" where the scenario cannot answer)."""
+    tools: dict[str, list[str]] = field(default_factory=dict)
+    """Each role's tools by name, e.g. ``{main: [delegate], sub: [search, visit]}`` (the names in
+    ``mgrpo_env.protocol.TOOLS``, a registered tool's included; the main agent only ``delegate`` and
+    ``reason``, the env's own). A role not named keeps the scenario's set (default: main delegate,
+    reason; sub and single search, visit, click). Checked when the config loads; the envs of training
+    and evaluation get it (a prebuilt start model saw its warm start's tools: keep them alike)."""
     limits: Limits = field(default_factory=Limits)
     """Episode limits, the env's own :class:`mgrpo_env.Limits` (defaults there); both envs take this
     object (the single agent's turn budget is its ``single_agent_turns``)."""
@@ -298,6 +304,11 @@ class TrainConfig:
         _check(self.expert_reference in EXPERT_REFERENCES, "expert_reference",
                f"must be one of {EXPERT_REFERENCES}, got {self.expert_reference!r}")
         _check(self.torch_threads >= 1, "torch_threads", "must be >= 1")
+        from mgrpo_env.protocol import check_tool_names
+
+        for role, names in self.tools.items():
+            _check(role in ROLES, "tools", f"names roles of {ROLES}, got {role!r}")
+            check_tool_names(role, names, where=f"config field 'tools.{role}'")
         _check(bool(self.stages), "stages", "needs at least one stage")
         served = [r for r in ROLES if getattr(self, r).served.enabled]
         _check(not served or self.placement.in_process, "placement.kind",

@@ -132,7 +132,7 @@ def evaluate_policies(config: TrainConfig, scenario: Any, policies: Mapping[str,
     config give the same episodes. ``on_episode`` / ``previous``: see :func:`mgrpo_algo.experiments.evaluate.evaluate_agents`.
     Returns the :class:`EvalReport` and the episode records.
     """
-    from ..training.trainer import reward_config
+    from ..training.trainer import env_options, reward_config
     from .evaluate import evaluate_agents
 
     e = config.eval
@@ -141,7 +141,7 @@ def evaluate_policies(config: TrainConfig, scenario: Any, policies: Mapping[str,
     return evaluate_agents(scenario, e.split, dict(policies), env=env, agent_name=name, k=e.samples,
                            limit=limit or None, seed=seed, progress=progress, max_workers=config.max_workers,
                            on_episode=on_episode, previous=previous,
-                           env_kwargs={"limits": config.limits, "rewards": rewards})
+                           env_kwargs=env_options(config, rewards))
 
 
 def eval_figures(report: Any, records: Sequence[Any], scores: Mapping[str, Sequence[bool]] | None = None

@@ -103,6 +103,12 @@ def reward_config(config: TrainConfig, scenario: Any, judge: Any = None) -> Rewa
                         sub_format_gate=config.sub_format_gate)
 
 
+def env_options(config: TrainConfig, rewards: RewardConfig) -> dict[str, Any]:
+    """The env's keyword arguments of a run (training and evaluation alike): limits, rewards and, when
+    the config chooses them, each role's tools."""
+    return {"limits": config.limits, "rewards": rewards, **({"tools": config.tools} if config.tools else {})}
+
+
 def oracle_stage_paths(config: TrainConfig, roles: list[str]) -> dict[str, str]:
     """The first warm-start stage's folders (the oracle clone), as :func:`role_model_paths` builds them."""
     return {role: str(Path(config.models_dir) / "warm" / role) for role in roles}
@@ -196,7 +202,7 @@ class Trainer:
 
         def run(policies: dict[str, Any]) -> list[EpisodeRecord]:
             return collect(self.scenario, batch, cfg.group_size, policies, world=world, seed=seed, max_workers=cfg.max_workers,
-                           env_kwargs={"limits": cfg.limits, "rewards": self.reward_config}, stats=stats, env=self.mode.env)
+                           env_kwargs=env_options(cfg, self.reward_config), stats=stats, env=self.mode.env)
 
         records = self.roles.collect(t, run)
         t_collected = time.perf_counter()
