@@ -60,14 +60,36 @@ KEPT: dict[str, str] = {
         "same numbers, and every result is divided or multiplied into the values' dtype"),
     "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_208": _KL32,
     "mgrpo_algo.core.losses.x_clipped_pg_loss__mutmut_210": _KL32,
-    # roles
-    **{f"mgrpo_algo.training.roles.x__write_json__mutmut_{n}": (
-        "mkdir without parents: _write_json writes into the server's folder (made with parents=True when the "
-        "server starts) or its buffers/ subfolder, so the parent always exists") for n in (1, 3, 5)},
-    **{f"mgrpo_algo.training.roles.xǁRoleServerǁ_apply_sub__mutmut_{n}": (
-        "_apply_sub is only called from _apply_pending, which has just made state['pending'] and iterates "
-        "its keys: the setdefault default is never used and the key popped is always there")
-       for n in (3, 5, 13, 24, 32)},
+    # roles (issue 33's split: the worker, its trajectories, its commit point)
+    **{f"mgrpo_algo.training.roles.xǁRoleWorkerǁ_apply_sub__mutmut_{n}": (
+        "_apply_sub is only called from _apply_pending for a key of state.pending it is iterating: the key "
+        "popped is always there, so pop's default is never used") for n in (4, 33)},
+    "mgrpo_algo.training.roles.xǁRoleWorkerǁ_score_sub__mutmut_13": (
+        "states '' instead of None without step credit: score_sub_side reads states only when step_weight > 0 "
+        "and then through `states or {}`: the same empty mapping"),
+    **{f"mgrpo_algo.training.roles.xǁRoleWorkerǁ_score_sub__mutmut_{n}": (
+        "the default for an agent without saved anchor states: every sub-agent in the facts acted at least once "
+        "in this worker (a delegation starts with its first turn), so the key is always there") for n in (20, 22)},
+    "mgrpo_algo.training.roles.xǁRoleWorkerǁupdate_shared__mutmut_17": (
+        "get_main_stats with the store's default timeout: the shared worker published those statistics just "
+        "before, so the call never waits"),
+    "mgrpo_algo.training.trajectories.x_drop_json_after__mutmut_2": (
+        "globbing a folder that does not exist yields nothing: the exists() guard only saves the call"),
+    **{f"mgrpo_algo.training.trajectories.xǁTrajectoriesǁretire__mutmut_{n}": (
+        "mkdir of trajectories/ without parents: its parent is the worker's folder, which holds the buffer "
+        "being moved, so it exists") for n in (7, 9, 11)},
+    **{f"mgrpo_algo.training.worker_state.x__iteration_of__mutmut_{n}": (
+        "checkpoint folders are named iter-<int> (no second '-'): split, rsplit and split with 2 give the same "
+        "number") for n in (5, 6, 8)},
+    "mgrpo_algo.training.worker_state.xǁWorkerStateǁadopt__mutmut_17": (
+        "-2 instead of -1 for a checkpoint without last_applied: last_applied is never below -1, so neither is "
+        "greater"),
+    "mgrpo_algo.training.worker_state.xǁWorkerStateǁcheckpoints__mutmut_7": (
+        "globbing a folder that does not exist yields nothing: the exists() guard only saves the call"),
+    **{f"mgrpo_algo.training.worker_state.xǁWorkerStateǁprune__mutmut_{n}": (
+        "rmtree without ignore_errors: the folder was just listed; the flag only matters when something else "
+        "deletes it at the same moment (a second process on the same run), which no test can stage "
+        "deterministically") for n in (7, 9, 10)},
     # compare
     "mgrpo_algo.experiments.compare.x__history_means__mutmut_6": 'float("NAN") is the same NaN as float("nan")',
     "mgrpo_algo.experiments.compare.x__history_means__mutmut_9": 'float("NAN") is the same NaN as float("nan")',

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -119,9 +120,9 @@ def _expected(t, seen):
     return [(s.key.index, s.agent, s.advantage) for s in slots], sequences
 
 
-def _kept_advantages(run_dir):
-    """The A_S the sub worker kept, by iteration: [(record index, agent, A_S)] per aligned slot."""
-    folder = run_dir / "workers" / "sub" / "advantages"
+def _kept_advantages(run_dir, role="sub"):
+    """The A_S the sub side's worker kept, by iteration: [(record index, agent, A_S)] per aligned slot."""
+    folder = run_dir / "workers" / role / "advantages"
     return {int(p.stem): [(s["index"], s["agent"], s["advantage"]) for s in json.loads(p.read_text())]
             for p in sorted(folder.glob("*.json"))} if folder.exists() else {}
 
@@ -264,3 +265,48 @@ def test_restarted_learner_is_the_checkpoints_and_trains_on_identically(tiny_mod
     _assert_same_state(worker.learner, _learner_state(clean.learner))
     clean.close()
     handle.close()
+
+
+class _Recorder:
+    """Stands in for FaultPoints: records every point a worker passes, kills nothing."""
+
+    def __init__(self) -> None:
+        self.hits = []
+
+    def hit(self, name, **where):
+        self.hits.append((name, where))
+
+
+def test_a_shared_worker_scores_the_sub_side_and_updates_once_over_both_roles(tiny_model, tmp_path):
+    """``update_shared`` (the shared-model baseline): the main statistics go through the store, the sub
+    side is scored with the iteration's own weights, gate and alignment draws (kept in its
+    ``advantages/<t>.json``), one learner update takes the main and the sub sequences, the health record
+    carries the learner's figures only, a replay applies nothing, and without a store it refuses."""
+    worker = _worker(tiny_model, tmp_path, "main")
+    worker.faults = _Recorder()
+    agents = [(i, "main_0") for i in range(len(SUBS))] + [(i, a) for i, row in enumerate(SUBS) for a in row]
+    seen = _act(worker, 0, agents)
+    batches = []
+    update = worker.learner.update
+    worker.learner.update = lambda sequences: batches.append(len(sequences)) or update(sequences)
+    scoring = replace(SCORING, sub_weights=(0.2, 0.3, 0.5), sub_format_gate=True)  # not the paper's: they must reach R_S
+    facts, correct, slots = _facts(0), _correct(0), _main_slots(0)
+    metrics = worker.update_shared(0, slots, facts, scoring)
+    rewards = [[paid_sub_reward(f.format_ok, correct[i], f.expert, scoring.sub_weights, format_gate=True) for f in row]
+               for i, row in enumerate(facts)]
+    states = {(i, j): seen[(i, f.agent)][1] for i, row in enumerate(facts) for j, f in enumerate(row)}
+    expected, _ = score_sub_side(facts, rewards, K, scoring.d, strategy=scoring.strategy, rng=iteration_rngs(SEED, 0)[1],
+                                 step_weight=scoring.step_weight, states=states)
+    assert _kept_advantages(tmp_path, "main") == {0: [(s.key.index, s.agent, s.advantage) for s in expected]}
+    assert metrics["sub/reward_mean"] == pytest.approx(np.mean([s.reward for s in expected]))
+    assert batches == [len(slots) + len(expected)]  # one update over both roles' sequences
+    where = {"role": "main", "iteration": 0}
+    assert [h for h in worker.faults.hits if h[0] != "act"] == [("after_update", where), ("after_checkpoint", where)]
+    health = worker.store.get_health("main")["metrics"]
+    assert "main/samples" in health and not any(k.startswith(("sub/", "align/")) for k in health)
+    assert worker.store.done_iterations("main") == {0}
+    assert worker.update_shared(0, slots, facts, scoring)["main/replayed"] == 1.0 and batches == [len(slots) + len(expected)]
+    worker.close()
+    alone = RoleWorker("main", tiny_model, str(tmp_path / "alone"), "", spec=SPEC, seed=SEED, train=False)
+    with pytest.raises(RuntimeError, match="^a shared-model worker reads the main statistics through the store: none is open$"):
+        alone.update_shared(0, slots, facts, scoring)

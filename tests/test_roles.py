@@ -301,3 +301,51 @@ def test_the_learner_shuffles_with_the_run_seed_unless_its_own_is_set(tiny_model
     own = _server(tiny_model, tmp_path / "b", "main", train=True, seed=7, spec=RoleConfig(learner=LearnerConfig(seed=3)))
     assert own.learner.config.seed == 3
     own.close()
+
+
+def test_the_sub_sides_health_carries_the_learners_figures_not_the_scoring_ones(tiny_model, tmp_path):
+    main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub", train=True)
+    main.update_main(0, _main_slots())
+    sub.commit(0)
+    metrics = sub.update_sub(0, NO_SUBS, SCORING)
+    assert "sub/reward_mean" in metrics and "align/num_masked_slots" in metrics  # logged ...
+    health = sub.store.get_health("sub")["metrics"]
+    assert health["sub/skipped"] == 1.0  # ... the learner's figures published ...
+    assert not any(k in health for k in ("sub/reward_mean", "align/num_masked_slots", "sub/expert_mean"))  # ... not those
+    main.update_main(1, _main_slots())
+    sub.commit(1)
+    with pytest.raises(ValueError, match="unknown advantage estimator 'nope'"):  # the scoring's own estimator
+        sub.update_sub(1, NO_SUBS, replace(SCORING, estimator="nope"))
+    main.close()
+    sub.close()
+
+
+def test_rollback_drops_later_advantages_and_trajectories_and_names_the_role(tiny_model, tmp_path):
+    main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
+    folder = tmp_path / "ck" / "workers" / "sub"
+    for it in (0, 1):
+        main.update_main(it, _main_slots())
+        sub.update_sub(it, NO_SUBS, SCORING)
+    sub.trajectories.add(2, 0, "sub_0", {"completion_ids": [1]}, "s")
+    sub.commit(2)  # collected, never applied
+    assert sorted(p.name for p in (folder / "advantages").iterdir()) == ["0.json", "1.json"]
+    assert sub.rollback(0) == 0
+    assert sorted(p.name for p in (folder / "advantages").iterdir()) == ["0.json"]
+    assert not (folder / "buffers" / "2.json").exists() and 2 not in sub.trajectories._open
+    trained = _server(tiny_model, tmp_path / "t", "main", train=True)
+    trained.commit(0)
+    trained.update_main(0, [])
+    with pytest.raises(ValueError, match="^main worker: no checkpoint at or before iteration -1"):
+        trained.rollback(-1)
+    main.close()
+    sub.close()
+    trained.close()
+
+
+def test_a_served_roles_weight_push_is_in_the_iterations_metrics(tiny_model, tmp_path):
+    main = _server(tiny_model, tmp_path, "main", train=True)
+    main.sync = object()  # a served engine: after the checkpoint, the weights are pushed to it
+    main._push_weights = lambda: {"main/weight_sync_s": 1.5}
+    main.commit(0)
+    assert main.update_main(0, [])["main/weight_sync_s"] == 1.5
+    main.close()
