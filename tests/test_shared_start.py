@@ -148,8 +148,12 @@ def test_cli_shared_exports_one_checksummed_model(small_scenario, stage1, tmp_pa
         "warm_start": {"splits": ["stage1/train"], "max_tasks": 2, "validation_tasks": 0, "batch_tokens": 1024,
                        "teacher": {"answer_early": {"rate": 0.3}, "draws": 1, "role_epochs": {"main": 1, "sub": 1}}}}))
     out = tmp_path / "out"
+    (out / "stale").mkdir(parents=True)
+    (out / "README.md").write_text("how it was built\n")
     assert cli_main(["warm-start", "--config", str(config), "--from", str(stage1), "--shared", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["SHA256SUMS", "main"]  # the owner's folder: both roles load it
+    # replaced, its README kept; the owner's folder only: the shared mode loads it for both roles
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "SHA256SUMS", "main"]
+    assert (out / "README.md").read_text() == "how it was built\n"
     assert verify_folder(out / "main")
     record = json.loads((out / "main" / "warm_start.json").read_text())
     assert record["roles"] == ["main", "sub"] and record["budget"]["shown"]["sub"] == record["counts"]["sub"]["sequences"] > 0
