@@ -1,6 +1,11 @@
 """Held-out turn exact match of a folder of start models, per role, on the oracle's stage-2 test turns.
 
     .venv/bin/python benchmarks/warm_start_heldout.py [--models configs/demo-warm-start] [--split stage2/test]
+    .venv/bin/python benchmarks/warm_start_heldout.py --models configs/shared-warm-start --shared
+
+``--shared``: one model, ``MODELS/main``, plays the main agent and the sub-agents (the shared-model
+baseline's start, ``mgrpo warm-start --shared``), measured on both roles' turns; it writes
+``warm_start_heldout_shared.json`` (or ``--name``).
 
 The metric of the warm-start sweep (``mgrpo_algo.learning.warmstart.turn_exact_match``: the share of
 demonstrated turns that greedy decoding reproduces token for token), measured on questions no role
@@ -33,31 +38,38 @@ def main() -> None:
     parser.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"), help="world and limits")
     parser.add_argument("--split", default="stage2/test")
     parser.add_argument("--tasks", type=int, default=100)
+    parser.add_argument("--shared", action="store_true", help="MODELS/main plays both the main and the sub role")
+    parser.add_argument("--name", default="", help="results file name (default warm_start_heldout[_shared])")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM
 
     import mgrpo_scenarios
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     config = load_config(args.config)
     scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
     limits = config.limits
     folder = Path(args.models)
+    # which model folder plays each role: its own, or (shared) the main one for main and sub
+    plays = ({role: folder / "main" for role in ("main", "sub")} if args.shared
+             else {role: folder / role for role in ("main", "sub", "single") if (folder / role).is_dir()})
     with scenario.open() as world:
         chats = demonstrations(scenario, world, [args.split], args.tasks, single=False, limits=limits)
-        chats.update(demonstrations(scenario, world, [args.split], args.tasks, single=True, limits=limits))
+        if "single" in plays:
+            chats.update(demonstrations(scenario, world, [args.split], args.tasks, single=True, limits=limits))
     rows, raw = [], {}
-    for role in ("main", "sub", "single"):
-        if not (folder / role).is_dir():
-            continue
-        tokenizer = load_tokenizer(str(folder / role))
-        model = AutoModelForCausalLM.from_pretrained(folder / role)
+    for role, model_dir in plays.items():
+        tokenizer = load_tokenizer(str(model_dir))
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
         sequences, _ = sft_sequences(tokenizer, chats[role], role=role, noise=0.0, rng=random.Random(0),
                                      max_seq_tokens=4096)
         raw[role] = turn_exact_match(model, sequences, pad_id=tokenizer.pad_token_id or 0)
         rows.append((f"{role} turn exact match", raw[role]["turn_exact_match"],
                      f"{raw[role]['turns']} turns of {args.split}; token accuracy {raw[role]['token_accuracy']:.3f}"))
-    report("warm_start_heldout", rows, {"models": str(folder), "split": args.split, "per_role": raw})
+    name = args.name or ("warm_start_heldout_shared" if args.shared else "warm_start_heldout")
+    shared = {"shared": True, "plays": {role: str(path) for role, path in plays.items()}} if args.shared else {}
+    report(name, rows, {"models": str(folder), "split": args.split, **shared, "per_role": raw})
 
 
 if __name__ == "__main__":

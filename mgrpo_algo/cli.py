@@ -9,6 +9,7 @@ Commands available now:
     mgrpo train --config configs/tiny.yaml [--set mode=frozen-sub --set main.learner.lr=1e-4] [--resume]
     mgrpo train --config configs/tiny.yaml --placement processes --store redis://127.0.0.1:6379 [--staleness 1]
     mgrpo compare --config configs/tiny.yaml --seeds 3 --out runs/compare [--modes mgrpo,frozen-sub,single-agent]
+    mgrpo warm-start --config configs/demo.yaml --from configs/oracle-warm-start --out DIR [--shared]
     mgrpo config [main.learner eval] [--config configs/qwen2.5-0.5b.yaml]   # every field, default, doc
 
 Scenario options are passed as ``--set key=value`` (values parsed as YAML scalars), for example
@@ -218,6 +219,8 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
         print(f"mgrpo: bad config: {exc}", file=sys.stderr)
         return 2
     teacher = config.warm_start.teacher
+    if args.shared:
+        return _shared_warm_start(args, config, scenario)
     if args.from_dir:
         # Stage 2 only, from a prebuilt stage-1 folder (the committed oracle clone): minutes, not an hour.
         if not teacher.enabled:
@@ -239,6 +242,35 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
             print(f"wrote the oracle stage to {oracle} and {oracle}/SHA256SUMS")
     out = export_models(paths, args.out)
     print(f"wrote {out} ({', '.join(ROLES)}) and {out}/SHA256SUMS")
+    return 0
+
+
+def _shared_warm_start(args: argparse.Namespace, config: Any, scenario: Any) -> int:
+    """``warm-start --shared``: one model for the main agent and the sub-agents (the shared-model
+    baseline's start, played in both roles by ``ModeSpec.shares``), fine-tuned from ``--from``'s main
+    model on both roles' teacher demonstrations; exported as ``OUT/main`` (the owner's folder, which
+    the shared-model mode loads for both roles). A flag of this command, not a config field: the
+    config's ``warm_start`` section, and so every existing stage's key, stays as it is."""
+    from .learning.teacher_stage import SHARED_ROLES, shared_teacher_warm_start
+    from .policies.prebuilt import export_models, verify_folder
+
+    if not args.from_dir or args.oracle_out:
+        print("mgrpo: --shared fine-tunes a prebuilt oracle stage: give --from DIR (and no --oracle-out)", file=sys.stderr)
+        return 2
+    try:
+        for role in SHARED_ROLES:
+            verify_folder(Path(args.from_dir) / role)
+        path = shared_teacher_warm_start(scenario, args.from_dir, Path(config.models_dir) / "teacher-shared",
+                                         config.warm_start, limits=config.limits)
+    except (ValueError, OSError) as exc:  # ChecksumError is a ValueError
+        print(f"mgrpo: {exc}", file=sys.stderr)
+        return 2
+    readme = Path(args.out) / "README.md"
+    kept = readme.read_text() if readme.is_file() else None  # how the folder was built: not a model file
+    out = export_models({SHARED_ROLES[0]: path}, args.out)
+    if kept is not None:
+        readme.write_text(kept)
+    print(f"wrote {out} ({SHARED_ROLES[0]}: one model for {', '.join(SHARED_ROLES)}) and {out}/SHA256SUMS")
     return 0
 
 
@@ -369,6 +401,9 @@ def _parser() -> argparse.ArgumentParser:
     ws.add_argument("--from", dest="from_dir", default="",
                     help="train only the teacher stage, from this prebuilt oracle-stage folder (<role>/ + SHA256SUMS)")
     ws.add_argument("--oracle-out", default="", help="also export the oracle stage (stage 1) to this folder")
+    ws.add_argument("--shared", action="store_true",
+                    help="with --from: one model for the main agent and the sub-agents, fine-tuned from --from's main "
+                    "on both roles' teacher demonstrations (the shared-model baseline's start), exported as OUT/main")
     ws.set_defaults(func=_cmd_warm_start)
 
     sv = sub.add_parser("serve", help="serve a scenario's world on 127.0.0.1 (or --host) until interrupted")

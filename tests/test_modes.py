@@ -141,3 +141,16 @@ def test_a_shared_role_acts_and_learns_through_its_owners_model(small_scenario, 
     sub_model = AutoModelForCausalLM.from_pretrained(final / "sub")
     for a, b in zip(main_model.parameters(), sub_model.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_mode_may_name_its_own_start_for_a_role_with_a_worker():
+    from mgrpo_algo.core.modes import ModeSpec
+
+    plain = ModeSpec(("main", "sub"), ("main", "sub"), shares=(("sub", "main"),))
+    fair = ModeSpec(("main", "sub"), ("main", "sub"), shares=(("sub", "main"),), start=(("main", "/starts/shared"),))
+    # its own start is evaluated apart from a mode that starts from the config's models
+    assert fair.start_key != plain.start_key == ("hierarchy", (("sub", "main"),))
+    assert MODE_TABLE["mgrpo"].start_key == ("hierarchy", ())  # modes without a start: the key as before
+    for bad in ((("sub", "/x"),), (("main", "/x"), ("main", "/y")), (("main", ""),), (("single", "/x"),)):
+        with pytest.raises(ValueError, match="a mode's start names a model folder once per role with a worker"):
+            ModeSpec(("main", "sub"), ("main", "sub"), shares=(("sub", "main"),), start=bad)

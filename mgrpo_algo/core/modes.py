@@ -9,6 +9,7 @@ ModeSpec(...))``) made before the config loads; nothing else changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from mgrpo_env.roles import ROLE_TABLE
 from mgrpo_tools.registry import Registry
@@ -32,6 +33,13 @@ class ModeSpec:
     """``(role, owner)`` pairs: ``role`` is played by ``owner``'s model, worker and learner (one LLM
     for both, and one update over both roles' sequences an iteration): the shared-model baseline's
     ``(("sub", "main"),)``. Its start is the owner's start model."""
+    start: tuple[tuple[str, str], ...] = ()
+    """``(role, model folder)`` pairs: this mode's own start model for a role with a worker (a shared
+    role starts from its owner's), in place of the config's ``<role>.model``, so that one comparison
+    can start each mode from its own fair start: the shared-model baseline from one model cloned from
+    both roles' demonstrations (``mgrpo warm-start --shared``) while M-GRPO keeps its per-role models.
+    ``mgrpo compare`` pins it (its start is evaluated on its own); ``mgrpo train`` takes the config's
+    ``<role>.model``, so set that there."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.roles if r not in ROLE_TABLE]
@@ -48,6 +56,10 @@ class ModeSpec:
                                  f"sharing no other's model; got {role!r} played by {owner!r}")
             if (role in self.trained) != (owner in self.trained):
                 raise ValueError(f"{role!r} is played by {owner!r}'s model: both learn or neither does")
+        starts = [role for role, _ in self.start]
+        if len(set(starts)) != len(starts) or not set(starts) <= set(self.workers) or not all(p for _, p in self.start):
+            raise ValueError(f"a mode's start names a model folder once per role with a worker of its own "
+                             f"{self.workers}; got {self.start}")
 
     def owner(self, role: str) -> str:
         """The role whose model and worker play ``role`` (itself unless shared)."""
@@ -59,10 +71,10 @@ class ModeSpec:
         return tuple(r for r in self.roles if self.owner(r) == r)
 
     @property
-    def start_key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+    def start_key(self) -> tuple[Any, ...]:
         """Modes with the same key start from the same models (``mgrpo compare`` evaluates that start
-        once): the env's roles, each role played by the same model."""
-        return self.env, self.shares
+        once): the env's roles, each role played by the same model, from the same folders."""
+        return (self.env, self.shares, self.start) if self.start else (self.env, self.shares)
 
     @property
     def single(self) -> bool:

@@ -13,6 +13,11 @@ optimiser steps over both stages as the main and sub roles together, at the same
 Everything is seeded; on CPU a rerun is bit-identical. Each role folder's ``warm_start.json`` keeps
 the stage's key (a match is reused), the teacher's own accuracy and mistake rates on its
 demonstrations, the training metrics and the step budget of both stages.
+
+:func:`shared_teacher_warm_start` is the same stage for the shared-model baseline (one LLM plays the
+main agent and the sub-agents, ``ModeSpec.shares``): one model, the owner's stage-1 model, fine-tuned on
+both roles' teacher demonstrations together (each chat with its own role's system prompt), so that its
+start knows the sub-agent's turns as well as the main agent's (``mgrpo warm-start --from DIR --shared``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import hashlib
 import json
 import random
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -34,12 +39,23 @@ from mgrpo_env.teacher import ImperfectTeacher
 
 from ..core.config import Limits, WarmStartConfig
 from ..policies.hf_policy import load_tokenizer
-from .warmstart import Relabeled, sft_sequences, sft_train, token_budget_batches, token_groups
+from .warmstart import (
+    Relabeled,
+    demonstrations,
+    sft_sequences,
+    sft_train,
+    token_budget_batches,
+    token_groups,
+    turn_exact_match,
+)
 
-__all__ = ["teacher_demonstrations", "teacher_warm_start", "STAGE_ROLES"]
+__all__ = ["teacher_demonstrations", "teacher_warm_start", "shared_teacher_warm_start", "RoleMix", "STAGE_ROLES",
+           "SHARED_ROLES"]
 
 #: The order roles are fine-tuned in: the single agent's budget is the other two's sum.
 STAGE_ROLES = ("main", "sub", "single")
+#: The roles one shared model plays, its owner first (the shared-model baseline's ``(("sub", "main"),)``).
+SHARED_ROLES = ("main", "sub")
 #: Tasks per ``collect`` call (bounds the episodes in flight; the teacher is fast).
 _CHUNK = 100
 
@@ -155,14 +171,7 @@ def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path
                                 progress=progress, epochs=epochs)
             steps = int(metrics.get("steps", 0))
             target = done[role]
-            if target.exists():
-                shutil.rmtree(target)
-            target.mkdir(parents=True)
-            model.save_pretrained(target)
-            tokenizer.save_pretrained(target)
-            for name in ("generation_config.json", "chat_template.jinja"):
-                if (source / name).is_file() and not (target / name).is_file():
-                    shutil.copy2(source / name, target / name)
+            _save_folder(model, tokenizer, source, target)
             budget = {"oracle_stage_steps": before, "teacher_stage_steps": steps, "total_steps": before + steps,
                       "batch_tokens": cfg.batch_tokens, "epochs": epochs,
                       "matched_to_hierarchy": target_steps is not None}
@@ -172,3 +181,156 @@ def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path
     finally:
         torch.set_num_threads(threads)
     return done
+
+
+# -- one model for both roles (the shared-model baseline's start) --------------------------------------
+
+
+class RoleMix(Sequence[tuple[list[int], list[int]]]):
+    """Several roles' sequences as one training set: role ``r``'s appear ``epochs[r]`` times in it (a
+    fraction adds that share of them, a seeded choice), so one pass over the mix is every role's epochs.
+
+    Why a mix and not passes over the union: the roles' stage-2 epochs differ (main 3, sub 2 in the
+    demo) and :func:`~mgrpo_algo.learning.warmstart.sft_train` takes one epoch count for its set; one
+    pass over the mix keeps each role's exposure and the sum of both roles' steps, with the roles'
+    sequences interleaved in every batch order. Stores indices, not copies.
+    """
+
+    def __init__(self, parts: Mapping[str, Sequence[tuple[list[int], list[int]]]], epochs: Mapping[str, float],
+                 seed: int = 0) -> None:
+        self.parts = dict(parts)
+        self.index: list[tuple[str, int]] = []
+        for role, sequences in self.parts.items():
+            whole, fraction = int(epochs[role]), float(epochs[role]) - int(epochs[role])
+            self.index += [(role, i) for _ in range(whole) for i in range(len(sequences))]
+            extra = round(fraction * len(sequences))
+            if extra:
+                self.index += [(role, i) for i in sorted(random.Random(f"{seed}-{role}").sample(range(len(sequences)), extra))]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, index: int) -> tuple[list[int], list[int]]:  # type: ignore[override]
+        role, i = self.index[index]
+        return self.parts[role][i]
+
+    def shown(self) -> dict[str, int]:
+        """Sequences per role in one pass (each role's sequences times its epochs)."""
+        return {role: sum(r == role for r, _ in self.index) for role in self.parts}
+
+
+def _tokenizer_fingerprint(tokenizer: Any) -> Any:
+    """What makes two tokenizers read text alike: vocabulary, special tokens and chat template."""
+    return (sorted(tokenizer.get_vocab().items()), list(tokenizer.all_special_tokens),
+            getattr(tokenizer, "chat_template", None))
+
+
+def _one_tokenizer(folders: Mapping[str, Path]) -> Any:
+    """The tokenizer of ``folders`` (role -> model folder, the owner first); folders whose tokenizers
+    differ are refused: one model reads every role's turns with one tokenizer, so a role whose start
+    used another would be read with ids it never had."""
+    loaded = {role: load_tokenizer(str(folder)) for role, folder in folders.items()}
+    owner, *others = folders
+    for role in others:
+        if _tokenizer_fingerprint(loaded[role]) != _tokenizer_fingerprint(loaded[owner]):
+            raise ValueError(f"the {role} start model's tokenizer ({folders[role]}) differs from the {owner} start "
+                             f"model's ({folders[owner]}): a shared model reads both roles' turns with one tokenizer, "
+                             "so both roles' start models must have been built with the same one")
+    return loaded[owner]
+
+
+def _validate(model: Any, sequences: Mapping[str, list[tuple[list[int], list[int]]]], pad_id: int) -> dict[str, Any]:
+    return {role: turn_exact_match(model, seqs, pad_id=pad_id) for role, seqs in sequences.items() if seqs}
+
+
+def shared_teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path, cfg: WarmStartConfig, *,
+                              limits: Limits | None = None, roles: Sequence[str] = SHARED_ROLES,
+                              progress: bool = True) -> Path:
+    """Fine-tune one model, ``start_dir/<roles[0]>`` (the owner's stage-1 model, as ``ModeSpec.shares``
+    starts a shared role from its owner's model), on the teacher's demonstrations of every role of
+    ``roles`` together, into ``out_dir`` (a ``from_pretrained`` folder); reused when its key matches.
+
+    The demonstrations, sequences (each chat with its own role's system prompt), learning rate,
+    schedule, batch tokens, relabelling and thread count are stage 2's (:func:`teacher_warm_start`);
+    each role is shown its ``teacher.role_epochs`` (a :class:`RoleMix`), so the one model gets the
+    steps of the per-role models together. ``warm_start.json`` also records each role's turn exact
+    match on the oracle's demonstrations of the ``validation_tasks`` held-out tasks, before and after.
+
+    Raises:
+        ValueError: no teacher mistake enabled, a role outside the hierarchy (the single agent's
+            episodes are another env), no role with epochs, or the roles' start tokenizers differ.
+    """
+    from transformers import AutoModelForCausalLM
+
+    start, target = Path(start_dir), Path(out_dir)
+    teacher = cfg.teacher
+    if not teacher.enabled:
+        raise ValueError("warm_start.teacher has no mistake with a rate above 0: the second stage would be the oracle again")
+    roles = tuple(roles)
+    if len(roles) < 2 or len(set(roles)) != len(roles) or not set(roles) <= set(SHARED_ROLES):
+        raise ValueError(f"a shared model plays two or more distinct roles of the hierarchy {SHARED_ROLES}, got {roles}")
+    epochs = {role: float(teacher.role_epochs.get(role, 0.0)) for role in roles}
+    if not any(epochs.values()):
+        raise ValueError(f"warm_start.teacher.role_epochs gives none of {roles} an epoch: nothing to fit")
+    missing = [str(start / role) for role in roles if not (start / role).is_dir()]
+    if missing:
+        raise ValueError(f"no start model folder {missing[0]} (the shared stage starts from stage 1's role folders)")
+    owner = roles[0]
+    tokenizer = _one_tokenizer({role: start / role for role in roles})
+    key = {**_stage_key(scenario, cfg, owner, start / owner, limits), "stage": "teacher-shared", "roles": list(roles)}
+    key = json.loads(json.dumps(key, default=str))
+    record_file = target / "warm_start.json"
+    if record_file.is_file() and json.loads(record_file.read_text()).get("key") == key:
+        return target
+    with scenario.open() as world:
+        chats, seen = teacher_demonstrations(scenario, world, cfg, single=False, limits=limits)
+        held = (demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=False, limits=limits,
+                               held_out=cfg.validation_tasks, validation=True) if cfg.validation_tasks else {})
+    sft = replace(cfg, lr=teacher.lr, warmup_steps=teacher.warmup_steps, min_lr_ratio=teacher.min_lr_ratio,
+                  noise=0.0, validation_tasks=0)
+    pad_id = tokenizer.pad_token_id or 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(teacher.torch_threads)
+    try:
+        source = start / owner
+        model = AutoModelForCausalLM.from_pretrained(str(source))
+        parts, counts = {}, {}
+        for role in roles:  # the same sequences stage 2 builds for each role's own model
+            parts[role], counts[role] = sft_sequences(tokenizer, chats[role], role=role, noise=0.0,
+                                                      rng=random.Random(f"teacher-{cfg.seed}-{role}"),
+                                                      max_seq_tokens=cfg.max_seq_tokens)
+        validation = {role: sft_sequences(tokenizer, held.get(role, []), role=role, noise=0.0, rng=random.Random(0),
+                                          max_seq_tokens=cfg.max_seq_tokens)[0] for role in roles}
+        before = _validate(model, validation, pad_id)
+        mix = RoleMix(parts, epochs, seed=cfg.seed)
+        shown: Sequence[tuple[list[int], list[int]]] = mix
+        if cfg.relabel:
+            shown = Relabeled(mix, token_groups(scenario, tokenizer), seed=cfg.seed)
+        metrics = sft_train(model, shown, sft, pad_id=pad_id, desc=f"shared teacher stage {'+'.join(roles)}",
+                            progress=progress, epochs=1.0)
+        metrics["validation_before"] = before
+        metrics["validation"] = _validate(model, validation, pad_id)
+    finally:
+        torch.set_num_threads(threads)
+    _save_folder(model, tokenizer, source, target)
+    steps = int(metrics.get("steps", 0))
+    oracle_steps = {role: _steps_of(start / role) or 0 for role in roles}
+    budget = {"oracle_stage_steps": oracle_steps[owner], "teacher_stage_steps": steps,
+              "total_steps": oracle_steps[owner] + steps, "batch_tokens": cfg.batch_tokens, "role_epochs": epochs,
+              "shown": mix.shown(), "per_role_oracle_stage_steps": oracle_steps}
+    record = {"key": key, "counts": counts, "teacher": seen, "metrics": metrics, "budget": budget, "from": str(source),
+              "roles": list(roles)}
+    record_file.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return target
+
+
+def _save_folder(model: Any, tokenizer: Any, source: Path, target: Path) -> None:
+    """``target`` replaced by the model and tokenizer, with the source's generation config and chat template."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    for name in ("generation_config.json", "chat_template.jinja"):
+        if (source / name).is_file() and not (target / name).is_file():
+            shutil.copy2(source / name, target / name)
