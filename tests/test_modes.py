@@ -154,3 +154,28 @@ def test_a_mode_may_name_its_own_start_for_a_role_with_a_worker():
     for bad in ((("sub", "/x"),), (("main", "/x"), ("main", "/y")), (("main", ""),), (("single", "/x"),)):
         with pytest.raises(ValueError, match="a mode's start names a model folder once per role with a worker"):
             ModeSpec(("main", "sub"), ("main", "sub"), shares=(("sub", "main"),), start=bad)
+
+
+def test_mgrpo_train_starts_a_mode_from_its_own_start(small_scenario, tmp_path):
+    """``ModeSpec.start`` holds for ``mgrpo train`` as for ``mgrpo compare`` (one function picks the
+    models): the mode's own folder replaces the config's ``main.model``, and the shared role gets it too."""
+    from pathlib import Path
+
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.core.modes import MODES, ModeSpec
+    from mgrpo_algo.training.trainer import Trainer, mode_model_paths
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    fair = root / "shared-warm-start" / "main"
+    MODES.register("shared-start-test", ModeSpec(("main", "sub"), ("main", "sub"), shares=(("sub", "main"),),
+                                                 start=(("main", str(fair)),)))
+    try:
+        config = load_config(None, [
+            "mode=shared-start-test", f"main.model={root / 'oracle-warm-start' / 'main'}",
+            f"sub.model={root / 'oracle-warm-start' / 'sub'}", f"out_dir={tmp_path / 'run'}",
+            f"scenario_kwargs={{num_entities: 300, seed: 0, profile: tiny, data_dir: {small_scenario.data_dir}}}"])
+        with Trainer(config) as trainer:
+            assert trainer.model_paths == {"main": str(fair), "sub": str(fair)}
+        assert mode_model_paths(config, trainer.scenario, "mgrpo")["main"] == str(root / "oracle-warm-start" / "main")
+    finally:
+        MODES.unregister("shared-start-test")

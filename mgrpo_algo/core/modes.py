@@ -38,8 +38,8 @@ class ModeSpec:
     role starts from its owner's), in place of the config's ``<role>.model``, so that one comparison
     can start each mode from its own fair start: the shared-model baseline from one model cloned from
     both roles' demonstrations (``mgrpo warm-start --shared``) while M-GRPO keeps its per-role models.
-    ``mgrpo compare`` pins it (its start is evaluated on its own); ``mgrpo train`` takes the config's
-    ``<role>.model``, so set that there."""
+    ``mgrpo compare`` pins it (its start is evaluated on its own) and ``mgrpo train`` starts from it
+    (both through ``training.trainer.mode_model_paths``)."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.roles if r not in ROLE_TABLE]

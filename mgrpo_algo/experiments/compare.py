@@ -112,18 +112,6 @@ def _start_name(mode: str) -> str:
     return name + "".join(f"@{role}={path}" for role, path in spec.start)  # a mode's own start folders
 
 
-def _with_mode_start(config: TrainConfig, mode: str) -> TrainConfig:
-    """``config`` with the mode's own start models (``ModeSpec.start``) as its ``<role>.model`` (a
-    copy; the config itself when the mode names none), so they are checked and loaded like any other."""
-    start = MODES[mode].start
-    if not start:
-        return config
-    config = copy.deepcopy(config)
-    for role, path in start:
-        getattr(config, role).model = str(path)
-    return config
-
-
 def evaluation_policies(config: TrainConfig, models: Mapping[str, Any], tokenizers: Mapping[str, str],
                         seed: int) -> dict[str, Any]:
     """Evaluation policies: eval temperature and token budget, the role's top-p and prompt limit."""
@@ -277,7 +265,7 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
     for mode in modes:
         key = _start_name(mode)  # the modes of one env (and one model per role) share their start models
         if key not in starts:
-            starts[key] = mode_model_paths(_with_mode_start(config, mode), scenario, mode)
+            starts[key] = mode_model_paths(config, scenario, mode)  # a mode's own start included
     start_seconds = time.perf_counter() - t0
     # One group per start model set (the hierarchy's modes share theirs, and its start evaluation); with
     # jobs > 1 the groups run side by side in worker processes (each run is seeded alone: same numbers).

@@ -21,6 +21,7 @@ protocol are the same code in all of them, so the same seed gives the same run.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Callable
@@ -90,8 +91,14 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
 
 
 def mode_model_paths(config: TrainConfig, scenario: Any, mode: str) -> dict[str, str]:
-    """:func:`role_model_paths` of a mode's roles, a shared role's being its owner's (``ModeSpec.shares``)."""
+    """:func:`role_model_paths` of a mode's roles, a shared role's being its owner's (``ModeSpec.shares``);
+    a mode that names its own start models (``ModeSpec.start``) starts from them, in place of the
+    config's ``<role>.model`` (checked like any other: ``mgrpo train`` and ``mgrpo compare`` alike)."""
     spec = MODES[mode]
+    if spec.start:
+        config = copy.deepcopy(config)
+        for role, path in spec.start:
+            getattr(config, role).model = str(path)
     paths = role_model_paths(config, scenario, list(spec.workers))
     return {role: paths[spec.owner(role)] for role in spec.roles}
 
