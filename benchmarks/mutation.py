@@ -390,6 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_run:  # the run that produced mutants/, as it recorded itself
         run_file = ROOT / "mutants" / RUN_FILE
         run = json.loads(run_file.read_text()) if run_file.exists() else None
+        if not args.only and run and set(run.get("modules", TARGETS)) != set(TARGETS):
+            # mutants/ holds verdicts of that run's modules only (mutmut resets the others): report those,
+            # keep the others as the previous report has them (this once overwrote them with zeros)
+            args.only = [path for path in TARGETS if path in run["modules"]]
     elif args.survivors:
         names = [s["mutant"] for path in args.only for s in previous["modules"][path]["survivors"]]
         run = run_mutmut(args.max_children, args.only, command, names=names)
