@@ -265,11 +265,7 @@ def _shared_warm_start(args: argparse.Namespace, config: Any, scenario: Any) -> 
     except (ValueError, OSError) as exc:  # ChecksumError is a ValueError
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
-    readme = Path(args.out) / "README.md"
-    kept = readme.read_text() if readme.is_file() else None  # how the folder was built: not a model file
     out = export_models({SHARED_ROLES[0]: path}, args.out)
-    if kept is not None:
-        readme.write_text(kept)
     print(f"wrote {out} ({SHARED_ROLES[0]}: one model for {', '.join(SHARED_ROLES)}) and {out}/SHA256SUMS")
     return 0
 

@@ -41,7 +41,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from mgrpo_tools import schemas as tool_schemas
-from mgrpo_tools.registry import Registry
+from mgrpo_tools.registry import Registry, UnknownName
 
 from .prompts import FINAL_TAGS, PROMPT_STYLES, system_prompt
 from .schema_checks import check_arguments, signature
@@ -240,9 +240,11 @@ def check_tool_names(role: str, names: Sequence[str], *, where: str) -> None:
     tools of its own). ValueError naming ``where`` and the valid names otherwise."""
     if isinstance(names, str) or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{where}: a list of tool names, got {names!r}")
-    unknown = [n for n in names if n not in TOOLS]
-    if unknown:
-        raise ValueError(f"{where}: unknown tool {unknown[0]!r}; valid: {', '.join(TOOLS.names())}")
+    for name in names:
+        try:
+            TOOLS.canonical(name)
+        except UnknownName as exc:  # the registry's own words: the name and the valid ones
+            raise ValueError(f"{where}: {exc}") from None
     if len(set(names)) != len(names):
         raise ValueError(f"{where}: a tool named twice in {list(names)}")
     if role == "main" and any(n not in MAIN_TOOLS for n in names):

@@ -21,6 +21,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from test_roles import _Recorder  # stands in for FaultPoints
 
 # Imported once here, not lazily in each test (transformers' model classes take seconds to import).
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: F401
@@ -265,16 +266,6 @@ def test_restarted_learner_is_the_checkpoints_and_trains_on_identically(tiny_mod
     _assert_same_state(worker.learner, _learner_state(clean.learner))
     clean.close()
     handle.close()
-
-
-class _Recorder:
-    """Stands in for FaultPoints: records every point a worker passes, kills nothing."""
-
-    def __init__(self) -> None:
-        self.hits = []
-
-    def hit(self, name, **where):
-        self.hits.append((name, where))
 
 
 def test_a_shared_worker_scores_the_sub_side_and_updates_once_over_both_roles(tiny_model, tmp_path):

@@ -124,12 +124,17 @@ def test_bad_inputs_are_refused(small_scenario, stage1, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_cli_shared_needs_from_and_names_a_bad_start(small_scenario, tmp_path, capsys):
+def _config_file(small_scenario, tmp_path, warm_start):
+    """A config file for ``mgrpo warm-start`` on the small world with the ``warm_start`` section given."""
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({
         "scenario": "wiki-hops", "scenario_kwargs": {"num_entities": 300, "seed": 0, "data_dir": str(small_scenario.data_dir)},
-        "models_dir": str(tmp_path / "models"),
-        "warm_start": {"teacher": {"answer_early": {"rate": 0.3}}}}))
+        "models_dir": str(tmp_path / "models"), "warm_start": warm_start}))
+    return config
+
+
+def test_cli_shared_needs_from_and_names_a_bad_start(small_scenario, tmp_path, capsys):
+    config = _config_file(small_scenario, tmp_path, {"teacher": {"answer_early": {"rate": 0.3}}})
     assert cli_main(["warm-start", "--config", str(config), "--shared", "--out", str(tmp_path / "out")]) == 2
     assert "--shared fine-tunes a prebuilt oracle stage: give --from" in capsys.readouterr().err
     assert cli_main(["warm-start", "--config", str(config), "--shared", "--from", str(tmp_path / "none"),
@@ -141,12 +146,9 @@ def test_cli_shared_needs_from_and_names_a_bad_start(small_scenario, tmp_path, c
 def test_cli_shared_exports_one_checksummed_model(small_scenario, stage1, tmp_path):
     from mgrpo_algo.policies.prebuilt import verify_folder
 
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({
-        "scenario": "wiki-hops", "scenario_kwargs": {"num_entities": 300, "seed": 0, "data_dir": str(small_scenario.data_dir)},
-        "models_dir": str(tmp_path / "models"),
-        "warm_start": {"splits": ["stage1/train"], "max_tasks": 2, "validation_tasks": 0, "batch_tokens": 1024,
-                       "teacher": {"answer_early": {"rate": 0.3}, "draws": 1, "role_epochs": {"main": 1, "sub": 1}}}}))
+    config = _config_file(small_scenario, tmp_path, {
+        "splits": ["stage1/train"], "max_tasks": 2, "validation_tasks": 0, "batch_tokens": 1024,
+        "teacher": {"answer_early": {"rate": 0.3}, "draws": 1, "role_epochs": {"main": 1, "sub": 1}}})
     out = tmp_path / "out"
     (out / "stale").mkdir(parents=True)
     (out / "README.md").write_text("how it was built\n")

@@ -114,6 +114,11 @@ def test_a_fresh_state_and_a_saved_one(tmp_path):
     again = WorkerState(tmp_path)
     assert again.last_applied == 4 and again.metrics_of(4) == {"main/loss": 0.5} and again.metrics_of(3) == {}
     assert again.pending == {"5": {"facts": []}}
+    again.applied(5, {})
+    assert again.pending == {}  # an applied iteration is no longer pending
+    (tmp_path / "worker.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"worker\.json: not a worker state"):
+        WorkerState(tmp_path)
 
 
 def test_checkpoints_in_iteration_order_and_the_newest_complete_one(tmp_path):

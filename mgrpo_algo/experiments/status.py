@@ -34,6 +34,8 @@ def run_status(run_dir: str | Path, store: str | None = None) -> dict[str, Any]:
     Raises FileNotFoundError when ``run_dir`` is no run folder.
     """
     from ..distributed.store import open_store
+    from ..training.run_folder import RUN_STORE, run_store
+    from ..training.worker_state import WorkerState
 
     run = Path(run_dir)
     config = _read_json(run / "config.json")
@@ -43,13 +45,12 @@ def run_status(run_dir: str | Path, store: str | None = None) -> dict[str, Any]:
     loop = _read_json(run / "loop_state.json")
     roles: dict[str, dict[str, Any]] = {}
     for role in workers:
-        state = _read_json(run / "workers" / role / "worker.json") or {}
-        roles[role] = {"last_applied": state.get("last_applied", -1),
-                       "pending": sorted(int(i) for i in state.get("pending", {}))}
+        state = WorkerState(run / "workers" / role)  # reads worker.json, writes nothing
+        roles[role] = {"last_applied": state.last_applied, "pending": sorted(int(i) for i in state.pending)}
     if store is None:
         store = ((config or {}).get("placement") or {}).get("store") or ""
-        if not store and (run / "stats.sqlite").exists():
-            store = f"sqlite:{run / 'stats.sqlite'}"
+        if not store and (run / RUN_STORE).exists():  # opening a missing SQLite file would create it
+            store = run_store(run)
     out: dict[str, Any] = {"run_dir": str(run), "committed": loop["iteration"] if loop else None,
                            "store": store or None, "store_error": None, "roles": roles}
     if not store:

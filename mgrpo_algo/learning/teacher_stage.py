@@ -26,7 +26,8 @@ import hashlib
 import json
 import random
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -124,9 +125,7 @@ def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path
     from transformers import AutoModelForCausalLM
 
     start, out = Path(start_dir), Path(out_dir)
-    teacher = cfg.teacher
-    if not teacher.enabled:
-        raise ValueError("warm_start.teacher has no mistake with a rate above 0: the second stage would be the oracle again")
+    teacher = _teacher_of(cfg)
     keys = {role: _stage_key(scenario, cfg, role, start / role, limits) for role in roles}
     done = {role: out / role for role in roles}
 
@@ -144,21 +143,14 @@ def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path
             got, seen = teacher_demonstrations(scenario, world, cfg, single=single, limits=limits)
             chats.update(got)
             stats.update({role: seen for role in got})
-    sft = replace(cfg, lr=teacher.lr, warmup_steps=teacher.warmup_steps, min_lr_ratio=teacher.min_lr_ratio,
-                  noise=0.0, validation_tasks=0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(teacher.torch_threads)
-    try:
+    sft = _stage_sft(cfg)
+    with _torch_threads(teacher.torch_threads):
         for role in [r for r in STAGE_ROLES if r in todo]:
             source = start / role
             tokenizer = load_tokenizer(str(source))
             model = AutoModelForCausalLM.from_pretrained(str(source))
-            sequences, counts = sft_sequences(tokenizer, chats[role], role=role, noise=0.0,
-                                              rng=random.Random(f"teacher-{cfg.seed}-{role}"),
-                                              max_seq_tokens=cfg.max_seq_tokens)
-            shown: Sequence[tuple[list[int], list[int]]] = sequences
-            if cfg.relabel:
-                shown = Relabeled(sequences, token_groups(scenario, tokenizer), seed=cfg.seed)
+            sequences, counts = _role_sequences(tokenizer, chats[role], role, cfg)
+            shown = _relabeled(sequences, scenario, tokenizer, cfg)
             before = _steps_of(source) or 0
             epochs = float(teacher.role_epochs.get(role, 0.0))
             target_steps = None
@@ -178,8 +170,6 @@ def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path
             record = {"key": keys[role], "counts": counts, "teacher": stats.get(role, {}), "metrics": metrics,
                       "budget": budget, "from": str(source)}
             (target / "warm_start.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
-    finally:
-        torch.set_num_threads(threads)
     return done
 
 
@@ -263,9 +253,7 @@ def shared_teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str
     from transformers import AutoModelForCausalLM
 
     start, target = Path(start_dir), Path(out_dir)
-    teacher = cfg.teacher
-    if not teacher.enabled:
-        raise ValueError("warm_start.teacher has no mistake with a rate above 0: the second stage would be the oracle again")
+    teacher = _teacher_of(cfg)
     roles = tuple(roles)
     if len(roles) < 2 or len(set(roles)) != len(roles) or not set(roles) <= set(SHARED_ROLES):
         raise ValueError(f"a shared model plays two or more distinct roles of the hierarchy {SHARED_ROLES}, got {roles}")
@@ -286,32 +274,22 @@ def shared_teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str
         chats, seen = teacher_demonstrations(scenario, world, cfg, single=False, limits=limits)
         held = (demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=False, limits=limits,
                                held_out=cfg.validation_tasks, validation=True) if cfg.validation_tasks else {})
-    sft = replace(cfg, lr=teacher.lr, warmup_steps=teacher.warmup_steps, min_lr_ratio=teacher.min_lr_ratio,
-                  noise=0.0, validation_tasks=0)
+    sft = _stage_sft(cfg)
     pad_id = tokenizer.pad_token_id or 0
-    threads = torch.get_num_threads()
-    torch.set_num_threads(teacher.torch_threads)
-    try:
+    with _torch_threads(teacher.torch_threads):
         source = start / owner
         model = AutoModelForCausalLM.from_pretrained(str(source))
         parts, counts = {}, {}
         for role in roles:  # the same sequences stage 2 builds for each role's own model
-            parts[role], counts[role] = sft_sequences(tokenizer, chats[role], role=role, noise=0.0,
-                                                      rng=random.Random(f"teacher-{cfg.seed}-{role}"),
-                                                      max_seq_tokens=cfg.max_seq_tokens)
+            parts[role], counts[role] = _role_sequences(tokenizer, chats[role], role, cfg)
         validation = {role: sft_sequences(tokenizer, held.get(role, []), role=role, noise=0.0, rng=random.Random(0),
                                           max_seq_tokens=cfg.max_seq_tokens)[0] for role in roles}
         before = _validate(model, validation, pad_id)
         mix = RoleMix(parts, epochs, seed=cfg.seed)
-        shown: Sequence[tuple[list[int], list[int]]] = mix
-        if cfg.relabel:
-            shown = Relabeled(mix, token_groups(scenario, tokenizer), seed=cfg.seed)
-        metrics = sft_train(model, shown, sft, pad_id=pad_id, desc=f"shared teacher stage {'+'.join(roles)}",
-                            progress=progress, epochs=1.0)
+        metrics = sft_train(model, _relabeled(mix, scenario, tokenizer, cfg), sft, pad_id=pad_id,
+                            desc=f"shared teacher stage {'+'.join(roles)}", progress=progress, epochs=1.0)
         metrics["validation_before"] = before
         metrics["validation"] = _validate(model, validation, pad_id)
-    finally:
-        torch.set_num_threads(threads)
     _save_folder(model, tokenizer, source, target)
     steps = int(metrics.get("steps", 0))
     oracle_steps = {role: _steps_of(start / role) or 0 for role in roles}
@@ -322,6 +300,43 @@ def shared_teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str
               "roles": list(roles)}
     record_file.write_text(json.dumps(record, indent=2, default=str) + "\n")
     return target
+
+
+def _teacher_of(cfg: WarmStartConfig) -> Any:
+    """The stage's teacher (``cfg.teacher``); refused when it makes no mistake (the stage would be the oracle)."""
+    if not cfg.teacher.enabled:
+        raise ValueError("warm_start.teacher has no mistake with a rate above 0: the second stage would be the oracle again")
+    return cfg.teacher
+
+
+def _stage_sft(cfg: WarmStartConfig) -> WarmStartConfig:
+    """The stage's fine-tuning settings: the teacher's learning rate and schedule, no noise, no validation split."""
+    teacher = cfg.teacher
+    return replace(cfg, lr=teacher.lr, warmup_steps=teacher.warmup_steps, min_lr_ratio=teacher.min_lr_ratio,
+                   noise=0.0, validation_tasks=0)
+
+
+def _role_sequences(tokenizer: Any, chats: Sequence[Any], role: str, cfg: WarmStartConfig) -> tuple[list[Any], Any]:
+    """A role's training sequences from its teacher chats (seeded by the stage seed and the role)."""
+    return sft_sequences(tokenizer, chats, role=role, noise=0.0, rng=random.Random(f"teacher-{cfg.seed}-{role}"),
+                         max_seq_tokens=cfg.max_seq_tokens)
+
+
+def _relabeled(sequences: Sequence[tuple[list[int], list[int]]], scenario: Any, tokenizer: Any,
+               cfg: WarmStartConfig) -> Sequence[tuple[list[int], list[int]]]:
+    """``sequences`` as shown to the model: relabelled (``cfg.relabel``) or as they are."""
+    return Relabeled(sequences, token_groups(scenario, tokenizer), seed=cfg.seed) if cfg.relabel else sequences
+
+
+@contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    """torch's CPU threads set to ``threads`` inside, restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _save_folder(model: Any, tokenizer: Any, source: Path, target: Path) -> None:

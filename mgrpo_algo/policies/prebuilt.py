@@ -37,9 +37,12 @@ def _sha256(path: Path) -> str:
 def export_models(paths: Mapping[str, str | Path], out: str | Path) -> Path:
     """Copy each role's model folder to ``out/<role>`` (loadable files only) and write ``out/SHA256SUMS``.
 
-    The folder is replaced as a whole. Returns ``out``.
+    The folder is replaced as a whole, but for its ``README.md`` (how the models were built: written
+    by hand, not a model file, not checksummed), which a rebuild keeps. Returns ``out``.
     """
     out = Path(out)
+    readme = out / "README.md"
+    kept = readme.read_text() if readme.is_file() else None
     if out.exists():
         shutil.rmtree(out)
     lines = []
@@ -52,6 +55,8 @@ def export_models(paths: Mapping[str, str | Path], out: str | Path) -> Path:
         for file in sorted(target.iterdir()):
             lines.append(f"{_sha256(file)}  {role}/{file.name}")
     (out / CHECKSUMS).write_text("\n".join(lines) + "\n")
+    if kept is not None:
+        readme.write_text(kept)
     return out
 
 

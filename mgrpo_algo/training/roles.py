@@ -51,7 +51,7 @@ from .role_eval import RoleEvaluation
 from .trajectories import Trajectories, drop_json_after, trajectory_key, write_json
 from .worker_state import WorkerState
 
-__all__ = ["RoleWorker", "write_json"]
+__all__ = ["RoleWorker"]
 
 
 class RoleWorker:
@@ -108,6 +108,7 @@ class RoleWorker:
         self.store_timeout_s = store_timeout_s
         self.state = WorkerState(self.dir)
         self.trajectories = Trajectories(self.dir, keep=keep_token_ids)
+        self.advantages_dir = self.dir / "advantages"  # the A_S this worker scored, one file an iteration
         self.learner: Any = None
         self.restored = False
         if train:
@@ -148,7 +149,7 @@ class RoleWorker:
         the newest checkpoint at or before it, nothing later. Returns ``last_applied``."""
         self.state.rollback(iteration, self.learner, self.role)
         self.trajectories.drop_after(iteration)
-        drop_json_after(self.dir / "advantages", iteration)
+        drop_json_after(self.advantages_dir, iteration)
         self.state.save()
         return self.state.last_applied
 
@@ -292,12 +293,7 @@ class RoleWorker:
             self.state.pending.pop(str(iteration), None)
             return {}
         slots, metrics = self._score_sub(iteration, facts, scoring, correct)
-        scored = set(metrics)  # the scoring figures: logged, not sent to the store's health
-        if self.train:  # an empty batch too: the learner reports it skipped
-            metrics.update(self.learner.update(self._sequences(iteration, slots)))
-            self.faults.hit("after_update", role=self.role, iteration=iteration)
-        self.state.pending.pop(str(iteration), None)
-        return self._applied(iteration, _floats(metrics), scored)
+        return self._learn_scored(iteration, slots, metrics)
 
     def _score_sub(self, iteration: int, facts: list[list[SubFact]], scoring: SubScoring, correct: list[float]
                    ) -> tuple[list[SubSlot], dict[str, Any]]:
@@ -317,7 +313,7 @@ class RoleWorker:
         rng = iteration_rngs(self.seed, iteration)[1]  # the alignment draws of (seed, iteration), as everywhere
         slots, metrics = score_sub_side(facts, rewards, scoring.k, scoring.d, strategy=scoring.strategy, rng=rng,
                                         step_weight=scoring.step_weight, states=states, estimator=scoring.estimator)
-        write_json(self.dir / "advantages" / f"{iteration}.json",
+        write_json(self.advantages_dir / f"{iteration}.json",
                    [{"index": s.key.index, "agent": s.agent, "slot": s.slot, "reward": s.reward, "advantage": s.advantage}
                     for s in slots])
         return slots, metrics
@@ -336,13 +332,19 @@ class RoleWorker:
         self._publish_main(iteration, slots)
         stats = self.store.get_main_stats(iteration, expected=len(facts), timeout_s=self.store_timeout_s)
         sub_slots, metrics = self._score_sub(iteration, facts, scoring, [s.correct for s in stats])
+        return self._learn_scored(iteration, [*slots, *sub_slots], metrics)
+
+    def _learn_scored(self, iteration: int, slots: list[MainSlot | SubSlot], metrics: dict[str, Any]) -> dict[str, float]:
+        """The update on ``slots`` (a frozen worker: none; an empty batch too: the learner reports it
+        skipped), then ``iteration`` applied; ``metrics`` are the scoring's figures: logged, not sent to
+        the store's health."""
         scored = set(metrics)
         if self.train:
-            metrics.update(self.learner.update(self._sequences(iteration, slots) + self._sequences(iteration, sub_slots)))
+            metrics.update(self.learner.update(self._sequences(iteration, slots)))
             self.faults.hit("after_update", role=self.role, iteration=iteration)
         return self._applied(iteration, _floats(metrics), scored)
 
-    def _sequences(self, iteration: int, slots: list[MainSlot] | list[SubSlot]) -> list[Any]:
+    def _sequences(self, iteration: int, slots: list[MainSlot | SubSlot]) -> list[Any]:
         """The training sequences of ``slots``, from the trajectories this worker kept."""
         from ..core.sequences import slot_sequence
 

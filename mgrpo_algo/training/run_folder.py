@@ -13,11 +13,19 @@ from pathlib import Path
 
 from .preflight import PreflightError
 
-__all__ = ["RUN_FILES", "used_run_files", "check_fresh_run_folder", "clear_run_folder"]
+__all__ = ["RUN_FILES", "RUN_STORE", "run_store", "used_run_files", "check_fresh_run_folder", "clear_run_folder"]
+
+#: A run's own statistics store, in its ``out_dir``, when ``placement.store`` names none.
+RUN_STORE = "stats.sqlite"
 
 #: What a training run writes in its ``out_dir`` (files and folders).
 RUN_FILES = ("loop_state.json", "metrics.jsonl", "episodes.jsonl", "config.json", "checkpoints", "final", "tb",
-             "adapters", "stats.sqlite", "workers", "eval_before.jsonl", "eval_after.jsonl", "view.html")
+             "adapters", RUN_STORE, "workers", "eval_before.jsonl", "eval_after.jsonl", "view.html")
+
+
+def run_store(out_dir: str | Path, store: str = "") -> str:
+    """The store spec a run in ``out_dir`` uses: ``store`` (``placement.store``), else its own SQLite file."""
+    return store or f"sqlite:{Path(out_dir) / RUN_STORE}"
 
 
 def used_run_files(out_dir: str | Path) -> list[str]:
@@ -50,6 +58,6 @@ def clear_run_folder(out_dir: str | Path) -> list[str]:
             shutil.rmtree(path)
         else:
             path.unlink()
-    for extra in out.glob("stats.sqlite-*") if out.is_dir() else []:  # SQLite's -wal / -shm beside the store
+    for extra in out.glob(f"{RUN_STORE}-*") if out.is_dir() else []:  # SQLite's -wal / -shm beside the store
         extra.unlink()
     return removed

@@ -46,7 +46,8 @@ from ..core.scoring import (
 )
 from ..core.seeding import episode_seed, iteration_rngs
 from .final_models import export_final_models
-from .roles import write_json
+from .run_folder import run_store
+from .trajectories import write_json
 from .workers import RoleWorkers
 
 __all__ = ["Trainer", "role_model_paths"]
@@ -140,7 +141,7 @@ class Trainer:
         self._log_extra = log
         self.faults = FaultPoints.from_env(self.out)  # MGRPO_FAULT, read once (crash tests)
         placement = config.placement
-        store = placement.store or f"sqlite:{self.out / 'stats.sqlite'}"
+        store = run_store(self.out, placement.store)
         (self.out / "config.json").write_text(json.dumps(config_to_dict(config), indent=2, default=str) + "\n")
         # the env pays R_M and R_S once, with the judge wherever the roles run
         self.reward_config = reward_config(config, self.scenario, config.expert_judge.make())

@@ -27,8 +27,12 @@ class WorkerState:
     def __init__(self, folder: Path) -> None:
         self.dir = folder
         self.file = folder / "worker.json"
-        self.data: dict[str, Any] = (json.loads(self.file.read_text()) if self.file.exists()
-                                     else {"last_applied": -1, "metrics": {}})
+        self.data: dict[str, Any] = {"last_applied": -1, "metrics": {}}
+        if self.file.exists():
+            try:
+                self.data = json.loads(self.file.read_text())
+            except ValueError as exc:  # written atomically, so only a hand edit or a foreign file gets here
+                raise ValueError(f"{self.file}: not a worker state ({exc})") from exc
 
     @property
     def last_applied(self) -> int:
@@ -44,8 +48,10 @@ class WorkerState:
         return dict(self.data["metrics"].get(str(iteration), {}))
 
     def applied(self, iteration: int, metrics: dict[str, Any]) -> None:
+        """``iteration`` is applied (saved with the next :meth:`save`): no longer pending."""
         self.data["last_applied"] = iteration
         self.data["metrics"] = {str(iteration): metrics}
+        self.pending.pop(str(iteration), None)
 
     def save(self) -> None:
         write_json(self.file, self.data)
