@@ -122,7 +122,7 @@ class MGRPOEnv(EpisodeSource, AECEnv):
         style = getattr(self.scenario, "prompt_style", "full")  # a scenario's profile may ask for compact prompts
         # each role's tool set: the run's choice (``tools``: role -> names), else the scenario's
         self._tools_of = {role: role_tools(self.scenario, role, (tools or {}).get(role)) for role in env_roles("hierarchy")}
-        self._prompts = {role: system_prompt(role, tools, style) for role, tools in self._tools_of.items()}
+        self._prompts = {role: system_prompt(role, specs, style) for role, specs in self._tools_of.items()}
         self.record: EpisodeRecord | None = None
 
     # -- PettingZoo API -------------------------------------------------------------------------
