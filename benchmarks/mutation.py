@@ -104,7 +104,7 @@ SCOPE = {
     # the recovery path: commit / read back / discard, the update guards, pending and lag, the checkpoint order
     "mgrpo_algo/training/roles.py": {f"RoleWorker.{m}" for m in (
         "commit", "update_main", "update_sub", "_apply_pending", "flush", "_apply_sub", "_score_sub", "update_shared",
-        "_replayed", "_publish_main", "_applied", "_published", "rollback", "committed")} | {"_queued"},
+        "_learn_scored", "_replayed", "_publish_main", "_applied", "_published", "rollback", "committed")} | {"_queued"},
     # the worker's sampled tokens: commit / read back / discard / retire / roll back (issue 33's split)
     "mgrpo_algo/training/trajectories.py": {f"Trajectories.{m}" for m in (
         "history", "add", "commit", "load", "discard", "retire", "drop_after")} | {"write_json", "drop_json_after"},

@@ -63,7 +63,7 @@ KEPT: dict[str, str] = {
     # roles (issue 33's split: the worker, its trajectories, its commit point)
     **{f"mgrpo_algo.training.roles.xǁRoleWorkerǁ_apply_sub__mutmut_{n}": (
         "_apply_sub is only called from _apply_pending for a key of state.pending it is iterating: the key "
-        "popped is always there, so pop's default is never used") for n in (4, 33)},
+        "popped is always there, so pop's default is never used") for n in (4,)},
     "mgrpo_algo.training.roles.xǁRoleWorkerǁ_score_sub__mutmut_13": (
         "states '' instead of None without step credit: score_sub_side reads states only when step_weight > 0 "
         "and then through `states or {}`: the same empty mapping"),
