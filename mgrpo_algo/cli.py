@@ -168,12 +168,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     except PreflightError as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
-    command = shlex.join(["mgrpo", "compare", *(["--config", args.config] if args.config else []),
+    command = shlex.join([*shlex.split(args.prog), "compare", *(["--config", args.config] if args.config else []),
                           *[part for item in args.set for part in ("--set", item)],
                           "--seeds", str(args.seeds), "--out", args.out, "--modes", ",".join(modes),
                           *(["--jobs", str(args.jobs)] if args.jobs != 1 else [])])
     summary = run_compare(config, seeds=args.seeds, out_dir=args.out, modes=modes, progress=not args.quiet, command=command,
-                          jobs=args.jobs)
+                          jobs=args.jobs, program=args.prog)
     failures = summary.get("tool_backend_failures") or {}
     if failures:  # first, where it cannot be missed
         print(backend_failure_line(failures))
@@ -232,7 +232,8 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
         for role in ROLES:
             verify_folder(Path(args.from_dir) / role)
         paths = {role: str(p) for role, p in teacher_warm_start(
-            scenario, args.from_dir, Path(config.models_dir) / "teacher", config.warm_start, limits=config.limits).items()}
+            scenario, args.from_dir, Path(config.models_dir) / "teacher", config.warm_start, limits=config.limits,
+            tools=config.tools).items()}
     else:
         for role in ROLES:
             getattr(config, role).model = ""  # always the config's own tiny models, warm-started
@@ -261,7 +262,7 @@ def _shared_warm_start(args: argparse.Namespace, config: Any, scenario: Any) -> 
         for role in SHARED_ROLES:
             verify_folder(Path(args.from_dir) / role)
         path = shared_teacher_warm_start(scenario, args.from_dir, Path(config.models_dir) / "teacher-shared",
-                                         config.warm_start, limits=config.limits)
+                                         config.warm_start, limits=config.limits, tools=config.tools)
     except (ValueError, OSError) as exc:  # ChecksumError is a ValueError
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
@@ -338,11 +339,11 @@ def _cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = "mgrpo") -> argparse.ArgumentParser:
     from .core.modes import mode_names  # the tables, so a registered mode or placement is listed
     from .distributed.placement import PLACEMENTS
 
-    parser = argparse.ArgumentParser(prog="mgrpo", description="Train and evaluate multi-agent deep-research systems with M-GRPO.")
+    parser = argparse.ArgumentParser(prog=prog, description="Train and evaluate multi-agent deep-research systems with M-GRPO.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     from .experiments.eval_cli import add_eval_parser
@@ -423,10 +424,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str = "mgrpo") -> int:
     """Run one command; a usage mistake (``SystemExit`` with a message) prints that one line to
-    stderr and returns 2, as argparse does for its own errors, never a traceback."""
-    args = _parser().parse_args(argv)
+    stderr and returns 2, as argparse does for its own errors, never a traceback.
+
+    ``prog`` is how the command was started, for usage lines and the command lines a run records to
+    reproduce it: a script that registers a mode, placement or tool and then hands its arguments
+    here (``benchmarks/shared_model.py``) passes its own, since the installed ``mgrpo`` would not know
+    what the script registered."""
+    args = _parser(prog).parse_args(argv)
+    args.prog = prog
     try:
         return int(args.func(args))
     except SystemExit as exc:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from mgrpo_algo.cli import main
 from mgrpo_algo.policies.models import build_role_models
 
@@ -165,3 +167,31 @@ def test_serve_takes_ctrl_c_as_soon_as_it_says_it_is_ready(small_scenario, monke
         for sig, handler in saved.items():
             signal.signal(sig, handler)
     assert slept == []
+
+
+def test_a_script_that_hands_its_arguments_to_main_is_named_in_the_reproduce_lines(tmp_path, monkeypatch, capsys):
+    """A script that registers a mode and then runs ``main(argv, prog=...)`` (benchmarks/shared_model.py)
+    records itself, not the installed ``mgrpo``, which would not know the mode."""
+    from mgrpo_algo.experiments import compare
+    from mgrpo_algo.training import preflight
+
+    class Ran(Exception):
+        pass
+
+    seen = {}
+
+    def fake_run_compare(config, **kwargs):
+        seen.update(kwargs)
+        raise Ran
+
+    monkeypatch.setattr(compare, "run_compare", fake_run_compare)
+    monkeypatch.setattr(preflight, "preflight", lambda config, **kw: None)
+    with pytest.raises(Ran):
+        main(["compare", "--seeds", "1", "--modes", "mgrpo", "--out", str(tmp_path / "o")], prog="python 'my script.py'")
+    assert seen["program"] == "python 'my script.py'"  # a shell fragment, quoted as the script was started
+    assert seen["command"] == f"python 'my script.py' compare --seeds 1 --out {tmp_path / 'o'} --modes mgrpo"
+    assert compare._reproduce(tmp_path, 2, ["mgrpo", "x"], "python s.py") == (
+        f"python s.py compare --config {tmp_path / 'config.yaml'} --seeds 2 --out {tmp_path} --modes mgrpo,x")
+    with pytest.raises(Ran):
+        main(["compare", "--seeds", "1", "--modes", "mgrpo", "--out", str(tmp_path / "o")])
+    assert seen["program"] == "mgrpo" and seen["command"].startswith("mgrpo compare --seeds 1")

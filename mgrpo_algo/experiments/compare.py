@@ -223,11 +223,14 @@ def run_compare(
     progress: bool = True,
     command: str | None = None,
     jobs: int = 1,
+    program: str = "mgrpo",
 ) -> dict[str, Any]:
     """Run every mode for ``seeds`` seeds (``config.seed + i``) and write the comparison under ``out_dir``.
 
     Returns the summary (also ``out_dir/summary.json``). A mode's seed folders are replaced, so a
-    rerun into the same folder never mixes runs. ``command`` (the CLI's) is recorded in the report.
+    rerun into the same folder never mixes runs. ``command`` (the CLI's) is recorded in the report;
+    ``program`` starts the command line the report gives to reproduce the run (a script that registers
+    a mode names itself: the installed ``mgrpo`` does not know that mode).
     ``jobs`` > 1 runs the groups of modes that share start models (the hierarchy's; the single agent's)
     in parallel processes: each run is seeded on its own, so the numbers do not depend on ``jobs``.
     """
@@ -243,13 +246,13 @@ def run_compare(
     torch.set_num_threads(config.torch_threads)
     try:
         return _run_compare(config, seeds=seeds, out_dir=out_dir, modes=modes, progress=progress, command=command,
-                            jobs=jobs)
+                            jobs=jobs, program=program)
     finally:
         torch.set_num_threads(threads)
 
 
 def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes: Sequence[str] | None, progress: bool,
-                 command: str | None, jobs: int) -> dict[str, Any]:
+                 command: str | None, jobs: int, program: str = "mgrpo") -> dict[str, Any]:
 
     from ..training.trainer import mode_model_paths
     from .plots import plot_curves
@@ -333,7 +336,7 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
                             "change": mistake_changes(pool_counts(c["after"]), pool_counts(c["start"]), seed=config.seed)}
                      for mode, c in counts.items()},
         "command": command,
-        "reproduce": _reproduce(out, seeds, modes),
+        "reproduce": _reproduce(out, seeds, modes, program),
     }
     # a missing browser or search backend lowers every number: counted over every episode file of the run
     summary["tool_backend_failures"] = backend_failures_in_files(
@@ -520,8 +523,8 @@ def _trained_policies(cfg: TrainConfig, trainer: Any, seed: int) -> dict[str, An
     return policies
 
 
-def _reproduce(out: Path, seeds: int, modes: Sequence[str]) -> str:
-    return f"mgrpo compare --config {out / 'config.yaml'} --seeds {seeds} --out {out} --modes {','.join(modes)}"
+def _reproduce(out: Path, seeds: int, modes: Sequence[str], program: str = "mgrpo") -> str:
+    return f"{program} compare --config {out / 'config.yaml'} --seeds {seeds} --out {out} --modes {','.join(modes)}"
 
 
 def _yaml(config: TrainConfig) -> str:

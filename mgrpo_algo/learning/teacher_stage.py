@@ -42,11 +42,13 @@ from ..core.config import Limits, WarmStartConfig
 from ..policies.hf_policy import load_tokenizer
 from .warmstart import (
     Relabeled,
+    demo_env_kwargs,
     demonstrations,
     sft_sequences,
     sft_train,
     token_budget_batches,
     token_groups,
+    tools_key,
     turn_exact_match,
 )
 
@@ -62,18 +64,19 @@ _CHUNK = 100
 
 
 def teacher_demonstrations(scenario: Any, world: Any, cfg: WarmStartConfig, *, single: bool,
-                           limits: Limits | None = None) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+                           limits: Limits | None = None, tools: Mapping[str, Sequence[str]] | None = None,
+                           ) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     """The teacher's chats per role ({"main", "sub"} or {"single"}), every episode kept, ``draws``
     draws of the first ``max_tasks`` tasks of each split (the last ``validation_tasks`` held out, as
-    in stage 1), and the teacher's accuracy and :func:`~mgrpo_env.mistakes.mistake_rates` per draw."""
+    in stage 1), and the teacher's accuracy and :func:`~mgrpo_env.mistakes.mistake_rates` per draw.
+    ``tools`` (the run's ``TrainConfig.tools``) chooses the tools the episodes show."""
     limits = limits or Limits()
     teacher = cfg.teacher
     rates = teacher.rates()
     roles = ("single",) if single else ("main", "sub")
     chats: dict[str, list[Any]] = {role: [] for role in roles}
     stats: dict[str, Any] = {}
-    env_kwargs = ({"limits": limits, "max_turns": max(limits.single_agent_turns, 24)} if single
-                  else {"limits": limits})
+    env_kwargs = demo_env_kwargs(limits, tools, single=single)
     for draw in range(teacher.draws):
         policies = {role: ImperfectTeacher(scenario, role, rates, seed=cfg.seed * 1000 + draw) for role in roles}
         records = []
@@ -99,11 +102,13 @@ def _digest(path: Path) -> str:
     return hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()[:16]
 
 
-def _stage_key(scenario: Any, cfg: WarmStartConfig, role: str, start: Path, limits: Limits | None) -> Any:
+def _stage_key(scenario: Any, cfg: WarmStartConfig, role: str, start: Path, limits: Limits | None,
+               tools: Mapping[str, Sequence[str]] | None = None) -> Any:
     key = {"stage": "teacher", "role": role, "teacher": asdict(cfg.teacher), "splits": cfg.splits,
            "max_tasks": cfg.max_tasks, "validation_tasks": cfg.validation_tasks, "batch_tokens": cfg.batch_tokens,
            "max_seq_tokens": cfg.max_seq_tokens, "beta2": cfg.beta2, "relabel": cfg.relabel, "seed": cfg.seed,
-           "start": _digest(start), "scenario": scenario.metadata, "limits": asdict(limits or Limits())}
+           "start": _digest(start), "scenario": scenario.metadata, "limits": asdict(limits or Limits()),
+           **tools_key(tools, role)}
     return json.loads(json.dumps(key, default=str))
 
 
@@ -119,14 +124,16 @@ def _steps_of(folder: Path) -> int | None:
 
 def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path, cfg: WarmStartConfig, *,
                        limits: Limits | None = None, roles: Sequence[str] = STAGE_ROLES,
-                       progress: bool = True) -> dict[str, Path]:
+                       progress: bool = True, tools: Mapping[str, Sequence[str]] | None = None) -> dict[str, Path]:
     """Fine-tune ``start_dir/<role>`` (stage 1's models) into ``out_dir/<role>`` on the teacher's
-    demonstrations; a role whose ``warm_start.json`` key matches is reused. Returns the role folders."""
+    demonstrations; a role whose ``warm_start.json`` key matches is reused. Returns the role folders.
+    ``tools`` (the run's ``TrainConfig.tools``) chooses the tools the demonstrations show (and joins
+    the key), so the start models are shown the prompts the run shows them."""
     from transformers import AutoModelForCausalLM
 
     start, out = Path(start_dir), Path(out_dir)
     teacher = _teacher_of(cfg)
-    keys = {role: _stage_key(scenario, cfg, role, start / role, limits) for role in roles}
+    keys = {role: _stage_key(scenario, cfg, role, start / role, limits, tools) for role in roles}
     done = {role: out / role for role in roles}
 
     def reusable(role: str) -> bool:
@@ -140,7 +147,7 @@ def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path
     stats: dict[str, Any] = {}
     with scenario.open() as world:
         for single in sorted({role == "single" for role in todo}):
-            got, seen = teacher_demonstrations(scenario, world, cfg, single=single, limits=limits)
+            got, seen = teacher_demonstrations(scenario, world, cfg, single=single, limits=limits, tools=tools)
             chats.update(got)
             stats.update({role: seen for role in got})
     sft = _stage_sft(cfg)
@@ -235,7 +242,7 @@ def _validate(model: Any, sequences: Mapping[str, list[tuple[list[int], list[int
 
 def shared_teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path, cfg: WarmStartConfig, *,
                               limits: Limits | None = None, roles: Sequence[str] = SHARED_ROLES,
-                              progress: bool = True) -> Path:
+                              progress: bool = True, tools: Mapping[str, Sequence[str]] | None = None) -> Path:
     """Fine-tune one model, ``start_dir/<roles[0]>`` (the owner's stage-1 model, as ``ModeSpec.shares``
     starts a shared role from its owner's model), on the teacher's demonstrations of every role of
     ``roles`` together, into ``out_dir`` (a ``from_pretrained`` folder); reused when its key matches.
@@ -265,15 +272,15 @@ def shared_teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str
         raise ValueError(f"no start model folder {missing[0]} (the shared stage starts from stage 1's role folders)")
     owner = roles[0]
     tokenizer = _one_tokenizer({role: start / role for role in roles})
-    key = {**_stage_key(scenario, cfg, owner, start / owner, limits), "stage": "teacher-shared", "roles": list(roles)}
+    key = {**_stage_key(scenario, cfg, owner, start / owner, limits, tools), "stage": "teacher-shared", "roles": list(roles)}
     key = json.loads(json.dumps(key, default=str))
     record_file = target / "warm_start.json"
     if record_file.is_file() and json.loads(record_file.read_text()).get("key") == key:
         return target
     with scenario.open() as world:
-        chats, seen = teacher_demonstrations(scenario, world, cfg, single=False, limits=limits)
+        chats, seen = teacher_demonstrations(scenario, world, cfg, single=False, limits=limits, tools=tools)
         held = (demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=False, limits=limits,
-                               held_out=cfg.validation_tasks, validation=True) if cfg.validation_tasks else {})
+                               held_out=cfg.validation_tasks, validation=True, tools=tools) if cfg.validation_tasks else {})
     sft = _stage_sft(cfg)
     pad_id = tokenizer.pad_token_id or 0
     with _torch_threads(teacher.torch_threads):

@@ -34,22 +34,49 @@ from ..core.config import Limits, WarmStartConfig
 from ..policies.hf_policy import ChatPrompter, load_tokenizer
 
 __all__ = ["WarmStartConfig", "Relabeled", "token_groups", "lr_factor", "demonstrations", "padded_batch", "sft_sequences", "sft_train", "token_budget_batches", "turn_exact_match",
-           "warm_start"]
+           "warm_start", "demo_env_kwargs", "tools_key", "episode_roles"]
+
+
+#: The roles of one demonstrated episode: the hierarchy's two, or the single agent.
+HIERARCHY_ROLES = ("main", "sub")
+
+
+def episode_roles(role: str) -> tuple[str, ...]:
+    """The roles whose chats one episode of ``role``'s demonstrations holds (and whose tools it shows)."""
+    return ("single",) if role == "single" else HIERARCHY_ROLES
+
+
+def demo_env_kwargs(limits: Limits | None, tools: Mapping[str, Sequence[str]] | None, *, single: bool) -> dict[str, Any]:
+    """The env options of a demonstration episode: the run's limits (the single agent's turn budget
+    with room for the oracle's longest chains) and, where the run chooses them, its roles' tools, so a
+    start model is shown the prompts the run will show it (``TrainConfig.tools``)."""
+    limits = limits or Limits()
+    kwargs: dict[str, Any] = {"limits": limits, "max_turns": max(limits.single_agent_turns, 24)} if single else {"limits": limits}
+    chosen = tools_key(tools, "single" if single else "main")
+    return {**kwargs, **({"tools": chosen["tools"]} if chosen else {})}
+
+
+def tools_key(tools: Mapping[str, Sequence[str]] | None, role: str) -> dict[str, Any]:
+    """The part of ``role``'s warm-start key its run's tool choice makes: the chosen tools of the
+    roles its demonstrations' episodes show, or nothing where the run keeps the scenario's (so every
+    existing key, made before tools could be chosen, stays the same)."""
+    chosen = {r: list(tools[r]) for r in episode_roles(role) if tools and r in tools}
+    return {"tools": chosen} if chosen else {}
 
 
 def demonstrations(
     scenario: Any, world: Any, splits: Sequence[str], max_tasks: int, *, single: bool, limits: Limits | None = None,
-    held_out: int = 0, validation: bool = False, progress: bool = False,
+    held_out: int = 0, validation: bool = False, progress: bool = False, tools: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, list[list[dict[str, str]]]]:
     """Oracle chats per role: {"main": [...], "sub": [...]} or {"single": [...]}, correct episodes only.
 
     The last ``held_out`` tasks of each split are kept out of the first ``max_tasks`` demonstrated;
-    ``validation=True`` demonstrates those held-out tasks instead.
+    ``validation=True`` demonstrates those held-out tasks instead. ``tools`` (role -> names, the
+    run's ``TrainConfig.tools``) chooses the tools the episodes show; default the scenario's.
     """
     chats: dict[str, list[list[dict[str, str]]]] = {"single": []} if single else {"main": [], "sub": []}
     single_policy = OraclePolicy(scenario, "single") if single else None
-    limits = limits or Limits()
-    single_env = {"limits": limits, "max_turns": max(limits.single_agent_turns, 24)}  # room for the oracle's longest chains
+    env_kwargs = demo_env_kwargs(limits, tools, single=single)
     policies = {} if single else {"main": OraclePolicy(scenario, "main"), "sub": OraclePolicy(scenario, "sub")}
     for split in splits:
         every = list(scenario.tasks(split))
@@ -60,10 +87,10 @@ def demonstrations(
         for start in range(0, len(tasks), 50):  # chunks only to move the progress bar
             chunk = tasks[start : start + 50]
             if single:
-                records = collect(scenario, chunk, 1, {"single": single_policy}, world=world, env_kwargs=single_env, env="single")
+                records = collect(scenario, chunk, 1, {"single": single_policy}, world=world, env_kwargs=env_kwargs, env="single")
                 chats["single"] += [r.main.messages for r in records if r.correct]
             else:
-                records = collect(scenario, chunk, 1, policies, world=world, env_kwargs={"limits": limits})
+                records = collect(scenario, chunk, 1, policies, world=world, env_kwargs=env_kwargs)
                 for r in records:
                     if r.correct:
                         chats["main"].append(r.main.messages)
@@ -304,16 +331,17 @@ def turn_exact_match(model: Any, sequences: list[tuple[list[int], list[int]]], *
 
 def warm_start(
     scenario: Any, model_paths: Mapping[str, str], out_dir: str | Path, cfg: WarmStartConfig, *,
-    limits: Limits | None = None, progress: bool = True,
+    limits: Limits | None = None, progress: bool = True, tools: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Path]:
     """Warm-start every role of ``model_paths`` into ``out_dir/<role>``; reused when already done.
 
     The folder's ``warm_start.json`` records the config and source models (a match is reused), the
-    training metrics and the turn exact match on the held-out validation demonstrations.
+    training metrics and the turn exact match on the held-out validation demonstrations. ``tools``
+    (the run's ``TrainConfig.tools``) chooses the tools the demonstrations show, and joins the key.
     """
 
     out = Path(out_dir)
-    keys = {role: _role_key(scenario, cfg, role, path, limits) for role, path in model_paths.items()}
+    keys = {role: _role_key(scenario, cfg, role, path, limits, tools) for role, path in model_paths.items()}
     done = {role: out / role for role in model_paths}
     todo = [role for role in model_paths
             if not ((done[role] / "warm_start.json").is_file()
@@ -326,10 +354,10 @@ def warm_start(
         # the hierarchy's demonstrations (main and sub) and the single agent's are different episodes
         for single in sorted({role == "single" for role in todo}):
             chats.update(demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=single, limits=limits,
-                                        held_out=cfg.validation_tasks, progress=progress))
+                                        held_out=cfg.validation_tasks, progress=progress, tools=tools))
             if cfg.validation_tasks:
                 held.update(demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=single, limits=limits,
-                                           held_out=cfg.validation_tasks, validation=True))
+                                           held_out=cfg.validation_tasks, validation=True, tools=tools))
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, cfg.torch_threads))
     try:
@@ -339,14 +367,15 @@ def warm_start(
     return done
 
 
-def _role_key(scenario: Any, cfg: WarmStartConfig, role: str, path: str, limits: Limits | None) -> Any:
+def _role_key(scenario: Any, cfg: WarmStartConfig, role: str, path: str, limits: Limits | None,
+              tools: Mapping[str, Sequence[str]] | None = None) -> Any:
     """What one role's warm start depends on: a change to another role's epochs does not retrain it."""
     options = {k: getattr(scenario, k) for k in ("page_chars", "search_k", "browser_mode", "profile") if hasattr(scenario, k)}
     config = {**asdict(cfg), "epochs": cfg.epochs_for(role)}
     config.pop("role_epochs")
     config.pop("teacher")  # the second stage's settings do not change the oracle stage
     key = {"role": role, "config": config, "model": str(path), "scenario": scenario.metadata,
-           "scenario_options": options, "limits": asdict(limits or Limits())}
+           "scenario_options": options, "limits": asdict(limits or Limits()), **tools_key(tools, role)}
     return json.loads(json.dumps(key, default=str))
 
 

@@ -78,13 +78,14 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
         if config.warm_start.epochs > 0:
             from ..learning.warmstart import warm_start
 
-            warm = warm_start(scenario, paths, Path(config.models_dir) / "warm", config.warm_start, limits=config.limits)
+            warm = warm_start(scenario, paths, Path(config.models_dir) / "warm", config.warm_start, limits=config.limits,
+                              tools=config.tools)
             paths = {role: str(path) for role, path in warm.items()}
         if stage2:
             from ..learning.teacher_stage import STAGE_ROLES, teacher_warm_start
 
             taught = teacher_warm_start(scenario, Path(config.models_dir) / "warm", Path(config.models_dir) / "teacher",
-                                        config.warm_start, limits=config.limits,
+                                        config.warm_start, limits=config.limits, tools=config.tools,
                                         roles=[r for r in STAGE_ROLES if r in needed])
             paths = {role: str(path) for role, path in taught.items()}
         explicit.update({role: paths[role] for role in missing})

@@ -1,0 +1,106 @@
+"""A run's choice of tools (``TrainConfig.tools``) reaches the warm start: the demonstrations show the
+prompts the run will show, each stage's key changes with the tools its episodes show (and only then,
+so every existing key stays as it was), and ``mgrpo warm-start`` / the trainer pass the config's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mgrpo_algo.cli import main as cli_main
+from mgrpo_algo.core.config import WarmStartConfig, load_config
+from mgrpo_algo.core.teacher_config import MistakeConfig, TeacherConfig
+from mgrpo_algo.learning import teacher_stage, warmstart
+from mgrpo_algo.learning.teacher_stage import _stage_key, teacher_demonstrations
+from mgrpo_algo.learning.warmstart import _role_key, demonstrations
+from mgrpo_algo.training import trainer
+from mgrpo_env.protocol import role_tools, system_prompt
+
+ROOT = Path(__file__).resolve().parents[1]
+ORACLE = ROOT / "configs" / "oracle-warm-start"
+
+
+def _prompt(scenario, role: str, names=None) -> str:
+    return system_prompt(role, role_tools(scenario, role, names), getattr(scenario, "prompt_style", "full"))
+
+
+def test_demonstrations_show_the_chosen_tools(small_scenario, small_world):
+    default = demonstrations(small_scenario, small_world, ["stage1/train"], 3, single=False)
+    chosen = demonstrations(small_scenario, small_world, ["stage1/train"], 3, single=False, tools={"main": ["delegate"]})
+    assert {c[0]["content"] for c in default["main"]} == {_prompt(small_scenario, "main")}
+    assert {c[0]["content"] for c in chosen["main"]} == {_prompt(small_scenario, "main", ["delegate"])}
+    assert _prompt(small_scenario, "main", ["delegate"]) != _prompt(small_scenario, "main")  # the test can tell them apart
+    # the oracle never calls reason, so the episodes are the same but for the main agent's system prompt
+    assert [c[1:] for c in chosen["main"]] == [c[1:] for c in default["main"]]
+    assert chosen["sub"] == default["sub"]
+    single = demonstrations(small_scenario, small_world, ["stage1/train"], 2, single=True,
+                            tools={"single": ["search", "visit"], "main": ["delegate"]})
+    assert {c[0]["content"] for c in single["single"]} == {_prompt(small_scenario, "single", ["search", "visit"])}
+
+
+def test_teacher_demonstrations_show_the_chosen_tools(small_scenario, small_world):
+    cfg = WarmStartConfig(splits=["stage1/train"], max_tasks=2, validation_tasks=0,
+                          teacher=TeacherConfig(answer_early=MistakeConfig(0.5), draws=1))
+    chats, _ = teacher_demonstrations(small_scenario, small_world, cfg, single=False,
+                                      tools={"main": ["delegate"], "sub": ["search", "visit"]})
+    assert {c[0]["content"] for c in chats["main"]} == {_prompt(small_scenario, "main", ["delegate"])}
+    assert {c[0]["content"] for c in chats["sub"]} == {_prompt(small_scenario, "sub", ["search", "visit"])}
+
+
+@pytest.mark.parametrize("key_of", [
+    lambda scenario, role, tools: _role_key(scenario, WarmStartConfig(), role, "/m", None, tools),
+    lambda scenario, role, tools: _stage_key(scenario, WarmStartConfig(), role, ORACLE / role, None, tools),
+], ids=["oracle stage", "teacher stage"])
+def test_a_stage_key_holds_the_tools_its_episodes_show(small_scenario, key_of):
+    for role in ("main", "sub", "single"):
+        plain = key_of(small_scenario, role, None)
+        assert "tools" not in plain  # keys made before tools could be chosen still match
+        assert key_of(small_scenario, role, {}) == plain
+    # the hierarchy's two roles share episodes: either's tools change both keys, never the single agent's
+    hierarchy = {"main": ["delegate"]}
+    assert key_of(small_scenario, "main", hierarchy)["tools"] == {"main": ["delegate"]}
+    assert key_of(small_scenario, "sub", hierarchy)["tools"] == {"main": ["delegate"]}
+    assert key_of(small_scenario, "single", hierarchy) == key_of(small_scenario, "single", None)
+    single = {"single": ["search", "visit"]}
+    assert key_of(small_scenario, "single", single)["tools"] == single
+    assert key_of(small_scenario, "main", single) == key_of(small_scenario, "main", None)
+
+
+class _Called:
+    """Stands in for a warm-start stage: records its keyword arguments, returns the folders given."""
+
+    def __init__(self, result):
+        self.result, self.kwargs = result, None
+
+    def __call__(self, *args, **kwargs):
+        self.kwargs = kwargs
+        return self.result
+
+
+def test_cli_warm_start_passes_the_configs_tools(tmp_path, monkeypatch):
+    tools = "tools={main: [delegate], sub: [search, visit]}"
+    stage2 = _Called({role: ORACLE / role for role in ("main", "sub", "single")})
+    monkeypatch.setattr(teacher_stage, "teacher_warm_start", stage2)
+    assert cli_main(["warm-start", "--config", str(ROOT / "configs" / "demo.yaml"), "--from", str(ORACLE),
+                     "--out", str(tmp_path / "out"), "--set", tools, "--set", f"models_dir={tmp_path}/m"]) == 0
+    assert stage2.kwargs["tools"] == {"main": ["delegate"], "sub": ["search", "visit"]}
+    shared = _Called(ORACLE / "main")
+    monkeypatch.setattr(teacher_stage, "shared_teacher_warm_start", shared)
+    assert cli_main(["warm-start", "--config", str(ROOT / "configs" / "demo.yaml"), "--from", str(ORACLE), "--shared",
+                     "--out", str(tmp_path / "shared"), "--set", tools, "--set", f"models_dir={tmp_path}/m"]) == 0
+    assert shared.kwargs["tools"] == {"main": ["delegate"], "sub": ["search", "visit"]}
+
+
+def test_trainer_warm_starts_with_the_configs_tools(small_scenario, tmp_path, monkeypatch):
+    config = load_config(None, [f"models_dir={tmp_path}", "tools={main: [delegate]}", "warm_start.epochs=1",
+                                "warm_start.teacher.answer_early.rate=0.5"])
+    monkeypatch.setattr("mgrpo_algo.policies.models.build_role_models",
+                        lambda scenario, root, sizes, **kw: {r: tmp_path / "built" / r for r in kw["roles"]})
+    stage1 = _Called({r: tmp_path / "warm" / r for r in ("main", "sub")})
+    stage2 = _Called({r: tmp_path / "teacher" / r for r in ("main", "sub")})
+    monkeypatch.setattr(warmstart, "warm_start", stage1)
+    monkeypatch.setattr(teacher_stage, "teacher_warm_start", stage2)
+    paths = trainer.role_model_paths(config, small_scenario, ["main", "sub"])
+    assert paths == {r: str(tmp_path / "teacher" / r) for r in ("main", "sub")}
+    assert stage1.kwargs["tools"] == stage2.kwargs["tools"] == {"main": ["delegate"]}
