@@ -70,10 +70,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 2
     try:  # before any model, tokenizer or demonstration is built
         check_fresh_run_folder(config.out_dir, resume=args.resume, overwrite=args.overwrite)
-        preflight(config)
+        warnings = preflight(config)
     except PreflightError as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
+    _print_warnings(warnings)
     if args.overwrite:
         cleared = clear_run_folder(config.out_dir)
         if cleared:
@@ -145,6 +146,11 @@ def served_engine_failure(exc: BaseException) -> str | None:
     return f"the served engine failed ({type_name.rsplit('.', 1)[-1]}): {' '.join(message.split())[:300]}"
 
 
+def _print_warnings(lines: Sequence[str]) -> None:
+    for line in lines:
+        print(f"mgrpo: warning: {line}", file=sys.stderr, flush=True)
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     import shlex
 
@@ -163,11 +169,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(f"mgrpo: bad config: {exc}", file=sys.stderr)
         return 2
     try:
-        preflight(config, check_eval=True)
+        warnings = preflight(config, check_eval=True)
         check_writable(args.out, "output folder (--out)")
     except PreflightError as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
+    _print_warnings(warnings)
     command = shlex.join([*shlex.split(args.prog), "compare", *(["--config", args.config] if args.config else []),
                           *[part for item in args.set for part in ("--set", item)],
                           "--seeds", str(args.seeds), "--out", args.out, "--modes", ",".join(modes),

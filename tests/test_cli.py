@@ -185,7 +185,7 @@ def test_a_script_that_hands_its_arguments_to_main_is_named_in_the_reproduce_lin
         raise Ran
 
     monkeypatch.setattr(compare, "run_compare", fake_run_compare)
-    monkeypatch.setattr(preflight, "preflight", lambda config, **kw: None)
+    monkeypatch.setattr(preflight, "preflight", lambda config, **kw: [])
     with pytest.raises(Ran):
         main(["compare", "--seeds", "1", "--modes", "mgrpo", "--out", str(tmp_path / "o")], prog="python 'my script.py'")
     assert seen["program"] == "python 'my script.py'"  # a shell fragment, quoted as the script was started

@@ -104,3 +104,52 @@ def test_trainer_warm_starts_with_the_configs_tools(small_scenario, tmp_path, mo
     paths = trainer.role_model_paths(config, small_scenario, ["main", "sub"])
     assert paths == {r: str(tmp_path / "teacher" / r) for r in ("main", "sub")}
     assert stage1.kwargs["tools"] == stage2.kwargs["tools"] == {"main": ["delegate"]}
+
+
+DEMO_START = ROOT / "configs" / "demo-warm-start"
+
+
+def test_a_start_warm_started_on_other_tools_is_warned_of(small_scenario, tmp_path):
+    from mgrpo_algo.training.preflight import start_tool_warnings
+
+    def warnings(*fields):
+        return start_tool_warnings(load_config(None, list(fields)), small_scenario)
+
+    models = [f"main.model={DEMO_START / 'main'}", f"sub.model={DEMO_START / 'sub'}"]
+    assert warnings(*models) == []  # the committed start saw the scenario's tools, as the run shows them
+    assert warnings(*models, "tools={main: [delegate, reason]}") == []  # the same set, named
+    (line,) = warnings(*models, "tools={main: [delegate]}")  # the sub model's own prompt is unchanged
+    assert line.startswith(f"config field 'main.model': {DEMO_START / 'main'} was warm-started showing main the tools "
+                           "delegate, reason, this run shows delegate (config field 'tools')")
+    # a start built with the run's tools (its key holds them) is not warned of; without them it is
+    built = tmp_path / "built"
+    built.mkdir()
+    (built / "warm_start.json").write_text('{"key": {"role": "main", "tools": {"main": ["delegate"]}}}')
+    assert warnings(f"main.model={built}", "tools={main: [delegate]}") == []
+    (line,) = warnings(f"main.model={built}")
+    assert "showing main the tools delegate, this run shows delegate, reason" in line
+    for text in ("{not json", "[1, 2]", '{"key": 3}'):  # an unreadable record is not judged, nor crashes
+        (built / "warm_start.json").write_text(text)
+        assert warnings(f"main.model={built}", "tools={main: [delegate]}") == []
+
+
+def test_compare_and_train_print_the_warning(tmp_path, monkeypatch, capsys):
+    from mgrpo_algo.experiments import compare
+
+    class Ran(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Ran
+
+    monkeypatch.setattr(compare, "run_compare", stop)
+    with pytest.raises(Ran):
+        cli_main(["compare", "--config", str(ROOT / "configs" / "demo.yaml"), "--modes", "mgrpo",
+                  "--set", "tools={main: [delegate]}", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert err.count("mgrpo: warning: config field 'main.model'") == 1 and "sub.model" not in err
+    monkeypatch.setattr(trainer, "Trainer", stop)
+    with pytest.raises(Ran):
+        cli_main(["train", "--config", str(ROOT / "configs" / "demo.yaml"), "--set", "tools={main: [delegate]}",
+                  "--set", f"out_dir={tmp_path / 't'}"])
+    assert capsys.readouterr().err.count("mgrpo: warning: config field 'main.model'") == 1

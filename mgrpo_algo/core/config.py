@@ -246,7 +246,7 @@ class TrainConfig:
     reason; sub and single search, visit, click). Checked when the config loads; the envs of training
     and evaluation get it, and so do the warm start's demonstrations (``mgrpo warm-start`` with the same
     config shows its start models these tools; a prebuilt start model saw its own warm start's tools:
-    keep them alike)."""
+    keep them alike, or ``mgrpo train`` / ``compare`` warn)."""
     limits: Limits = field(default_factory=Limits)
     """Episode limits, the env's own :class:`mgrpo_env.Limits` (defaults there); both envs take this
     object (the single agent's turn budget is its ``single_agent_turns``)."""

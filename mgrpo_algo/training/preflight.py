@@ -13,6 +13,7 @@ Each check is a small function raising :class:`PreflightError` (a ``ValueError``
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -23,7 +24,7 @@ from mgrpo_env.roles import ROLES
 from ..core.config import MODES, TrainConfig
 
 __all__ = ["PreflightError", "preflight", "check_store", "check_writable", "check_scenario", "check_browser_for",
-           "check_model", "check_device", "check_models_and_devices"]
+           "check_model", "check_device", "check_models_and_devices", "start_tool_warnings"]
 
 
 class PreflightError(ValueError):
@@ -129,8 +130,9 @@ def check_browser_for(scenario: Any) -> None:
                              "or set browser_mode: never to run without it") from None
 
 
-def preflight(config: TrainConfig, *, check_eval: bool = False) -> None:
+def preflight(config: TrainConfig, *, check_eval: bool = False) -> list[str]:
     """Every check, cheapest first: folders, the store, models and devices, the scenario, the browser.
+    Returns the warnings, one line each (:func:`start_tool_warnings`), for the caller to print.
 
     ``check_eval``: also require ``config.eval.split`` (``mgrpo compare`` evaluates it; ``mgrpo
     train`` does not).
@@ -141,7 +143,38 @@ def preflight(config: TrainConfig, *, check_eval: bool = False) -> None:
     check_store(config.placement.store or None)
     check_models_and_devices(config)
     check_served_engines(config)
-    check_browser_for(check_scenario(config, include_eval=check_eval))
+    scenario = check_scenario(config, include_eval=check_eval)
+    check_browser_for(scenario)
+    return start_tool_warnings(config, scenario)
+
+
+def start_tool_warnings(config: TrainConfig, scenario: Any) -> list[str]:
+    """One line per start model warm-started on prompts that showed its role other tools than this run
+    shows (``TrainConfig.tools``, else the scenario's set), read from the ``warm_start.json`` key the warm
+    start leaves in the folder (no ``tools`` there: the scenario's set). Its prompts would then name a
+    tool it never saw, or miss one it learned to call. A warning, not an error: a start under other
+    tools can be the experiment. Folders without a readable record are not judged."""
+    from mgrpo_env.protocol import role_tools
+
+    lines = []
+    for role in ROLES:
+        model = getattr(config, role).model
+        record = Path(model).expanduser() / "warm_start.json" if model else None
+        if record is None or not record.is_file():
+            continue
+        try:
+            key = json.loads(record.read_text()).get("key")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if not isinstance(key, dict):
+            continue
+        seen = list(role_tools(scenario, role, (key.get("tools") or {}).get(role)))
+        shown = list(role_tools(scenario, role, config.tools.get(role)))
+        if seen != shown:
+            lines.append(f"config field '{role}.model': {model} was warm-started showing {role} the tools "
+                         f"{', '.join(seen)}, this run shows {', '.join(shown)} (config field 'tools'); "
+                         f"mgrpo warm-start with this config builds a start that saw them")
+    return lines
 
 
 def check_served_engines(config: TrainConfig) -> None:
