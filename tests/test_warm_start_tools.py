@@ -128,6 +128,12 @@ def test_a_start_warm_started_on_other_tools_is_warned_of(small_scenario, tmp_pa
     assert warnings(f"main.model={built}", "tools={main: [delegate]}") == []
     (line,) = warnings(f"main.model={built}")
     assert "showing main the tools delegate, this run shows delegate, reason" in line
+    # a start built with a tool registered then but not here is warned of, not a crash
+    (built / "warm_start.json").write_text('{"key": {"role": "sub", "tools": {"sub": ["search", "calculate"]}}}')
+    (line,) = warnings(f"sub.model={built}")
+    assert "showing sub the tools search, calculate, this run shows search, visit, click" in line
+    (built / "warm_start.json").write_text('{"key": {"tools": 5}}')  # no usable tools: the scenario's set
+    assert len(warnings(f"main.model={built}", "tools={main: [delegate]}")) == 1
     for text in ("{not json", "[1, 2]", '{"key": 3}'):  # an unreadable record is not judged, nor crashes
         (built / "warm_start.json").write_text(text)
         assert warnings(f"main.model={built}", "tools={main: [delegate]}") == []

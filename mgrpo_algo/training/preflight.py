@@ -168,7 +168,9 @@ def start_tool_warnings(config: TrainConfig, scenario: Any) -> list[str]:
             continue
         if not isinstance(key, dict):
             continue
-        seen = list(role_tools(scenario, role, (key.get("tools") or {}).get(role)))
+        recorded = key.get("tools") if isinstance(key.get("tools"), dict) else {}
+        # the recorded names as written: a tool registered when the start was built may not be here
+        seen = [str(n) for n in recorded[role]] if isinstance(recorded.get(role), list) else list(role_tools(scenario, role))
         shown = list(role_tools(scenario, role, config.tools.get(role)))
         if seen != shown:
             lines.append(f"config field '{role}.model': {model} was warm-started showing {role} the tools "
