@@ -252,7 +252,7 @@ def run_compare(
 
 
 def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes: Sequence[str] | None, progress: bool,
-                 command: str | None, jobs: int, program: str = "mgrpo") -> dict[str, Any]:
+                 command: str | None, jobs: int, program: str) -> dict[str, Any]:
 
     from ..training.trainer import mode_model_paths
     from .plots import plot_curves
@@ -523,7 +523,7 @@ def _trained_policies(cfg: TrainConfig, trainer: Any, seed: int) -> dict[str, An
     return policies
 
 
-def _reproduce(out: Path, seeds: int, modes: Sequence[str], program: str = "mgrpo") -> str:
+def _reproduce(out: Path, seeds: int, modes: Sequence[str], program: str) -> str:
     return f"{program} compare --config {out / 'config.yaml'} --seeds {seeds} --out {out} --modes {','.join(modes)}"
 
 
