@@ -54,6 +54,8 @@ TARGETS = {
     "mgrpo_algo/experiments/compare.py": 0.90,
     "mgrpo_env/aec.py": 0.90,
     "mgrpo_env/core.py": 0.90,
+    # issue 33: the episode core both envs share (the turn record, the tool call, the answer's pay) came out of aec.py
+    "mgrpo_env/episode_core.py": 0.90,
     "mgrpo_algo/policies/kv_cache.py": 0.90,
     # issue 34: the speed code (the decode step, the decode loop, the learner's shared prefix, log-probs and
     # batching, the browser's render cache)
@@ -115,6 +117,7 @@ SCOPE = {
     "mgrpo_env/aec.py": {f"MGRPOEnv.{m}" for m in (
         "_step_main", "_delegate", "_step_sub", "_return_to_main", "_expert", "_finish")},
     "mgrpo_env/core.py": {"call_tool", "safe_verify"},
+    "mgrpo_env/episode_core.py": {"record_turn", "reply", "run_tool", "pay_answer", "close_record"},
 }
 
 # mutmut's exit-code verdicts (mutmut.stats.status_by_exit_code), folded into four columns.

@@ -105,7 +105,7 @@ KEPT: dict[str, str] = {
     "mgrpo_algo.experiments.compare.x_eval_figures__mutmut_3": (
         "always recompute the scores from the records: every caller passes per_question(records) of those same "
         "records (or nothing), so the scores are the same"),
-    "mgrpo_algo.experiments.compare.x__full_evaluation__mutmut_62": 'float("NAN") is the same NaN as float("nan")',
+    "mgrpo_algo.experiments.compare.x__full_evaluation__mutmut_75": 'float("NAN") is the same NaN as float("nan")',
     "mgrpo_algo.experiments.compare.x_aggregate__mutmut_19": 'float("NAN") is the same NaN as float("nan")',
     **{f"mgrpo_algo.experiments.compare.x_evaluate_policies__mutmut_{n}": (
         "RewardConfig's default expert (hop_expert_score) instead of expert_scorer(None): without a judge the "
@@ -119,15 +119,13 @@ KEPT: dict[str, str] = {
     **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_expert__mutmut_{n}": (
         "sub.task or 'XXXX': a sub-agent's task is the delegate call's task, which the protocol's schema "
         "requires with minLength 1, so it is never empty and the fallback is never used") for n in (17,)},
-    # NOTE (issue 33): _step_main and _finish moved their turn recording and the answer's pay into
-    # mgrpo_env/episode_core.py; the mutant numbers below predate that and need re-checking at the
-    # next `make mutation`.
+    # renumbered after issue 33 moved the turn record and the answer's pay into mgrpo_env/episode_core.py
     **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_step_main__mutmut_{n}": (
         "the delegate task's fallback when the call has none: the protocol's schema requires 'task' (a "
-        "non-empty string), so a parsed delegate call always has it") for n in (78, 80, 83)},
+        "non-empty string), so a parsed delegate call always has it") for n in (76, 78, 81)},
     **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_finish__mutmut_{n}": (
         "infos.get(agent, None) instead of (agent, {}): every agent's infos are set when it starts "
-        "(_start_agent -> _set_observation), so the default is never used") for n in (92, 94)},
+        "(_start_agent -> _set_observation), so the default is never used") for n in (71, 73)},
     "mgrpo_env.aec.xǁMGRPOEnvǁ_return_to_main__mutmut_1": (
         "the note's default: _return_to_main is called without a note only with a sub's result text (a str), "
         "and the note is read only when the result is None"),
@@ -165,16 +163,30 @@ KEPT: dict[str, str] = {
         "versions differs from the first model's, and there are no entries to invalidate then"),
     "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁstore__mutmut_65": (
         "popitem(last=None): OrderedDict reads a falsy last as False, the least recently used end"),
-    # scoring
-    "mgrpo_algo.core.scoring.x_score_main__mutmut_12": _F64,
+    # scoring (renumbered after issue 33's payloads and step credit)
     "mgrpo_algo.core.scoring.x_score_main__mutmut_14": _F64,
-    "mgrpo_algo.core.scoring.x_score_sub__mutmut_52": (
+    "mgrpo_algo.core.scoring.x_score_main__mutmut_16": _F64,
+    "mgrpo_algo.core.scoring.x_score_sub__mutmut_54": (
         "zip(strict=None) over the group and its plan: plan_with_stats returns one row per rollout, the "
         "lengths are always equal"),
-    "mgrpo_algo.core.scoring.x_score_sub__mutmut_55": (
+    "mgrpo_algo.core.scoring.x_score_sub__mutmut_57": (
         "zip without strict over the group and its plan: plan_with_stats returns one row per rollout"),
-    "mgrpo_algo.core.scoring.x_score_sub__mutmut_56": (
+    "mgrpo_algo.core.scoring.x_score_sub__mutmut_58": (
         "zip(strict=False) over the group and its plan: plan_with_stats returns one row per rollout"),
+    **{f"mgrpo_algo.core.scoring.x__step_credit__mutmut_{n}": (
+        "zip(strict=...) over the turns' owners and their step advantages: step_advantages returns one value "
+        "per anchor and the owners are appended one per anchor, so the lengths are always equal")
+       for n in (10, 13, 18)},
+    **{f"mgrpo_algo.core.scoring.x_score_main_side__mutmut_{n}": (
+        "zip(strict=...) over score_main's keys and advantages: it returns one advantage per key, so the "
+        "lengths are always equal") for n in (57, 60, 61)},
+    **{f"mgrpo_algo.core.scoring.x_score_sub_side__mutmut_{n}": (
+        "zip(strict=...) over score_sub's placed slots and advantages: it returns one advantage per slot, so "
+        "the lengths are always equal") for n in (58, 61, 62)},
+    **{f"mgrpo_algo.core.scoring.x_turn_states__mutmut_{n}": (
+        "the label of a misaligned trajectory's states: any constant works, the keys are unique by the "
+        "trajectory's id and the turn (tested: they share nothing) and never equal an anchor_state digest")
+       for n in (20, 21)},
     # align
     "mgrpo_env.align.x__subset__mutmut_5": (
         "rng.choice(replace=None): numpy reads a falsy replace as without replacement, as written"),

@@ -99,8 +99,8 @@ def sub_reward(
 
 def paid_sub_reward(format_ok: bool, main_correct: float | bool, expert: float | None,
                     weights: Sequence[float] = PAPER_SUB_WEIGHTS, *, format_gate: bool = False) -> float:
-    """R_S as it is paid: :func:`sub_reward`, with b3 = 0 when there is no expert score (``None``: no
-    judge, or nothing to judge by). The env pays it at episode end and the sub worker computes it from
+    """R_S as it is paid: :func:`sub_reward`, with no expert term when there is no expert score (``None``:
+    no judge, or nothing to judge by; b3 x 0, so the same float as leaving the term out). The env pays it at episode end and the sub worker computes it from
     the store's statistics: one rule for both.
 
     ``format_gate`` (not the paper's): the format term is paid in proportion to the expert score,
@@ -116,7 +116,7 @@ def paid_sub_reward(format_ok: bool, main_correct: float | bool, expert: float |
     b1, b2, b3 = check_weights(weights, 3, "sub weights")
     if expert is not None and format_gate:
         b1 *= _unit(expert, "expert")
-    return sub_reward(format_ok, main_correct, 0.0 if expert is None else expert, (b1, b2, 0.0 if expert is None else b3))
+    return sub_reward(format_ok, main_correct, 0.0 if expert is None else expert, (b1, b2, b3))
 
 
 def _unit_array(values: ArrayLike, name: str) -> np.ndarray:

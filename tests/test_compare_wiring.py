@@ -73,6 +73,7 @@ class World:
     starts: list = field(default_factory=list)  # role_model_paths calls: (seed, data dir, roles)
     plots: list = field(default_factory=list)  # the curves.png paths
     bootstrap_seeds: list = field(default_factory=list)  # the seed of every paired difference
+    mistake_changes: list = field(default_factory=list)  # (seed, result) of every mistake-rate change
 
 
 def answers(states: tuple, questions: int, k: int, temperature: float, seed: int) -> list[list[bool]]:
@@ -267,6 +268,14 @@ def fake(monkeypatch, tmp_path):
         return paired_difference(a, b, seed=seed, **kwargs)
 
     monkeypatch.setattr(iv, "paired_difference", recorded_paired_difference)
+    mistake_changes = compare.mistake_changes
+
+    def recorded_mistake_changes(after, before, *, seed):
+        result = mistake_changes(after, before, seed=seed)
+        world.mistake_changes.append((seed, result))
+        return result
+
+    monkeypatch.setattr(compare, "mistake_changes", recorded_mistake_changes)
     monkeypatch.setattr(trainer_module, "role_model_paths", role_model_paths)
     monkeypatch.setattr(trainer_module, "Trainer", Trainer)
     monkeypatch.setattr(hf_policy, "TransformersPolicy", Policy)
@@ -319,6 +328,8 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
     # runs go by start group (the hierarchy's modes, then the single agent's), seeds inside a group; the
     # reference difference is not computed (no eval.reference)
     assert world.bootstrap_seeds == [s for s, _ in RUN_ORDER] + [3] * (len(report.DIFFERENCES) - 1)
+    # each run's mistake-rate change is seeded by its seed, each mode's pooled one by the config's
+    assert [seed for seed, _ in world.mistake_changes] == [s for s, _ in RUN_ORDER] + [3] * len(compare.MODES)
     starts = {r: str(tmp / "starts" / r) for r in ("main", "sub", "single")}
 
     # each (seed, mode) trained once, with its own seed and folder, from the pinned start models
@@ -395,6 +406,7 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
             assert (row["before_pass_k"], row["after_pass_k"]) == (iv.pass_at_k(before_scores), iv.pass_at_k(after_scores))
             assert (row["before_greedy"], row["after_greedy"]) == (before_greedy, after_greedy)
             assert row["delta_interval"] == iv.paired_difference(after_scores, before_scores, seed=seed)
+            assert (seed, row["mistake_change"]) in world.mistake_changes  # the run's own, seeded by it
             assert row["curve"] == [{"step": 2, "em": curve_em, "f1": f1_of(curve_em)}]  # eval.every=2 of 3
             assert row["rollouts"] == ROLLOUTS and row["iterations"] == ITERATIONS
             train_s = INIT_S + ITERATIONS * ITER_S  # the curve evaluation's time is not training time

@@ -73,6 +73,15 @@ def test_delegation_flow_and_rewards_by_hand(make_env, small_scenario):
     assert all(env.terminations.values()) and not any(env.truncations.values())
     record = env.unwrapped.record
     assert record.correct and record.final_answer == task.answer and record.num_subs == 2
+    # the main agent's chat turn by turn: what it wrote, and each tool response as the next user message
+    actions = [call("delegate", task=hop.question, context="be precise") for hop in task.hops]
+    responses = [f"<tool_response>\n{hop.answer}\n</tool_response>" for hop in task.hops]
+    assert record.main.messages[1:] == [
+        {"role": "user", "content": task.question},
+        *({"role": role, "content": text} for pair in zip(actions, responses, strict=True)
+          for role, text in zip(("assistant", "user"), pair, strict=True)),
+        {"role": "assistant", "content": f"<think>done</think><answer>{task.answer}</answer>"}]
+    assert [t.observation for t in record.main.turns] == [*responses, ""]
     # R_M = 0.1*1 + 0.9*1 ; R_S = 0.1*1 + 0.4*1 + 0.5*expert(=1, the result is the hop's gold answer)
     assert record.rewards == {"main_0": pytest.approx(1.0), "sub_0": pytest.approx(1.0), "sub_1": pytest.approx(1.0)}
     paid = {}

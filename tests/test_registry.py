@@ -203,3 +203,34 @@ def test_a_runs_tool_choice_reaches_the_prompts_and_the_argument_check(small_sce
         assert load_config(None, ["tools={sub: [search, test-noop]}"]).tools == {"sub": ["search", "test-noop"]}
     finally:
         unregister_tool("test-noop")
+
+
+@dataclass(frozen=True)
+class _CheckedOptions:
+    tau: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.tau <= 0:
+            raise ValueError(f"tau must be > 0, got {self.tau}")
+
+
+def test_a_losss_options_refused_in_one_line_naming_the_field():
+    """An options class that is no dataclass, a key the loss does not take (a loss without options says
+    so), an option its dataclass refuses; the field's path defaults to 'learner'; a config without
+    ``loss_options`` reads the fields of the same name; metrics merge by their declared kind."""
+    import types
+
+    from mgrpo_algo.core.losses import NoOptions, PolicyLoss
+
+    with pytest.raises(TypeError, match=r"^policy loss 'test-bad': options must be a dataclass, got <class 'dict'>$"):
+        register_policy_loss("test-bad", options=dict)
+    assert "test-bad" not in POLICY_LOSSES
+    bare = PolicyLoss(clipped_pg_loss, NoOptions, name="bare")
+    with pytest.raises(ValueError, match=r"^config field 'learner.loss_options.tau': not an option of policy loss "
+                                         r"'bare'; valid: \(none\)$"):
+        bare.make_options(LearnerConfig(loss_options={"tau": 2.0}))
+    checked = PolicyLoss(clipped_pg_loss, _CheckedOptions, maxima=("ratio_max",), normalised=("pg_loss",), name="checked")
+    with pytest.raises(ValueError, match=r"^config field 'sub.learner.loss_options': tau must be > 0, got -1.0$"):
+        checked.make_options(LearnerConfig(loss_options={"tau": -1.0}), "sub.learner")
+    assert checked.make_options(types.SimpleNamespace(tau=3.0)) == _CheckedOptions(3.0)  # no loss_options field
+    assert [checked.merge_kind(k) for k in ("ratio_max", "pg_loss", "clip_frac")] == ["max", "normalised", "token-mean"]

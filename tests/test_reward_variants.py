@@ -16,8 +16,12 @@ def test_gated_format_term_by_hand():
     assert paid_sub_reward(True, 1, 0.5, w, format_gate=True) == pytest.approx(0.1 * 0.5 + 0.4 + 0.5 * 0.5)
     assert paid_sub_reward(True, 1, None, w, format_gate=True) == pytest.approx(0.1 + 0.4)  # nothing to gate by
     assert paid_sub_reward(False, 1, 1.0, w, format_gate=True) == 0.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^expert must be in \[0, 1\], got 1\.5$"):
         paid_sub_reward(True, 0, 1.5, w, format_gate=True)
+    with pytest.raises(ValueError, match=r"^sub weights must hold 3 numbers, got 2"):
+        paid_sub_reward(True, 0, 0.5, (0.1, 0.4))
+    # no expert score: no expert term, whatever b3 is (with b3 = 0.7 an expert of 0 pays the same)
+    assert paid_sub_reward(True, 1, None, (0.1, 0.4, 0.7)) == paid_sub_reward(True, 1, 0.0, (0.1, 0.4, 0.7)) == 0.1 + 0.4
 
 
 def _same_type_misdelegation(scenario):
