@@ -118,6 +118,9 @@ class VLLMServer:
         python: the interpreter with vLLM installed; default :func:`engine_python`.
     """
 
+    #: seconds an unhealthy server that still looks alive gets to finish exiting before it counts as hung
+    exit_grace_s: float = 2.0
+
     def __init__(
         self,
         model: str | os.PathLike,
@@ -254,6 +257,12 @@ class VLLMServer:
                 return "waited"
             if self.alive() and self.healthy():
                 return "up"
+            if self.alive():
+                # a server killed a moment ago still looks alive until the kernel has torn it down and it
+                # is reaped (a request fails at once, the exit takes longer): wait that out before calling
+                # it hung, so a death is reported as one, with its signal
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=self.exit_grace_s)
             if self.alive():
                 why = f"hung (no answer to /health in {self.health_timeout_s:g} s)"
             else:
