@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from mgrpo_env.roles import ROLE_TABLE, env_roles
 from mgrpo_env.rollout import collect
 from mgrpo_env.scripted import OraclePolicy
 from mgrpo_env.spaces import ProtocolText
@@ -37,13 +38,10 @@ __all__ = ["WarmStartConfig", "Relabeled", "token_groups", "lr_factor", "demonst
            "warm_start", "demo_env_kwargs", "tools_key", "episode_roles"]
 
 
-#: The roles of one demonstrated episode: the hierarchy's two, or the single agent.
-HIERARCHY_ROLES = ("main", "sub")
-
-
 def episode_roles(role: str) -> tuple[str, ...]:
-    """The roles whose chats one episode of ``role``'s demonstrations holds (and whose tools it shows)."""
-    return ("single",) if role == "single" else HIERARCHY_ROLES
+    """The roles whose chats one episode of ``role``'s demonstrations holds (and whose tools it shows):
+    every role of its env (the role table's)."""
+    return env_roles(ROLE_TABLE[role].env)
 
 
 def demo_env_kwargs(limits: Limits | None, tools: Mapping[str, Sequence[str]] | None, *, single: bool) -> dict[str, Any]:
