@@ -100,8 +100,8 @@ def sub_reward(
 def paid_sub_reward(format_ok: bool, main_correct: float | bool, expert: float | None,
                     weights: Sequence[float] = PAPER_SUB_WEIGHTS, *, format_gate: bool = False) -> float:
     """R_S as it is paid: :func:`sub_reward`, with no expert term when there is no expert score (``None``:
-    no judge, or nothing to judge by; b3 x 0, so the same float as leaving the term out). The env pays it at episode end and the sub worker computes it from
-    the store's statistics: one rule for both.
+    no judge, or nothing to judge by; b3 x 0, the same float as leaving the term out). The env pays it at
+    episode end and the sub worker computes it from the store's statistics: one rule for both.
 
     ``format_gate`` (not the paper's): the format term is paid in proportion to the expert score,
     b1 * r_format * r_expert, so a well-formed wrong report earns nothing for its form. Under the

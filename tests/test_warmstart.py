@@ -185,3 +185,16 @@ def test_teacher_stage_matches_the_single_agents_budget_and_is_reused(small_scen
         a = AutoModelForCausalLM.from_pretrained(out[role]).state_dict()
         b = AutoModelForCausalLM.from_pretrained(again[role]).state_dict()
         assert all(torch.equal(a[n], b[n]) for n in a), role
+
+
+def test_torch_threads_sets_the_count_inside_the_block_and_restores_it():
+    from mgrpo_algo.core.seeding import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), torch_threads(0):  # at least one thread, restored after an error too
+        assert torch.get_num_threads() == 1
+        raise RuntimeError
+    assert torch.get_num_threads() == before

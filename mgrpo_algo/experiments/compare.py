@@ -41,6 +41,7 @@ from mgrpo_env.tool_health import backend_failures_in_files
 
 from ..core.config import MODES, TrainConfig, config_to_dict
 from ..core.modes import mode_names
+from ..core.seeding import torch_threads
 from . import intervals as iv
 from .mistake_stats import mistake_changes, pool_counts
 from .report import differences, format_table, history_means, markdown, verdict
@@ -107,9 +108,9 @@ def _start_name(mode: str) -> str:
     """The name of a mode's start (``summary.json``'s ``start_models`` keys): its env, and which roles
     play another's model, and the mode's own start folders if it names any ("hierarchy", "single",
     "hierarchy+sub=main", "hierarchy+sub=main@main=configs/shared-warm-start/main")."""
-    spec = MODES[mode]
-    name = "+".join([spec.env, *(f"{role}={owner}" for role, owner in spec.shares)])
-    return name + "".join(f"@{role}={path}" for role, path in spec.start)  # a mode's own start folders
+    env, shares, *own = MODES[mode].start_key  # own: the mode's start folders, when it names any
+    name = "+".join([env, *(f"{role}={owner}" for role, owner in shares)])
+    return name + "".join(f"@{role}={path}" for start in own for role, path in start)
 
 
 def evaluation_policies(config: TrainConfig, models: Mapping[str, Any], tokenizers: Mapping[str, str],
@@ -234,7 +235,6 @@ def run_compare(
     ``jobs`` > 1 runs the groups of modes that share start models (the hierarchy's; the single agent's)
     in parallel processes: each run is seeded on its own, so the numbers do not depend on ``jobs``.
     """
-    import torch
     import transformers
 
     transformers.utils.logging.disable_progress_bar()  # per-shard bars of every model load drown the bars here
@@ -242,13 +242,9 @@ def run_compare(
     # The start evaluations run before any role worker sets its threads: without this they ran on torch's
     # default (every core), which on a shared 2-core machine made a start evaluation ~8x slower than the
     # same evaluation at config.torch_threads (tiny models are overhead-bound; contended threads spin).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.torch_threads)
-    try:
+    with torch_threads(config.torch_threads):
         return _run_compare(config, seeds=seeds, out_dir=out_dir, modes=modes, progress=progress, command=command,
                             jobs=jobs, program=program)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes: Sequence[str] | None, progress: bool,

@@ -26,24 +26,23 @@ import hashlib
 import json
 import random
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from mgrpo_env.mistakes import mistake_rates
 from mgrpo_env.rollout import collect
 from mgrpo_env.teacher import ImperfectTeacher
 
 from ..core.config import Limits, WarmStartConfig
+from ..core.seeding import torch_threads
 from ..policies.hf_policy import load_tokenizer
 from .warmstart import (
     Relabeled,
     demo_env_kwargs,
     demonstrations,
+    episode_roles,
     sft_sequences,
     sft_train,
     token_budget_batches,
@@ -73,7 +72,7 @@ def teacher_demonstrations(scenario: Any, world: Any, cfg: WarmStartConfig, *, s
     limits = limits or Limits()
     teacher = cfg.teacher
     rates = teacher.rates()
-    roles = ("single",) if single else ("main", "sub")
+    roles = episode_roles("single" if single else "main")
     chats: dict[str, list[Any]] = {role: [] for role in roles}
     stats: dict[str, Any] = {}
     env_kwargs = demo_env_kwargs(limits, tools, single=single)
@@ -151,7 +150,7 @@ def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path
             chats.update(got)
             stats.update({role: seen for role in got})
     sft = _stage_sft(cfg)
-    with _torch_threads(teacher.torch_threads):
+    with torch_threads(teacher.torch_threads):
         for role in [r for r in STAGE_ROLES if r in todo]:
             source = start / role
             tokenizer = load_tokenizer(str(source))
@@ -283,7 +282,7 @@ def shared_teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str
                                held_out=cfg.validation_tasks, validation=True, tools=tools) if cfg.validation_tasks else {})
     sft = _stage_sft(cfg)
     pad_id = tokenizer.pad_token_id or 0
-    with _torch_threads(teacher.torch_threads):
+    with torch_threads(teacher.torch_threads):
         source = start / owner
         model = AutoModelForCausalLM.from_pretrained(str(source))
         parts, counts = {}, {}
@@ -333,17 +332,6 @@ def _relabeled(sequences: Sequence[tuple[list[int], list[int]]], scenario: Any, 
                cfg: WarmStartConfig) -> Sequence[tuple[list[int], list[int]]]:
     """``sequences`` as shown to the model: relabelled (``cfg.relabel``) or as they are."""
     return Relabeled(sequences, token_groups(scenario, tokenizer), seed=cfg.seed) if cfg.relabel else sequences
-
-
-@contextmanager
-def _torch_threads(threads: int) -> Iterator[None]:
-    """torch's CPU threads set to ``threads`` inside, restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _save_folder(model: Any, tokenizer: Any, source: Path, target: Path) -> None:

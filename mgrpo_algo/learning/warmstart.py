@@ -32,6 +32,7 @@ from mgrpo_env.scripted import OraclePolicy
 from mgrpo_env.spaces import ProtocolText
 
 from ..core.config import Limits, WarmStartConfig
+from ..core.seeding import torch_threads
 from ..policies.hf_policy import ChatPrompter, load_tokenizer
 
 __all__ = ["WarmStartConfig", "Relabeled", "token_groups", "lr_factor", "demonstrations", "padded_batch", "sft_sequences", "sft_train", "token_budget_batches", "turn_exact_match",
@@ -50,8 +51,7 @@ def demo_env_kwargs(limits: Limits | None, tools: Mapping[str, Sequence[str]] | 
     start model is shown the prompts the run will show it (``TrainConfig.tools``)."""
     limits = limits or Limits()
     kwargs: dict[str, Any] = {"limits": limits, "max_turns": max(limits.single_agent_turns, 24)} if single else {"limits": limits}
-    chosen = tools_key(tools, "single" if single else "main")
-    return {**kwargs, **({"tools": chosen["tools"]} if chosen else {})}
+    return {**kwargs, **tools_key(tools, "single" if single else "main")}
 
 
 def tools_key(tools: Mapping[str, Sequence[str]] | None, role: str) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def demonstrations(
     ``validation=True`` demonstrates those held-out tasks instead. ``tools`` (role -> names, the
     run's ``TrainConfig.tools``) chooses the tools the episodes show; default the scenario's.
     """
-    chats: dict[str, list[list[dict[str, str]]]] = {"single": []} if single else {"main": [], "sub": []}
+    chats: dict[str, list[list[dict[str, str]]]] = {role: [] for role in episode_roles("single" if single else "main")}
     single_policy = OraclePolicy(scenario, "single") if single else None
     env_kwargs = demo_env_kwargs(limits, tools, single=single)
     policies = {} if single else {"main": OraclePolicy(scenario, "main"), "sub": OraclePolicy(scenario, "sub")}
@@ -356,12 +356,8 @@ def warm_start(
             if cfg.validation_tasks:
                 held.update(demonstrations(scenario, world, cfg.splits, cfg.max_tasks, single=single, limits=limits,
                                            held_out=cfg.validation_tasks, validation=True, tools=tools))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, cfg.torch_threads))
-    try:
+    with torch_threads(cfg.torch_threads):
         _fit_roles({role: model_paths[role] for role in todo}, chats, held, cfg, keys, done, progress, scenario)
-    finally:
-        torch.set_num_threads(threads)
     return done
 
 
