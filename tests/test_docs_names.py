@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import re
-import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,7 +148,7 @@ def resolve(dotted: str) -> object:
 
 
 def test_python_names_in_the_docs_exist():
-    pattern = re.compile(r"\b((?:%s)(?:\.\w+)+)(?![\w*{])" % "|".join(PACKAGES))
+    pattern = re.compile(r"\b((?:" + "|".join(PACKAGES) + r")(?:\.\w+)+)(?![\w*{])")
     bad = []
     for name, text in doc_texts():
         for token in {t for code in CODE.findall(text) for t in pattern.findall(code)}:
@@ -161,7 +160,7 @@ def test_python_names_in_the_docs_exist():
 
 
 def test_repository_paths_in_the_docs_exist():
-    pattern = re.compile(r"(?<![\w./-])((?:%s)/[\w./*{},-]*)" % "|".join(REPO_DIRS))
+    pattern = re.compile(r"(?<![\w./-])((?:" + "|".join(REPO_DIRS) + r")/[\w./*{},-]*)")
     bad = []
     for name, text in doc_texts():
         for code in CODE.findall(text):
