@@ -16,8 +16,8 @@ ROLES = ("main", "sub", "single")
 
 
 def cell(text: str) -> str:
-    """Text for a table cell: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """Text for a table cell: one line, pipes escaped, Sphinx roles (``:class:`X` ``) as plain code."""
+    return re.sub(r":\w+:`", "`", " ".join(str(text).split())).replace("|", "\\|")
 
 
 def config_reference() -> str:
