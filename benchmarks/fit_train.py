@@ -16,7 +16,7 @@ through ``mgrpo compare``, so the same numbers come out of the CLI):
 * ``paper``: the paper's rewards (format pays) and its "seq-mean" normaliser over every sample;
 * ``fit``: correctness-only main reward (a guess in the right format earns nothing) and
   ``informative_only`` learners (groups without spread leave the batch, as DAPO's dynamic
-  sampling drops them); the sweep in README ("Can RL fit its training questions?") says why.
+  sampling drops them); the sweep in docs/results/fitting.md says why.
 
 Writes benchmarks/results/fit_train.json (and the comparison folder under runs/fit_train/).
 """
@@ -55,7 +55,7 @@ def settings(recipe: str, questions: int, batch: int, group: int, iterations: in
     return common + RECIPES[recipe]
 
 
-#: What each recipe adds to the common settings (measured side by side in README's fitting table).
+#: What each recipe adds to the common settings (measured side by side in docs/results/fitting.md).
 RECIPES: dict[str, list[str]] = {
     "paper": [],
     "fit": ["main_weights=[0.0, 1.0]", "main.learner.informative_only=true", "sub.learner.informative_only=true"],

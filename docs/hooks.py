@@ -1,7 +1,7 @@
 """mkdocs hooks (mkdocs.yml ``hooks:``): the generated parts of the site, and equations as MathML.
 
-- ``<!-- mgrpo:config-reference -->``, ``<!-- mgrpo:cli-reference -->``, ``<!-- mgrpo:changelog -->`` and
-  ``<!-- mgrpo:demo-report -->`` in a page are replaced by what docs/gen_reference.py and the demo's own
+- ``<!-- mgrpo:config-reference -->``, ``<!-- mgrpo:cli-reference -->``, ``<!-- mgrpo:changelog -->``,
+  ``<!-- mgrpo:demo-report -->`` and ``<!-- mgrpo:demo-table -->`` (the README's table) in a page are replaced by what docs/gen_reference.py and the demo's own
   report (``mgrpo_algo.experiments.report.markdown`` of benchmarks/results/demo_seed0/summary.json) give;
 - the figures under benchmarks/results/ join the site at their repository paths, so a page shows
   ``../benchmarks/results/demo_seed0/curves.png`` and a strict build checks the link;
@@ -43,6 +43,7 @@ GENERATED = {
     "cli-reference": lambda page: gen_reference.cli_reference(),
     "changelog": lambda page: gen_reference.changelog(),
     "demo-report": lambda page: demo_report(page.file.src_uri),
+    "demo-table": lambda page: gen_results.readme_block(gen_results.load_summary()),
 }
 
 

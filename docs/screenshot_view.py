@@ -11,6 +11,7 @@ and its first sub-agent, and saves a screenshot. Nothing is drawn by hand.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -60,9 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=6)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "assets" / "view.png")
     args = parser.parse_args(argv)
+    out = args.out.resolve()
     with tempfile.TemporaryDirectory() as tmp:
-        screenshot(run_and_view(Path(tmp) / "eval", args.questions), args.out)
-    print(f"wrote {args.out}")
+        os.chdir(tmp)  # the viewer's title shows the run folder as given: runs/demo-start-eval
+        screenshot(run_and_view(Path("runs/demo-start-eval"), args.questions), out)
+    print(f"wrote {out}")
     return 0
 
 

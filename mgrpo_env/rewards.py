@@ -105,7 +105,7 @@ def paid_sub_reward(format_ok: bool, main_correct: float | bool, expert: float |
 
     ``format_gate`` (not the paper's): the format term is paid in proportion to the expert score,
     b1 * r_format * r_expert, so a well-formed wrong report earns nothing for its form. Under the
-    paper's R_S the sub-agents learned to report guesses (README, "Rewards that do not pay guessing").
+    paper's R_S the sub-agents learned to report guesses (docs/results/demo.md, "Rewards that do not pay guessing").
     Without an expert score there is nothing to gate by and b1 is paid as in the paper.
 
     >>> paid_sub_reward(True, 0, 0.0), paid_sub_reward(True, 0, 0.0, format_gate=True)

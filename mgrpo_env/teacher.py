@@ -3,7 +3,7 @@
 Real warm starts are cloned from agents that make the same decision mistakes again and again; RL's
 job is to remove them. The oracle (:class:`~mgrpo_env.scripted.OraclePolicy`) makes none, so a model
 cloned from it is left with a tiny model's idiosyncratic copy errors, which RL does not transfer to
-held-out questions (README, "The demo"). This teacher makes decision mistakes, each drawn
+held-out questions (docs/results/demo.md). This teacher makes decision mistakes, each drawn
 independently at every decision of its kind and executed in the env, so every demonstration is a
 coherent trajectory: the mistake and what the world answered to it.
 

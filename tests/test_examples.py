@@ -77,4 +77,4 @@ def test_compare_command_in_the_readme(env, tmp_path):
     assert all(summary["results"][m]["per_seed"][0]["rollouts"] == 4 for m in summary["modes"])
     assert (tmp_path / "compare" / "report.md").is_file()
     assert command[:3] == ["mgrpo", "compare", "--config"]
-    assert "mgrpo compare --config examples/compare_tiny.yaml" in (ROOT / "README.md").read_text()
+    assert "mgrpo compare --config examples/compare_tiny.yaml" in (ROOT / "docs/guides/own-algorithm.md").read_text()

@@ -234,7 +234,7 @@ class TrainConfig:
     sub_format_gate: bool = False
     """Pay the sub-agents' format term in proportion to the expert score (b1 * r_format * r_expert), so
     a well-formed wrong report earns nothing for its form. False: the paper. Under the paper's R_S
-    the sub-agents learned to report guesses (README, "Rewards that do not pay guessing")."""
+    the sub-agents learned to report guesses (docs/results/demo.md, "Rewards that do not pay guessing")."""
     expert_reference: str = "hop"
     """What r_expert scores a report against: "hop" (the paper: the gold answer of the question's hop)
     or "subtask" (the scenario's answer to the subtask the main agent actually delegated, so a

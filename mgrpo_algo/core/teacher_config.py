@@ -49,8 +49,8 @@ class TeacherConfig:
     recur across questions, as starts cloned from real, weaker agents do. Off when every rate is 0.
 
     Why: a clone of a perfect oracle is left with a tiny model's idiosyncratic copy errors, which RL
-    does not transfer to held-out questions; systematic decision mistakes it does remove (README,
-    "The demo"; ``../shared/research/imperfect_teacher/REPORT.md`` measured +9.7 and +8.9 points)."""
+    does not transfer to held-out questions; systematic decision mistakes it does remove
+    (docs/results/demo.md; ``../shared/research/imperfect_teacher/REPORT.md`` measured +9.7 and +8.9 points)."""
 
     answer_early: MistakeConfig = field(default_factory=MistakeConfig)
     """Main (and single) agent answers with a guess where it should start the next hop."""
