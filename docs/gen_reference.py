@@ -77,9 +77,10 @@ def cli_reference() -> str:
              for a in a._choices_actions}
     out = [cell(parser.description or ""), ""]
     for name, sub in subcommands(parser).items():
-        usage = " ".join(sub.format_usage().removeprefix("usage: ").split())
+        usage = sub.format_usage().removeprefix("usage: ").rstrip()
         out += [f"## `mgrpo {name}`", "", cell(helps.get(name, "")), "", "```text", usage, "```", "",
                 "| argument | default | what it does |", "|---|---|---|"]
+        epilog = ["", "```text", sub.epilog.strip("\n"), "```"] if sub.epilog else []
         for action in sub._actions:
             if isinstance(action, argparse._HelpAction):
                 continue
@@ -89,7 +90,7 @@ def cli_reference() -> str:
                 default = "(required)"
             choices = f" One of: {', '.join(map(str, action.choices))}." if action.choices else ""
             out.append(f"| `{flags}` | {default} | {cell(action.help or '')}{choices} |")
-        out.append("")
+        out += [*epilog, ""]
     return "\n".join(out)
 
 
