@@ -43,6 +43,7 @@ from ..core.scoring import (
     alignment_width,
     annotate_main,
     score_main_side,
+    turn_credit,
 )
 from ..core.seeding import episode_seed, iteration_rngs
 from .final_models import export_final_models
@@ -218,7 +219,7 @@ class Trainer:
         self.observed_counts = (self.observed_counts + [r.num_subs for r in records])[-COUNT_WINDOW:]
         d = 0 if single else alignment_width(self.observed_counts, cfg.align_d, cfg.align_quantile)
         main, metrics = score_main_side(records, cfg.group_size, role=self.mode.roles[0], step_weight=cfg.step_advantage_weight,
-                                        estimator=cfg.main_estimator)
+                                        estimator=cfg.main_estimator, credit=turn_credit(cfg))
         if not single:
             metrics.update(alignment_metrics(records, d))
         t_scored = time.perf_counter()
