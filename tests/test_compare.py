@@ -64,7 +64,8 @@ def test_summary_structure_and_means_over_seeds(compared):
             assert row["before"]["tasks"] == row["after"]["tasks"] == 4
             assert row["delta_em"] == pytest.approx(row["after"]["em"] - row["before"]["em"])
             assert row["train_seconds"] > 0 and row["eval_seconds"] > 0
-            assert [p["step"] for p in row["curve"]] == [1, 2]  # eval.every=1
+            # eval.every=1 of 2: the start, one update (evaluated), the end (from the after evaluation)
+            assert [p["step"] for p in row["curve"]] == [0, 1, 2]
     # the warm start is recorded, and both groups of start models are warm-started ones
     assert set(summary["warm_start"]["hierarchy"]) == {"main", "sub"}
     assert summary["warm_start"]["single"]["single"]["counts"]["sequences"] >= 1

@@ -167,13 +167,6 @@ def greedy_em(config: TrainConfig, scenario: Any, make_policies: Any, *, seed: i
     return float(report.exact_match)
 
 
-def _evaluate(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *, limit: int, seed: int,
-              progress: bool, name: str) -> tuple[dict[str, float], list[Any]]:
-    """Held-out EM / F1 of a hierarchy ({"main", "sub"}) or a single agent ({"single"}), and the episodes."""
-    report, records = evaluate_policies(config, scenario, policies, limit=limit, seed=seed, progress=progress, name=name)
-    return eval_figures(report, records), records
-
-
 def _full_evaluation(config: TrainConfig, scenario: Any, make_policies: Any, *, seed: int, progress: bool,
                      name: str, greedy_cache: dict[Any, float] | None = None, greedy_key: Any = None
                      ) -> tuple[dict[str, Any], list[Any], float]:
@@ -344,21 +337,29 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
     return summary
 
 
-def curve_point(records: Sequence[Any], *, seed: int, questions: int, samples: int, max_delegations: int) -> dict[str, float]:
-    """The held-out curve's figures on its fixed subset (the split's first ``questions``, ``samples`` each)
-    from any evaluation's records that cover it: the start and the after-training evaluations give the
-    curve's first and last points on the same questions the points between them were evaluated on.
-    mean@k (``em``), F1, and how the episodes end (``mgrpo_env.mistakes.ENDING_RATE_KEYS``)."""
+def curve_point(records: Sequence[Any], *, questions: int, samples: int, max_delegations: int,
+                report: Any = None) -> dict[str, float]:
+    """The held-out curve's figures on its fixed subset (the split's first ``questions``, ``samples`` each:
+    the episodes an evaluation seeded ``s`` runs with seeds ``s + i * samples + j``, ``s`` its smallest)
+    from any evaluation's records that cover it: the start and
+    the after-training evaluations give the curve's first and last points on the same questions the
+    points between them were evaluated on. mean@k (``em``) and F1 (the evaluation's ``report`` when it
+    evaluated exactly the subset), and how the episodes end (``mgrpo_env.mistakes.ENDING_RATE_KEYS``)."""
     from mgrpo_env.mistakes import ENDING_RATE_KEYS, mistake_rates
     from mgrpo_scenarios.verifiers import token_f1
 
-    subset = [r for r in records if r.seed is not None and seed <= r.seed < seed + questions * samples]
+    seeded = [r for r in records if r.seed is not None]
+    base = min((r.seed for r in seeded), default=0)  # a greedy start is evaluated once, under its first seed
+    subset = [r for r in seeded if r.seed < base + questions * samples]
     if not subset:
         return {}
     rates = mistake_rates(subset, max_delegations)
-    point = {"em": sum(bool(r.correct) for r in subset) / len(subset),
-             "f1": sum(token_f1(r.final_answer or "", r.task["answer"], r.task.get("aliases", ())) for r in subset) / len(subset),
-             "episodes": float(len(subset))}
+    if report is not None:
+        em, f1 = float(report.exact_match), float(report.f1)
+    else:
+        em = sum(bool(r.correct) for r in subset) / len(subset)
+        f1 = sum(token_f1(r.final_answer or "", r.task.get("answer", ""), r.task.get("aliases", ())) for r in subset) / len(subset)
+    point = {"em": em, "f1": f1, "episodes": float(len(subset))}
     point.update({k: float(rates[k]) for k in ENDING_RATE_KEYS if rates.get(k) is not None})
     return point
 
@@ -389,7 +390,7 @@ def _train_and_evaluate(
     holder: list[Any] = []
     curve: list[dict[str, float]] = []
     curve_seconds = 0.0
-    subset = {"seed": seed, "questions": cfg.eval.curve_limit, "samples": cfg.eval.samples,
+    subset = {"questions": cfg.eval.curve_limit, "samples": cfg.eval.samples,
               "max_delegations": cfg.limits.max_delegations}
 
     def add_point(step: int, point: Mapping[str, float]) -> None:
@@ -408,9 +409,9 @@ def _train_and_evaluate(
         if not cfg.eval.every or done % cfg.eval.every or done >= total:
             return {}
         t = time.perf_counter()
-        _, records = _evaluate(cfg, scenario, _trained_policies(cfg, holder[0], seed), limit=cfg.eval.curve_limit,
-                               seed=seed, progress=False, name=f"{mode} curve")
-        point = curve_point(records, **subset)
+        report, records = evaluate_policies(cfg, scenario, _trained_policies(cfg, holder[0], seed),
+                                            limit=cfg.eval.curve_limit, seed=seed, progress=False, name=f"{mode} curve")
+        point = curve_point(records, **subset, report=report)
         add_point(done, point)
         curve_seconds += time.perf_counter() - t
         return point
