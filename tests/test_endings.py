@@ -117,3 +117,19 @@ def test_a_curve_point_reads_the_subsets_episodes_only():
                            report=types.SimpleNamespace(exact_match=0.25, f1=0.3))
     assert (reported["em"], reported["f1"]) == (0.25, 0.3)
     assert curve_point([], questions=2, samples=2, max_delegations=3) == {}
+
+
+def test_the_sweeps_hop_skill_counts_every_delegated_sub_agent():
+    """benchmarks/credit_sweep.py: per question, each delegated sub-agent's expert score; no result = 0."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "credit_sweep.py"
+    spec = importlib.util.spec_from_file_location("credit_sweep", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    a = _episode("q0", ["tool_call", "answer"], True, True, [(["tool_call", "result"], True), (["error"], False)])
+    a.subs[0].expert, a.subs[1].expert = 1.0, 1.0  # a score on a sub-agent without a result still counts 0
+    b = _episode("q1", ["answer"], True, False, [(["tool_call", "result"], True)])
+    b.subs[0].expert = None
+    assert module.hop_skill([a, b]) == {"q0": [1.0, 0.0], "q1": [0.0]}
