@@ -9,7 +9,8 @@ sub-agents' hop skill (per question, the mean expert score of every delegated su
 after - start with a paired interval), and the training format rates per role over the first 16 and the
 last 32 iterations. It writes the table and the figures to ``--out`` (JSON and Markdown).
 
-    python benchmarks/credit_sweep.py runs/sweep/* --out benchmarks/results/credit_sweep
+    python benchmarks/credit_sweep.py runs/sweep/* --reference runs/sweep_reference/eval_reference.jsonl \
+        --out benchmarks/results/credit_sweep
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _train_means(metrics: list[dict[str, Any]], key: str) -> tuple[float | None,
     return mean(metrics[:16]), mean(metrics[-32:])
 
 
-def run_figures(folder: Path) -> dict[str, Any]:
+def run_figures(folder: Path, reference: list[Any] | None = None) -> dict[str, Any]:
     summary = json.loads((folder / "summary.json").read_text())
     run = folder / "seed0" / "mgrpo"
     start = list(read_jsonl(run / "eval_before.jsonl"))
@@ -70,6 +71,9 @@ def run_figures(folder: Path) -> dict[str, Any]:
         "train_format": {role: _train_means(metrics, f"{role}/format_ok") for role in ("main", "sub")},
         "train_expert": _train_means(metrics, "sub/expert_mean"),
         "iterations": len(metrics),
+        # after RL minus the oracle clone (the reference start), paired over questions
+        "vs_reference": (iv.paired_difference(iv.per_question(after), iv.per_question(reference), seed=0)
+                         if reference else None),
     }
 
 
@@ -82,15 +86,16 @@ def _ci(c: dict[str, float]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| run | mean@4 start -> after | Δ [95% CI] | malformed main episodes | sub-agents without a result "
+    lines = ["| run | mean@4 start -> after | Δ [95% CI] | after - oracle clone [95% CI] | malformed main episodes | sub-agents without a result "
              "| turn-limit episodes | answered accuracy | answer early (per decision) | hop skill start -> after, Δ [95% CI] "
              "| training format main, first 16 / last 32 | sub | training expert score |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s, a = r["start"], r["after"]
         fm, fs, ex = r["train_format"]["main"], r["train_format"]["sub"], r["train_expert"]
         lines.append(
             f"| {r['name']} | {_pct(r['start_mean_k'])} -> {_pct(r['after_mean_k'])} | {_ci(r['delta'])} "
+            f"| {_ci(r['vs_reference']) if r['vs_reference'] else '-'} "
             f"| {_pct(s['malformed_main_episodes'])} -> {_pct(a['malformed_main_episodes'])} "
             f"| {_pct(s['sub_no_result'])} -> {_pct(a['sub_no_result'])} "
             f"| {_pct(s['turn_limit_episodes'])} -> {_pct(a['turn_limit_episodes'])} "
@@ -105,8 +110,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="mgrpo compare folders (one mode: mgrpo)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/credit_sweep"))
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="the oracle clone's eval_reference.jsonl under the same evaluation (compare's reference)")
     args = parser.parse_args()
-    rows = [run_figures(folder) for folder in args.runs if (folder / "summary.json").is_file()]
+    reference = list(read_jsonl(args.reference)) if args.reference else None
+    rows = [run_figures(folder, reference) for folder in args.runs if (folder / "summary.json").is_file()]
     text = table(rows)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
