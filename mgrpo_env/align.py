@@ -52,7 +52,12 @@ __all__ = [
     "plan_with_stats",
     "AlignmentStats",
     "choose_d",
+    "OUTCOME_GROUPS",
 ]
+
+#: How a query's aligned sub-agent slots are grouped for their outcome advantage A_S: "query" (the paper:
+#: one pool of d x K slots) or "subtask" (one group per delegated subtask, so like is compared with like).
+OUTCOME_GROUPS: tuple[str, ...] = ("query", "subtask")
 
 Slot = int | None
 Plan = list[list[Slot]]

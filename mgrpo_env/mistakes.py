@@ -20,6 +20,15 @@ agent left (for the next hop or the answer) without visiting a page; the per-dec
 
 A visit of the wrong search hit (the teacher's ``visit_wrong_hit``) is not counted: telling it from
 a right visit needs the world, which episode records do not hold.
+
+How episodes end (:data:`ENDING_RATE_KEYS`; format decay, not decisions, and counted the same way):
+
+- ``malformed_main_episodes``: the share of episodes with at least one malformed main (or single) turn;
+- ``malformed_main_turns`` / ``malformed_sub_turns``: the share of that role's turns that were malformed;
+- ``sub_no_result``: the share of sub-agents that ended without a result (a turn limit);
+- ``turn_limit_episodes``: the share of episodes that ended at the main (or single) agent's turn limit,
+  never answering;
+- ``answered_accuracy``: the share of answered episodes that were right (an accuracy, not a mistake).
 """
 
 from __future__ import annotations
@@ -27,10 +36,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["mistake_rates", "record_counts", "counts_by_question", "rates_of_counts", "add_counts", "MISTAKE_RATE_KEYS"]
+__all__ = ["mistake_rates", "record_counts", "counts_by_question", "rates_of_counts", "add_counts", "MISTAKE_RATE_KEYS",
+           "ENDING_RATE_KEYS"]
 
 #: The keys of :func:`mistake_rates` that are rates of a mistake (what report.md tabulates).
 MISTAKE_RATE_KEYS: tuple[str, ...] = ("answer_early", "answer_early_episodes", "report_without_visit")
+#: The keys of :func:`mistake_rates` that say how episodes end (the module docstring), counted alike.
+ENDING_RATE_KEYS: tuple[str, ...] = ("malformed_main_episodes", "malformed_main_turns", "malformed_sub_turns",
+                                     "sub_no_result", "turn_limit_episodes", "answered_accuracy")
 
 
 def _as_dict(record: Any) -> Mapping[str, Any]:
@@ -67,13 +80,45 @@ def _single_hops(turns: list[Mapping[str, Any]]) -> list[bool]:
     return hops
 
 
+def _role(trajectory: Any) -> str | None:
+    if not trajectory:
+        return None
+    return trajectory.get("role") if isinstance(trajectory, Mapping) else getattr(trajectory, "role", None)
+
+
+def _final(trajectory: Any) -> Any:
+    return trajectory.get("final") if isinstance(trajectory, Mapping) else trajectory.final
+
+
+def ending_counts(data: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """One episode's (count, out of) for each rate of :data:`ENDING_RATE_KEYS`."""
+    main_turns = _turns(data.get("main"))
+    subs = data.get("subs") or []
+    sub_turns = [t for sub in subs for t in _turns(sub)]
+    main_errors = sum(t["kind"] == "error" for t in main_turns)
+    answered = any(t["kind"] == "answer" for t in main_turns)
+    out = {"malformed_main_episodes": (int(main_errors > 0), 1),
+           "malformed_main_turns": (main_errors, len(main_turns)),
+           "turn_limit_episodes": (int(str(data.get("end_reason", "")).endswith("turn_limit")), 1),
+           "answered_accuracy": (int(answered and bool(data.get("correct"))), int(answered))}
+    if _role(data.get("main")) != "single":
+        out["malformed_sub_turns"] = (sum(t["kind"] == "error" for t in sub_turns), len(sub_turns))
+        out["sub_no_result"] = (sum(_final(sub) is None for sub in subs), len(subs))
+    return out
+
+
 def record_counts(record: Any, max_delegations: int = 3) -> dict[str, tuple[int, int]]:
-    """One episode's (mistakes, decisions) per rate of :func:`mistake_rates`, and its delegations."""
+    """One episode's (mistakes, decisions) per rate of :func:`mistake_rates`, its delegations and how it
+    ended (:func:`ending_counts`)."""
     data = _as_dict(record)
+    return {**_decision_counts(data, max_delegations), **ending_counts(data)}
+
+
+def _decision_counts(data: Mapping[str, Any], max_delegations: int) -> dict[str, tuple[int, int]]:
     hops = len(data["task"].get("hops") or [])
     main = data.get("main")
     turns = _turns(main)
-    role = (main.get("role") if isinstance(main, Mapping) else getattr(main, "role", None)) if main else None
+    role = _role(main)
     answered = any(t["kind"] == "answer" for t in turns)
     if role == "single":
         hops_read = _single_hops(turns)
@@ -91,7 +136,7 @@ def record_counts(record: Any, max_delegations: int = 3) -> dict[str, tuple[int,
             early += 1
     reports = unvisited = 0
     for sub in data.get("subs", []):
-        if (sub.get("final") if isinstance(sub, Mapping) else sub.final) is None:
+        if _final(sub) is None:
             continue
         reports += 1
         unvisited += all(_tool(t) != "visit" for t in _turns(sub))
@@ -125,7 +170,8 @@ def rates_of_counts(counts: Mapping[str, Mapping[str, Sequence[int]]]) -> dict[s
     for kinds in counts.values():
         add_counts(totals, kinds)
     out: dict[str, float | None] = {key: (num / den if den else None)
-                                    for key, (num, den) in ((k, totals.get(k, (0, 0))) for k in (*MISTAKE_RATE_KEYS, "delegations"))}
+                                    for key, (num, den) in ((k, totals.get(k, (0, 0)))
+                                                            for k in (*MISTAKE_RATE_KEYS, "delegations", *ENDING_RATE_KEYS))}
     out["episodes"] = float(totals.get("answer_early_episodes", [0, 0])[1])
     out["main_decisions"] = float(totals.get("answer_early", [0, 0])[1])
     out["sub_reports"] = float(totals.get("report_without_visit", [0, 0])[1])

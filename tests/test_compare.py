@@ -64,7 +64,8 @@ def test_summary_structure_and_means_over_seeds(compared):
             assert row["before"]["tasks"] == row["after"]["tasks"] == 4
             assert row["delta_em"] == pytest.approx(row["after"]["em"] - row["before"]["em"])
             assert row["train_seconds"] > 0 and row["eval_seconds"] > 0
-            assert [p["step"] for p in row["curve"]] == [1, 2]  # eval.every=1
+            # eval.every=1 of 2: the start, one update (evaluated), the end (from the after evaluation)
+            assert [p["step"] for p in row["curve"]] == [0, 1, 2]
     # the warm start is recorded, and both groups of start models are warm-started ones
     assert set(summary["warm_start"]["hierarchy"]) == {"main", "sub"}
     assert summary["warm_start"]["single"]["single"]["counts"]["sequences"] >= 1
@@ -185,8 +186,9 @@ def test_aggregate_and_verdict_from_intervals():
         "after: frozen-sub - single-agent": _iv(0.30, 0.25, 0.35)}}
     v = verdict(summary)
     assert v["rise_held"] is True and v["order_held"] is True
-    # the four checks of the scores, then the three of the mistake rates: not run (no rates in this summary)
-    assert [c["passed"] for c in v["checks"]] == [True, True, True, True, None, None, None]
+    # the four checks of the scores, then the three of the mistake rates and the two of the endings: not
+    # run (no rates in this summary)
+    assert [c["passed"] for c in v["checks"]] == [True, True, True, True, None, None, None, None, None]
     assert v["checks"][0]["figures"] == "+12.0 [+5.0, +19.0] points, 200 questions, 95% paired bootstrap"
     assert v["text"] == ("M-GRPO's held-out mean@4 changed by +12.0 [+5.0, +19.0] points (after - start, 95% interval) "
                          "over its start, so the +10 point rise held. The order mgrpo > frozen-sub > single-agent held "
@@ -196,7 +198,7 @@ def test_aggregate_and_verdict_from_intervals():
     summary["intervals"]["after: mgrpo - frozen-sub"] = _iv(0.04, 0.0, 0.08)
     v = verdict(summary)
     assert v["rise_held"] is False and v["order_held"] is False
-    assert [c["passed"] for c in v["checks"]] == [False, False, True, True, None, None, None]
+    assert [c["passed"] for c in v["checks"]] == [False, False, True, True, None, None, None, None, None]
     # an interval above 0 with a point estimate under the target is not a 10-point rise (exactly 10 is)
     summary["intervals"]["mgrpo: after - start"] = _iv(0.0999, 0.02, 0.18)
     assert verdict(summary)["rise_held"] is False
@@ -208,7 +210,7 @@ def test_aggregate_and_verdict_from_intervals():
             "intervals": {"single-agent: after - start": _iv(0.0, 0.0, 0.0)}}
     v = verdict(only)
     assert v["order_held"] is None and v["rise_held"] is None and v["text"] == ""
-    assert [c["passed"] for c in v["checks"]] == [None] * 7
+    assert [c["passed"] for c in v["checks"]] == [None] * 9
     assert v["checks"][0]["figures"] == "not run"
 
 

@@ -166,9 +166,9 @@ def fake(monkeypatch, tmp_path):
             self.model = Model(path)
 
     class Trainer:
-        def __init__(self, cfg, *, log):
+        def __init__(self, cfg, *, log, heldout=None):
             clock.now += world.init_s
-            self.cfg, self.log = cfg, log
+            self.cfg, self.log, self.heldout = cfg, log, heldout
             roles = ["single"] if cfg.mode == "single-agent" else ["main", "sub"]
             trained = ["main"] if cfg.mode == "frozen-sub" else roles
             self.learners = {r: Learner(getattr(cfg, r).model) for r in trained}
@@ -197,6 +197,8 @@ def fake(monkeypatch, tmp_path):
                     learner.model.step += 1  # in place, as an optimizer step is
                 clock.now += world.iter_s
                 metrics = metrics_of(self.cfg.seed, self.cfg.mode, i)
+                point = self.heldout(i + 1) if self.heldout is not None else {}  # as the real loop: before its line
+                metrics.update({f"heldout/{name}": value for name, value in point.items()})
                 history.append(metrics)
                 self.log(dict(metrics))
             return history
@@ -230,7 +232,7 @@ def fake(monkeypatch, tmp_path):
             assert len(temperature) == 1
             temperature = temperature.pop()
             verdicts = answers(states, limit, k, temperature, seed)
-            records = [EpisodeRecord(episode_id=f"{q}-{j}", task={"id": f"q{q}"}, seed=seed, correct=c)
+            records = [EpisodeRecord(episode_id=f"{q}-{j}", task={"id": f"q{q}"}, seed=seed + q * k + j, correct=c)
                        for q, row in enumerate(verdicts) for j, c in enumerate(row)]
             # one search backend failure in a start's episodes, one of the fetcher in any other's
             tool = "search" if agent_name.startswith("start") else "fetch"
@@ -407,7 +409,17 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
             assert (row["before_greedy"], row["after_greedy"]) == (before_greedy, after_greedy)
             assert row["delta_interval"] == iv.paired_difference(after_scores, before_scores, seed=seed)
             assert (seed, row["mistake_change"]) in world.mistake_changes  # the run's own, seeded by it
-            assert row["curve"] == [{"step": 2, "em": curve_em, "f1": f1_of(curve_em)}]  # eval.every=2 of 3
+            # eval.every=2 of 3: the start and the end from the full evaluations' first 2 questions, step 2
+            # evaluated on them (its EM and F1 from its report); each with how its episodes ended
+            first2 = [[float(c) for c in row] for row in answers(start_states(mode), 3, k, temperature, start_seed)[:2]]
+            last2 = [[float(c) for c in row] for row in answers(trained_states(mode, ITERATIONS), 3, k, temperature, seed)[:2]]
+            assert [(p["step"], p["em"], p["episodes"]) for p in row["curve"]] == [
+                (0, sum(map(sum, first2)) / (2 * k), 2 * k), (2, curve_em, 2 * k), (3, sum(map(sum, last2)) / (2 * k), 2 * k)]
+            assert row["curve"][1]["f1"] == f1_of(curve_em)
+            assert all("malformed_main_episodes" in p for p in row["curve"])
+            # the curve point rides in its iteration's metrics (heldout/...: iteration 1 is the 2nd update), and only there
+            logged = [dict(h) for h in history]
+            logged[1].update({f"heldout/{name}": v for name, v in row["curve"][1].items() if name != "step"})
             assert row["rollouts"] == ROLLOUTS and row["iterations"] == ITERATIONS
             train_s = INIT_S + ITERATIONS * ITER_S  # the curve evaluation's time is not training time
             assert row["train_seconds"] == pytest.approx(train_s)
@@ -431,12 +443,15 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
                 assert iv.per_question(types.SimpleNamespace(**d) for d in lines) == scores, (mode, seed, name)
             # TensorBoard: start and after at steps 0 and ITERATIONS, the curve at 2, every numeric metric per step
             tb = world.scalars[f"tb/seed{seed}/{mode}"]
+            first, middle, last = row["curve"]
             assert [(t, v, s) for t, v, s in tb if t.startswith("eval/")] == [
                 ("eval/em", before_em, 0), ("eval/f1", f1_of(before_em), 0),
+                ("eval/curve_em", first["em"], 0), ("eval/curve_f1", first["f1"], 0),
                 ("eval/curve_em", curve_em, 2), ("eval/curve_f1", f1_of(curve_em), 2),
+                ("eval/curve_em", last["em"], ITERATIONS), ("eval/curve_f1", last["f1"], ITERATIONS),
                 ("eval/em", after_em, ITERATIONS), ("eval/f1", f1_of(after_em), ITERATIONS)]
             assert sorted((t, v, s) for t, v, s in tb if not t.startswith("eval/")) == sorted(
-                (key, float(value), h["iteration"]) for h in history for key, value in h.items() if key != "iteration")
+                (key, float(value), h["iteration"]) for h in logged for key, value in h.items() if key != "iteration")
         # the means over seeds are of these rows
         for key in compare.AGGREGATED:
             values = [r[key] for r in rows]
@@ -501,7 +516,8 @@ def test_a_rerun_replaces_the_seed_folders_and_one_mode_runs_alone(fake, small_s
     assert math.isnan(row["before_greedy"]) and math.isnan(row["after_greedy"])  # eval.greedy off: not measured
     assert not any(e["name"].endswith("greedy") for e in world.evals)
     assert list(summary["intervals"]) == ["single-agent: after - start"]
-    assert row["curve"] == [{"step": 2, "em": row["curve"][0]["em"], "f1": f1_of(row["curve"][0]["em"])}]
+    assert [p["step"] for p in row["curve"]] == [0, 2, 3]  # the start, every=2 of 3, the end
+    assert row["curve"][1]["f1"] == f1_of(row["curve"][1]["em"])  # an evaluated point's F1 from its report
     # an output folder whose parents do not exist yet is made with them; a run of no iterations that took
     # no time: no rate, no d_k
     nested = tmp / "out" / "new" / "nested"
@@ -518,9 +534,10 @@ def test_a_rerun_replaces_the_seed_folders_and_one_mode_runs_alone(fake, small_s
     every = config(small_scenario, "eval.greedy=false", "eval.temperature=0.5", "eval.every=1")
     row = compare.run_compare(every, seeds=1, out_dir=tmp / "out" / "every", modes=["single-agent"],
                               progress=False)["results"]["single-agent"]["per_seed"][0]
-    assert [c["step"] for c in row["curve"]] == [1, 2, 3]
+    assert [c["step"] for c in row["curve"]] == [0, 1, 2, 3]
     assert row["train_seconds"] == pytest.approx(0.5) and row["rollouts_per_minute"] == pytest.approx(ROLLOUTS / 0.5 * 60)
-    assert row["eval_seconds"] == pytest.approx(5 * EVAL_S)  # the start, three curve points, the after
+    # the start, two curve points evaluated (the last point is the after-evaluation's), the after
+    assert row["eval_seconds"] == pytest.approx(4 * EVAL_S)
 
 
 def test_a_greedy_pass_is_cached_under_its_key_only(fake, small_scenario):

@@ -143,6 +143,7 @@ def test_score_batch_by_hand():
         "sub/reward_mean": 0.4,  # over the 8 slots (a duplicate counts twice)
         "sub/expert_mean": 2.5 / 6,  # over the 6 sub-agents, a missing score counts 0
         "sub/format_ok": 5 / 6,
+        "main/penalised_turns": 0.0, "sub/penalised_turns": 0.0,  # no turns recorded here (tests/test_turn_credit.py)
         "align/d": 2.0, "align/d_k_mean": 1.0, "align/num_zero": 2.0, "align/num_duplicated_slots": 2.0,
         "align/num_dropped": 0.0, "align/num_masked_slots": 4.0,
         "sub/expert_disabled": 0.5,  # sub-agents' sources only: "gold", "none"
@@ -154,7 +155,8 @@ def test_score_batch_single_and_no_subs():
     assert batch.sub == [] and batch.d == 0
     assert [m.agent for m in batch.main] == ["single_0"] * 6
     assert [m.advantage for m in batch.main] == pytest.approx(A_MAIN, abs=1e-6)
-    assert set(batch.metrics) == {"single/reward_mean", "single/accuracy", "single/format_ok", "single/zero_std_groups"}
+    assert set(batch.metrics) == {"single/reward_mean", "single/accuracy", "single/format_ok", "single/zero_std_groups",
+                                  "single/penalised_turns"}
     assert batch.metrics["single/accuracy"] == pytest.approx(2 / 6)
     # a hierarchy batch without any delegation: sub metrics are 0, never NaN, and no expert_disabled
     records = _records()

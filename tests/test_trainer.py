@@ -157,3 +157,52 @@ def test_served_main_role_gets_its_lora_adapter_after_every_update(small_scenari
     models = [body["model"] for method, path, _, body in server.calls if path == "/v1/completions"]
     assert models[0] == "base" and "main-step1" in models  # the second iteration samples from the synced adapter
     assert all("main/weight_sync_s" in h for h in history)
+
+
+def test_credit_options_reach_both_sides_and_a_heldout_point_joins_its_iterations_line(small_scenario, tmp_path,
+                                                                                        monkeypatch):
+    """turn_format_penalty / success_likelihood / sub_outcome_groups reach the loop's main scoring and the sub
+    worker's (by value, through the SubScoring it is sent), and what ``heldout`` returns lands in that
+    iteration's metrics.jsonl line only."""
+    from mgrpo_algo.core import scoring
+    from mgrpo_algo.training import trainer as trainer_module
+
+    seen: dict[str, list] = {"main": [], "sub": []}
+    real_main, real_sub = trainer_module.score_main_side, scoring.score_sub_side
+
+    def main_side(*args, **kwargs):
+        seen["main"].append(kwargs["credit"])
+        return real_main(*args, **kwargs)
+
+    def sub_side(*args, **kwargs):
+        seen["sub"].append((kwargs["credit"], kwargs["outcome_groups"]))
+        return real_sub(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "score_main_side", main_side)
+    monkeypatch.setattr(scoring, "score_sub_side", sub_side)  # the sub worker imports it when it scores
+    cfg = load_config(None, [
+        f"out_dir={tmp_path / 'run'}", f"models_dir={tmp_path / 'models'}",
+        f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}}}",
+        "questions_per_iteration=2", "group_size=2", "stages=[{split: stage2/train, iterations: 2}]",
+        "model_sizes={main: {hidden_size: 64, num_layers: 2}, sub: {hidden_size: 64, num_layers: 2}}",
+        "main.generation.max_new_tokens=24", "sub.generation.max_new_tokens=24",
+        "limits={max_main_turns: 3, max_sub_turns: 2, max_delegations: 2}", "warm_start.epochs=0",
+        "turn_format_penalty=0.25", "success_likelihood=0.125", "sub_outcome_groups=subtask",
+    ])
+    calls = []
+
+    def heldout(done):
+        calls.append(done)
+        return {"em": 0.5, "sub_no_result": 0.25} if done == 1 else {}
+
+    history = Trainer(cfg, heldout=heldout).run()
+    assert calls == [1, 2]
+    credit = scoring.TurnCredit(format_penalty=0.25, success_likelihood=0.125)
+    assert seen["main"] == [credit, credit]
+    assert seen["sub"] == [(credit, "subtask")] * 2
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert (lines[0]["heldout/em"], lines[0]["heldout/sub_no_result"]) == (0.5, 0.25) and lines[0]["time/heldout"] >= 0
+    assert not any(k.startswith("heldout/") for k in lines[1]) and "heldout/em" in history[0]
+    # the endings of the training rollouts are in every line too (a rate with nothing to count is left out)
+    assert all(0 <= line["mistakes/malformed_main_episodes"] <= 1 and 0 <= line["mistakes/turn_limit_episodes"] <= 1
+               for line in lines)

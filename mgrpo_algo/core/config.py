@@ -11,12 +11,14 @@ judge in ``config_services``, the modes in ``modes``; all are importable from he
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.align import OUTCOME_GROUPS
 from mgrpo_env.core import EXPERT_REFERENCES, Limits
 from mgrpo_env.rewards import PAPER_MAIN_WEIGHTS, PAPER_SUB_WEIGHTS
 from mgrpo_env.roles import ROLES
@@ -221,6 +223,23 @@ class TrainConfig:
     It credits the action taken where a group's rollouts diverge, not the whole trajectory: the
     main agent is no longer blamed, at the turns before, for a sub-agent's wrong report. 0 (the
     paper): one advantage per trajectory. GiGPO uses 1."""
+    turn_format_penalty: float = 0.0
+    """c of a turn-level format penalty, for every trained role and every mode alike: each malformed turn,
+    and the last turn of an agent that ended without its result or answer (a turn limit), carries its
+    advantage minus c on its own tokens, outside the group standardisation
+    (``mgrpo_algo.core.scoring.TurnCredit``). The rest of the trajectory is untouched, so no well-formed
+    guess gains from it. 0: the paper (a malformed trajectory only loses its outcome reward)."""
+    success_likelihood: float = 0.0
+    """lam of a likelihood regulariser on successful trajectories: every sampled token of a correct main
+    (or single) trajectory, and of a sub-agent's report in proportion to its expert score, carries its
+    advantage plus lam; under the single on-policy step (``ppo_epochs`` = ``minibatches`` = 1) exactly
+    lam x their negative log-likelihood added to the loss (arXiv 2512.04220: GRPO in multi-turn search
+    collapses as the likelihood of correct trajectories falls). No supervised data: the policy's own
+    successes. 0: the paper."""
+    sub_outcome_groups: str = "query"
+    """How the sub-agents' outcome term A_S is grouped: "query" (the paper: pooled over the query's d x K
+    aligned slots) or "subtask" (per delegated subtask within the query, so a sub-agent is compared with
+    those given the same subtask; a subtask only one slot holds keeps its pooled A_S)."""
     main_estimator: str = named("grpo", "mgrpo_algo.core.advantages:ESTIMATORS")
     """The main (and single) agent's advantage estimator, by its name in
     ``mgrpo_algo.core.advantages.ESTIMATORS``: "grpo" (the paper: standardised over the K rollouts)."""
@@ -302,6 +321,12 @@ class TrainConfig:
         _check(0 < self.align_quantile <= 1, "align_quantile", "must be in (0, 1]")
         _check(len(self.main_weights) == 2, "main_weights", "needs 2 values (a1, a2)")
         _check(self.step_advantage_weight >= 0, "step_advantage_weight", "must be >= 0")
+        for name in ("turn_format_penalty", "success_likelihood"):
+            value = getattr(self, name)
+            _check(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0,
+                   name, f"must be a finite number >= 0, got {value!r}")
+        _check(self.sub_outcome_groups in OUTCOME_GROUPS, "sub_outcome_groups",
+               f"must be one of {OUTCOME_GROUPS}, got {self.sub_outcome_groups!r}")
         _check(len(self.sub_weights) == 3, "sub_weights", "needs 3 values (b1, b2, b3)")
         _check(self.expert_reference in EXPERT_REFERENCES, "expert_reference",
                f"must be one of {EXPERT_REFERENCES}, got {self.expert_reference!r}")

@@ -47,6 +47,11 @@ __all__ = [
     "sub_facts",
     "SubFact",
     "SubScoring",
+    "TurnCredit",
+    "turn_credit",
+    "OUTCOME_GROUPS",
+    "penalised_turns",
+    "credited_turns",
     "alignment_metrics",
 ]
 
@@ -92,6 +97,73 @@ class SubSlot:
     """Per turn: ``advantage`` + w x the sub-agent's step advantage (``step_weight`` > 0), else None."""
 
 
+#: How the sub side's outcome term A_S is grouped (:func:`score_sub_side`; ``mgrpo_env.align``'s).
+OUTCOME_GROUPS = align.OUTCOME_GROUPS
+
+
+@dataclass(frozen=True)
+class TurnCredit:
+    """Credit on a trajectory's own tokens, added to its advantages after the group standardisation
+    (so it is not divided by a group's spread, and it moves nothing else in the group).
+
+    ``format_penalty`` c: every turn :func:`penalised_turns` names (a malformed turn; the last turn of an
+    agent that ended without its result or answer) carries ``advantage - c``. The other turns of the
+    same trajectory, and every turn of a well-formed guess, are untouched: the penalty cannot make a
+    guess worth more than a research path, it only makes a broken turn worth less than any well-formed one.
+
+    ``success_likelihood`` lam: every sampled token of a successful trajectory (a correct main answer;
+    a sub-agent's report, weighted by its own expert score) carries ``advantage + lam``. Under the paper's
+    single on-policy step (``ppo_epochs`` = ``minibatches`` = 1, ratio 1) this is exactly the gradient
+    of lam x the trajectory's negative log-likelihood in the loss: a likelihood regulariser on the
+    trajectories that succeeded (arXiv 2512.04220 traces GRPO's collapse in multi-turn search to
+    their falling likelihood). It holds even in a group whose rollouts all succeeded, where GRPO's
+    own advantage is 0. Both 0: the paper.
+    """
+
+    format_penalty: float = 0.0
+    success_likelihood: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("format_penalty", "success_likelihood"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and value >= 0 and np.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.format_penalty or self.success_likelihood)
+
+
+def turn_credit(config: Any) -> TurnCredit:
+    """The :class:`TurnCredit` a run config asks for (``turn_format_penalty``, ``success_likelihood``)."""
+    return TurnCredit(float(config.turn_format_penalty), float(config.success_likelihood))
+
+
+def penalised_turns(trajectory: Any) -> tuple[int, ...]:
+    """The turns a format penalty falls on: each malformed turn (``kind == "error"``) and, when the
+    agent ended without its final (``final`` None: a turn limit), its last turn."""
+    turns = list(getattr(trajectory, "turns", None) or [])
+    out = [i for i, turn in enumerate(turns) if turn.kind == "error"]
+    if turns and getattr(trajectory, "final", None) is None and (len(turns) - 1) not in out:
+        out.append(len(turns) - 1)
+    return tuple(out)
+
+
+def credited_turns(base: float, steps: Sequence[float] | None, step_weight: float, num_turns: int,
+                   penalised: Sequence[int], success: float, credit: TurnCredit) -> tuple[float, ...] | None:
+    """One trajectory's per-turn advantages: ``base + w x step`` (:func:`_plus_steps`), then ``credit``'s
+    terms; None when there is neither step credit nor an active ``credit`` (one advantage per trajectory)."""
+    turns = _plus_steps(base, steps, step_weight)
+    if not credit.active or num_turns <= 0:
+        return turns
+    values = list(turns) if turns is not None else [base] * num_turns
+    if len(values) != num_turns:
+        raise ValueError(f"{len(values)} turn advantages for {num_turns} turns")
+    bad = set(penalised)
+    return tuple(v + credit.success_likelihood * success - (credit.format_penalty if t in bad else 0.0)
+                 for t, v in enumerate(values))
+
+
 @dataclass(frozen=True)
 class SubFact:
     """What the sub side knows of one of its trajectories before the main statistics arrive: the
@@ -102,6 +174,13 @@ class SubFact:
     format_ok: bool
     expert: float | None
     expert_source: str | None = None
+    turns: int = 0
+    """How many turns the sub-agent took (0: unknown, no turn-level credit)."""
+    penalised_turns: tuple[int, ...] = ()
+    """Its turns that :func:`penalised_turns` names: malformed, or the last one of a sub-agent that
+    ended without a result."""
+    subtask: str = ""
+    """A digest of the subtask it was given (``outcome_groups: subtask`` groups by it)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +196,18 @@ class SubScoring:
     sub_weights: tuple[float, ...]
     estimator: str = "grpo_pooled_masked"
     sub_format_gate: bool = False
+    credit: TurnCredit = None  # type: ignore[assignment]  # set in __post_init__ (a frozen default)
+    outcome_groups: str = "query"
+
+    def __post_init__(self) -> None:
+        credit = self.credit
+        if credit is None:
+            credit = TurnCredit()
+        elif isinstance(credit, Mapping):  # a queued iteration read back from worker.json
+            credit = TurnCredit(**credit)
+        object.__setattr__(self, "credit", credit)
+        if self.outcome_groups not in OUTCOME_GROUPS:
+            raise ValueError(f"outcome_groups must be one of {OUTCOME_GROUPS}, got {self.outcome_groups!r}")
 
 
 def rollout_keys(n: int, k: int) -> list[RolloutKey]:
@@ -224,18 +315,25 @@ def _plus_steps(advantage: float, steps: Sequence[float] | None, weight: float) 
 
 
 def score_main_side(records: Sequence[EpisodeRecord], k: int, *, role: str = "main", step_weight: float = 0.0,
-                    estimator: str = "grpo") -> tuple[list[MainSlot], dict[str, float]]:
+                    estimator: str = "grpo", credit: TurnCredit | None = None) -> tuple[list[MainSlot], dict[str, float]]:
     """The main (or single-agent, ``role="single"``) side: A_M per query over its K rollouts, read
     from the R_M the env paid; with ``step_weight`` w > 0 each turn also gets w x its step advantage
-    over the query's K main trajectories."""
+    over the query's K main trajectories; ``credit`` (:class:`TurnCredit`) adds its per-turn terms."""
+    credit = credit or TurnCredit()
     agent = f"{role}_0"
     keys, a_main, stats = score_main([r.rewards[agent] for r in records], k, estimator=estimator)
     queries = [range(q * k, (q + 1) * k) for q in range(len(records) // k)]
     main_steps = _step_credit([(i, turn_states(records[i].main), records[i].rewards[agent]) for i in rows]
                               for rows in queries) if step_weight else {}
+    def turns(i: int, a: float) -> tuple[float, ...] | None:
+        record = records[i]
+        success = float(record.correct) if record.main.format_ok else 0.0
+        return credited_turns(a, main_steps.get(i), step_weight, len(record.main.turns), penalised_turns(record.main),
+                              success, credit)
+
     main = [
         MainSlot(key, agent, float(records[key.index].rewards[agent]), a, float(records[key.index].correct),
-                 bool(records[key.index].main.format_ok), _plus_steps(a, main_steps.get(key.index), step_weight))
+                 bool(records[key.index].main.format_ok), turns(key.index, a))
         for key, a in zip(keys, a_main, strict=True)
     ]
     metrics = {
@@ -243,38 +341,81 @@ def score_main_side(records: Sequence[EpisodeRecord], k: int, *, role: str = "ma
         f"{role}/accuracy": float(np.mean([s.correct for s in main])),
         f"{role}/format_ok": float(np.mean([s.format_ok for s in main])),
         f"{role}/zero_std_groups": stats["zero_std_frac"],
+        # the turns a format penalty falls on (malformed, or the last of an episode that never answered)
+        f"{role}/penalised_turns": float(np.mean([len(penalised_turns(r.main)) / max(1, len(r.main.turns)) for r in records])),
     }
     return main, metrics
 
 
 def sub_facts(records: Sequence[EpisodeRecord]) -> list[list[SubFact]]:
     """What the sub side knows of its own trajectories (:class:`SubFact`), per rollout in delegation order."""
-    return [[SubFact(s.agent, bool(s.format_ok), s.expert, r.components.get(s.agent, {}).get("expert_source"))
+    return [[SubFact(s.agent, bool(s.format_ok), s.expert, r.components.get(s.agent, {}).get("expert_source"),
+                     len(s.turns), penalised_turns(s), _digest(s.task))
              for s in r.subs] for r in records]
+
+
+def _digest(text: str | None) -> str:
+    return hashlib.sha256((text or "").encode()).hexdigest()[:16]
+
+
+def _subtask_groups(placed: Sequence[tuple[RolloutKey, int, int, float]], pooled: Sequence[float],
+                    facts: Sequence[Sequence[SubFact]]) -> list[float]:
+    """A_S standardised within each (query, delegated subtask) group of aligned slots instead of the
+    query's pool: a sub-agent is compared with the sub-agents given the same subtask. A subtask that
+    only one slot of the query holds has no peer to compare with and keeps its pooled A_S; a group whose
+    slots all scored the same gets 0, as any GRPO group does."""
+    from .advantages import EPS
+
+    groups: dict[tuple[int, str], list[int]] = {}
+    for n, (key, _, sub, _) in enumerate(placed):
+        groups.setdefault((key.query, facts[key.index][sub].subtask), []).append(n)
+    out = list(pooled)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        values = np.asarray([placed[n][3] for n in members], dtype=np.float64)
+        std = float(values.std())
+        for n in members:
+            out[n] = 0.0 if std < EPS else (placed[n][3] - float(values.mean())) / std
+    return out
 
 
 def score_sub_side(
     facts: Sequence[Sequence[SubFact]], rewards: Sequence[Sequence[float]], k: int, d: int, *,
     strategy: str, rng: np.random.Generator, step_weight: float = 0.0,
     states: Mapping[tuple[int, int], Sequence[Any]] | None = None, estimator: str = "grpo_pooled_masked",
+    credit: TurnCredit | None = None, outcome_groups: str = "query",
 ) -> tuple[list[SubSlot], dict[str, float]]:
     """The sub side: each rollout's sub-agents (``facts``, :func:`sub_facts`; their R_S ``rewards``)
     aligned to ``d`` slots, A_S pooled per query; with ``step_weight`` w > 0 each turn also gets w x
     its step advantage over all the query's sub-agents (``states[(rollout index, sub)]``: the turn
-    states, :func:`turn_states`). Run by the sub worker on R_S it computed from the store's statistics."""
+    states, :func:`turn_states`). ``credit`` (:class:`TurnCredit`) adds its per-turn terms (a report's
+    success is its expert score); ``outcome_groups`` "subtask" standardises A_S per delegated subtask
+    (:func:`_subtask_groups`). Run by the sub worker on R_S it computed from the store's statistics."""
+    credit = credit or TurnCredit()
+    if outcome_groups not in OUTCOME_GROUPS:
+        raise ValueError(f"outcome_groups must be one of {OUTCOME_GROUPS}, got {outcome_groups!r}")
     placed, a_sub, align_stats = score_sub(rewards, k, d, strategy=strategy, rng=rng, estimator=estimator)
+    if outcome_groups == "subtask":
+        a_sub = _subtask_groups(placed, a_sub, facts)
     queries = [range(q * k, (q + 1) * k) for q in range(len(facts) // k)]
     # a query's sub-agents, of all its rollouts, share anchor states (the same subtask, the same pages)
     sub_steps = _step_credit([((i, j), (states or {})[(i, j)], rewards[i][j]) for i in rows for j in range(len(facts[i]))]
                              for rows in queries) if step_weight else {}
-    sub = [SubSlot(key, s, i, facts[key.index][i].agent, reward, a,
-                   _plus_steps(a, sub_steps.get((key.index, i)), step_weight))
+
+    def turns(index: int, i: int, a: float) -> tuple[float, ...] | None:
+        fact = facts[index][i]
+        success = float(fact.expert or 0.0) if fact.format_ok else 0.0
+        return credited_turns(a, sub_steps.get((index, i)), step_weight, fact.turns, fact.penalised_turns, success, credit)
+
+    sub = [SubSlot(key, s, i, facts[key.index][i].agent, reward, a, turns(key.index, i, a))
            for (key, s, i, reward), a in zip(placed, a_sub, strict=True)]
     subs = [f for row in facts for f in row]
     metrics = {
         "sub/reward_mean": align_stats.pop("reward_mean"),
         "sub/expert_mean": float(np.mean([f.expert or 0.0 for f in subs])) if subs else 0.0,
         "sub/format_ok": float(np.mean([f.format_ok for f in subs])) if subs else 0.0,
+        "sub/penalised_turns": float(np.mean([len(f.penalised_turns) / max(1, f.turns) for f in subs])) if subs else 0.0,
         **{f"align/{name}": value for name, value in align_stats.items()},
     }
     sources = [f.expert_source for f in subs if f.expert_source is not None]

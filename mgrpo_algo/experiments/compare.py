@@ -167,13 +167,6 @@ def greedy_em(config: TrainConfig, scenario: Any, make_policies: Any, *, seed: i
     return float(report.exact_match)
 
 
-def _evaluate(config: TrainConfig, scenario: Any, policies: Mapping[str, Any], *, limit: int, seed: int,
-              progress: bool, name: str) -> tuple[dict[str, float], list[Any]]:
-    """Held-out EM / F1 of a hierarchy ({"main", "sub"}) or a single agent ({"single"}), and the episodes."""
-    report, records = evaluate_policies(config, scenario, policies, limit=limit, seed=seed, progress=progress, name=name)
-    return eval_figures(report, records), records
-
-
 def _full_evaluation(config: TrainConfig, scenario: Any, make_policies: Any, *, seed: int, progress: bool,
                      name: str, greedy_cache: dict[Any, float] | None = None, greedy_key: Any = None
                      ) -> tuple[dict[str, Any], list[Any], float]:
@@ -344,9 +337,36 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
     return summary
 
 
+def curve_point(records: Sequence[Any], *, questions: int, samples: int, max_delegations: int,
+                report: Any = None) -> dict[str, float]:
+    """The held-out curve's figures on its fixed subset (the split's first ``questions``, ``samples`` each:
+    the episodes an evaluation seeded ``s`` runs with seeds ``s + i * samples + j``, ``s`` its smallest)
+    from any evaluation's records that cover it: the start and
+    the after-training evaluations give the curve's first and last points on the same questions the
+    points between them were evaluated on. mean@k (``em``) and F1 (the evaluation's ``report`` when it
+    evaluated exactly the subset), and how the episodes end (``mgrpo_env.mistakes.ENDING_RATE_KEYS``)."""
+    from mgrpo_env.mistakes import ENDING_RATE_KEYS, mistake_rates
+    from mgrpo_scenarios.verifiers import token_f1
+
+    seeded = [r for r in records if r.seed is not None]
+    base = min((r.seed for r in seeded), default=0)  # a greedy start is evaluated once, under its first seed
+    subset = [r for r in seeded if r.seed < base + questions * samples]
+    if not subset:
+        return {}
+    rates = mistake_rates(subset, max_delegations)
+    if report is not None:
+        em, f1 = float(report.exact_match), float(report.f1)
+    else:
+        em = sum(bool(r.correct) for r in subset) / len(subset)
+        f1 = sum(token_f1(r.final_answer or "", r.task.get("answer", ""), r.task.get("aliases", ())) for r in subset) / len(subset)
+    point = {"em": em, "f1": f1, "episodes": float(len(subset))}
+    point.update({k: float(rates[k]) for k in ENDING_RATE_KEYS if rates.get(k) is not None})
+    return point
+
+
 def _train_and_evaluate(
     config: TrainConfig, scenario: Any, mode: str, seed: int, paths: Mapping[str, str], run_dir: Path, tb_dir: Path,
-    before: dict[str, Any], progress: bool,
+    before: dict[str, Any], progress: bool, before_records: Sequence[Any] = (),
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, list[bool]]]:
     """One training run from the pinned start models, its TensorBoard log, curve points and the after-eval."""
     from torch.utils.tensorboard import SummaryWriter
@@ -370,25 +390,40 @@ def _train_and_evaluate(
     holder: list[Any] = []
     curve: list[dict[str, float]] = []
     curve_seconds = 0.0
+    subset = {"questions": cfg.eval.curve_limit, "samples": cfg.eval.samples,
+              "max_delegations": cfg.limits.max_delegations}
+
+    def add_point(step: int, point: Mapping[str, float]) -> None:
+        if point:
+            curve.append({"step": step, **point})
+            writer.add_scalar("eval/curve_em", point["em"], step)
+            writer.add_scalar("eval/curve_f1", point["f1"], step)
+
+    if cfg.eval.every:  # the curve starts at the start evaluation, on the subset's questions
+        add_point(0, curve_point(before_records, **subset))
+
+    def heldout(done: int) -> dict[str, float]:
+        """A curve point after ``done`` updates (every ``eval.every``, not at the end: the after-training
+        evaluation gives that one): into this iteration's metrics.jsonl line, before it is written."""
+        nonlocal curve_seconds
+        if not cfg.eval.every or done % cfg.eval.every or done >= total:
+            return {}
+        t = time.perf_counter()
+        report, records = evaluate_policies(cfg, scenario, _trained_policies(cfg, holder[0], seed),
+                                            limit=cfg.eval.curve_limit, seed=seed, progress=False, name=f"{mode} curve")
+        point = curve_point(records, **subset, report=report)
+        add_point(done, point)
+        curve_seconds += time.perf_counter() - t
+        return point
 
     def on_iteration(metrics: dict[str, Any]) -> None:
-        nonlocal curve_seconds
         log_scalars(writer, metrics, int(metrics["iteration"]))
         bar.set_postfix(reward=f"{metrics[f'{role}/reward_mean']:.3f}", acc=f"{metrics[f'{role}/accuracy']:.3f}")
         bar.update(1)
-        done = int(metrics["iteration"]) + 1
-        if cfg.eval.every and done % cfg.eval.every == 0:
-            t = time.perf_counter()
-            point, _ = _evaluate(cfg, scenario, _trained_policies(cfg, holder[0], seed), limit=cfg.eval.curve_limit,
-                                 seed=seed, progress=False, name=f"{mode} curve")
-            curve.append({"step": done, "em": point["em"], "f1": point["f1"]})
-            writer.add_scalar("eval/curve_em", point["em"], done)
-            writer.add_scalar("eval/curve_f1", point["f1"], done)
-            curve_seconds += time.perf_counter() - t
 
     try:
         t = time.perf_counter()
-        trainer = Trainer(cfg, log=on_iteration)
+        trainer = Trainer(cfg, log=on_iteration, heldout=heldout)
         holder.append(trainer)
         history = trainer.run()
         bar.close()
@@ -397,6 +432,8 @@ def _train_and_evaluate(
             cfg, scenario, lambda c: _trained_policies(c, trainer, seed), seed=seed, progress=progress,
             name=f"{mode} seed{seed}")
         write_jsonl(run_dir / "eval_after.jsonl", records)
+        if cfg.eval.every:
+            add_point(total, curve_point(records, **subset))
         writer.add_scalar("eval/em", after["em"], total)
         writer.add_scalar("eval/f1", after["f1"], total)
     finally:
@@ -478,7 +515,7 @@ def run_group(config: TrainConfig, modes: Sequence[str], paths: Mapping[str, str
             before, records, before_seconds = before_cache[cache_key]
             write_jsonl(run_dir / "eval_before.jsonl", records)
             row, curve_data, (after_scores, after_counts) = _train_and_evaluate(config, scenario, mode, seed, paths,
-                                                                                run_dir, tb_dir, before, progress)
+                                                                                run_dir, tb_dir, before, progress, records)
             row["eval_seconds"] += before_seconds
             result["runs"][mode].append({"row": row, "curve": curve_data, "before_scores": before["scores"],
                                          "after_scores": after_scores, "before_counts": before["mistake_counts"],

@@ -32,6 +32,9 @@ MISTAKE_PANELS: tuple[tuple[str, tuple[str, ...], str, float], ...] = (
     ("episodes answered early, main / single (%)", ("mistakes/answer_early_episodes",), "answer_early_episodes", 100.0),
     ("reports without a visit: sub-agents / single-agent hops (%)", ("mistakes/report_without_visit",), "report_without_visit", 100.0),
     ("delegations per episode", ("mistakes/delegations",), "delegations", 1.0),
+    # how episodes end (format decay): the main agent's malformed turns and sub-agents out of turns
+    ("episodes with a malformed main / single turn (%)", ("mistakes/malformed_main_episodes",), "malformed_main_episodes", 100.0),
+    ("sub-agents without a result (%)", ("mistakes/sub_no_result",), "sub_no_result", 100.0),
 )
 #: Iterations in the moving average of the training panels (the paper's figures smooth the same way).
 SMOOTH = 5
@@ -73,9 +76,12 @@ def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Pat
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(3, 4, figsize=(20, 12), squeeze=False)
+    rows = -(-(8 + len(MISTAKE_PANELS)) // 4)  # six training panels, two held-out ones, then the mistakes
+    fig, axes = plt.subplots(rows, 4, figsize=(20, 4 * rows), squeeze=False)
     flat = list(axes.flat)
-    for ax, (title, keys, held_out, scale) in zip(flat[8:], MISTAKE_PANELS, strict=True):
+    for ax in flat[8 + len(MISTAKE_PANELS):]:
+        ax.axis("off")
+    for ax, (title, keys, held_out, scale) in zip(flat[8:], MISTAKE_PANELS, strict=False):
         for i, (mode, seeds) in enumerate(runs.items()):
             key = keys[0]
             series = [[(int(h["iteration"]), float(h[key]) * scale) for h in s["history"] if key in h] for s in seeds]
@@ -88,6 +94,11 @@ def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Pat
             if any(points):
                 steps, values = _mean_by_step(points)
                 ax.plot(steps, values, "s--", color=f"C{i}", markersize=8, label=f"{mode} (held-out)")
+            curve = [[(p["step"], float(p[held_out]) * scale) for p in s.get("curve", []) if p.get(held_out) is not None]
+                     for s in seeds]
+            if any(curve):
+                steps, values = _mean_by_step(curve)
+                ax.plot(steps, values, "x:", color=f"C{i}", alpha=0.7, label=f"{mode} (held-out curve subset)")
         ax.set_title(title)
     for ax, (title, keys) in zip(flat, PANELS, strict=False):
         for i, (mode, seeds) in enumerate(runs.items()):

@@ -19,7 +19,7 @@ from mgrpo_env.tool_health import backend_failure_line
 from ..core.modes import MODES
 
 __all__ = ["DIFFERENCES", "differences", "format_table", "verdict", "markdown", "history_means", "interval_text",
-           "mistake_checks", "MISTAKE_NAMES"]
+           "mistake_checks", "MISTAKE_NAMES", "ending_checks", "ENDING_NAMES"]
 
 
 def differences(modes: Sequence[str] | None = None) -> tuple[tuple[str, str, str], ...]:
@@ -109,7 +109,8 @@ def verdict(summary: Mapping[str, Any], rise_points: float = 10.0) -> dict[str, 
     above = _interval_check(intervals, "after: mgrpo - frozen-sub", f"after training, mgrpo > frozen-sub in mean@{k} (interval above 0)")
     below = _interval_check(intervals, "after: frozen-sub - single-agent",
                             f"after training, frozen-sub > single-agent in mean@{k} (interval above 0)")
-    checks = [rise, above, below, _delegation_check(results), *mistake_checks(summary), *_reference_checks(summary)]
+    checks = [rise, above, below, _delegation_check(results), *mistake_checks(summary), *ending_checks(summary),
+              *_reference_checks(summary)]
     order_held = None if None in (above["passed"], below["passed"]) else bool(above["passed"] and below["passed"])
     sentences = []
     if rise["passed"] is not None:
@@ -152,6 +153,49 @@ def mistake_checks(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                    "passed": None if not change else bool(change["high"] >= 0),
                    "figures": "not run" if not change else f"{_change_text(change)} points"})
     return checks
+
+
+#: How episodes end (mgrpo_env.mistakes.ENDING_RATE_KEYS), with the words the report uses for them.
+ENDING_NAMES = {
+    "malformed_main_episodes": "episodes with a malformed main / single turn",
+    "malformed_main_turns": "malformed main / single turns",
+    "malformed_sub_turns": "malformed sub-agent turns",
+    "sub_no_result": "sub-agents without a result (out of turns)",
+    "turn_limit_episodes": "episodes ending at the main / single turn limit",
+    "answered_accuracy": "accuracy of the answered episodes",
+}
+
+
+def ending_checks(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Format kept: under M-GRPO the held-out share of episodes with a malformed main turn, and of
+    sub-agents without a result, do not rise (the change's interval is not above 0). None where M-GRPO
+    was not run."""
+    change = ((summary.get("mistakes") or {}).get("mgrpo") or {}).get("change", {})
+    checks = []
+    for kind in ("malformed_main_episodes", "sub_no_result"):
+        c = change.get(kind)
+        checks.append({"check": f"under M-GRPO, held-out '{ENDING_NAMES[kind]}' does not rise (interval not above 0)",
+                       "passed": None if not c else bool(c["low"] <= 0),
+                       "figures": "not run" if not c else f"{_change_text(c)} points"})
+    return checks
+
+
+def _endings_section(summary: Mapping[str, Any]) -> list[str]:
+    """Each mode's held-out endings at the start and after RL (per role), with the change's interval."""
+    rows = []
+    for mode, m in (summary.get("mistakes") or {}).items():
+        for kind, name in ENDING_NAMES.items():
+            start, after = (m.get("start") or {}).get(kind), (m.get("after") or {}).get(kind)
+            if start is None and after is None:
+                continue
+            rows.append(f"| {mode} | {name} | {_pct(start)} | {_pct(after)} | {_change_text((m.get('change') or {}).get(kind))} |")
+    if not rows:
+        return []
+    return ["## How held-out episodes end", "",
+            "Format, not decisions: malformed turns per role, sub-agents that ran out of turns without a result, "
+            "episodes that never answered, and how often an answered episode was right. Counted and compared "
+            "as the mistakes above (after - start, paired interval over questions, points).", "",
+            "| mode | rate | start | after | change [95% CI] |", "|---|---|---:|---:|---|", *rows, ""]
 
 
 def _reference_checks(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -293,6 +337,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
         "",
         *_intervals_section(summary),
         *_mistakes_section(summary),
+        *_endings_section(summary),
         *_reference_section(summary),
         *_sub_agents_paragraph(summary),
         "",

@@ -312,7 +312,8 @@ class RoleWorker:
             states = {(i, j): saved.get(trajectory_key(i, f.agent), []) for i, row in enumerate(facts) for j, f in enumerate(row)}
         rng = iteration_rngs(self.seed, iteration)[1]  # the alignment draws of (seed, iteration), as everywhere
         slots, metrics = score_sub_side(facts, rewards, scoring.k, scoring.d, strategy=scoring.strategy, rng=rng,
-                                        step_weight=scoring.step_weight, states=states, estimator=scoring.estimator)
+                                        step_weight=scoring.step_weight, states=states, estimator=scoring.estimator,
+                                        credit=scoring.credit, outcome_groups=scoring.outcome_groups)
         write_json(self.advantages_dir / f"{iteration}.json",
                    [{"index": s.key.index, "agent": s.agent, "slot": s.slot, "reward": s.reward, "advantage": s.advantage}
                     for s in slots])

@@ -24,14 +24,14 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import mgrpo_scenarios
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
-from mgrpo_env.mistakes import MISTAKE_RATE_KEYS, mistake_rates
+from mgrpo_env.mistakes import ENDING_RATE_KEYS, MISTAKE_RATE_KEYS, mistake_rates
 from mgrpo_env.rollout import CollectStats, collect
 from mgrpo_env.tool_health import backend_failures
 
@@ -43,6 +43,7 @@ from ..core.scoring import (
     alignment_width,
     annotate_main,
     score_main_side,
+    turn_credit,
 )
 from ..core.seeding import episode_seed, iteration_rngs
 from .final_models import export_final_models
@@ -134,8 +135,13 @@ class Trainer:
     workers prune older checkpoints. A kill anywhere redoes at most the uncommitted iteration, with the
     same seeds, so a resumed run ends with the parameters of an uninterrupted one (tested)."""
 
-    def __init__(self, config: TrainConfig, *, log: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(self, config: TrainConfig, *, log: Callable[[dict[str, Any]], None] | None = None,
+                 heldout: Callable[[int], Mapping[str, float]] | None = None) -> None:
+        """``log``: called with each committed iteration's metrics. ``heldout``: called after each
+        iteration's update with the number of updates applied; the figures it returns (a held-out curve
+        point, or nothing) join that iteration's ``metrics.jsonl`` line as ``heldout/<name>``."""
         self.config = config
+        self._heldout = heldout
         self.scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
         self.out = Path(config.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -218,7 +224,7 @@ class Trainer:
         self.observed_counts = (self.observed_counts + [r.num_subs for r in records])[-COUNT_WINDOW:]
         d = 0 if single else alignment_width(self.observed_counts, cfg.align_d, cfg.align_quantile)
         main, metrics = score_main_side(records, cfg.group_size, role=self.mode.roles[0], step_weight=cfg.step_advantage_weight,
-                                        estimator=cfg.main_estimator)
+                                        estimator=cfg.main_estimator, credit=turn_credit(cfg))
         if not single:
             metrics.update(alignment_metrics(records, d))
         t_scored = time.perf_counter()
@@ -231,6 +237,11 @@ class Trainer:
                   "set expert_judge to score them with an LLM judge", flush=True)
             self._warned_no_expert = True
         t_updated = time.perf_counter()
+        if self._heldout is not None:  # a held-out curve point, in this iteration's line
+            point = self._heldout(t + 1)
+            if point:
+                metrics.update({f"heldout/{name}": value for name, value in point.items()})
+                metrics["time/heldout"] = time.perf_counter() - t_updated
         self.faults.hit("loop_after_update", role="loop", iteration=t)
         write_jsonl(self.out / "episodes.jsonl", records, append=True)
         metrics.update(self.roles.placement_metrics())
@@ -239,7 +250,8 @@ class Trainer:
         metrics.update({f"tools/backend_failures/{kind.replace(' ', '_')}": n for kind, n in failures.items()})
         # the decision mistakes the imperfect-teacher start makes (mgrpo_env.mistakes): RL should remove them
         rates = mistake_rates(records, cfg.limits.max_delegations)
-        metrics.update({f"mistakes/{k}": v for k, v in rates.items() if k in MISTAKE_RATE_KEYS + ("delegations",) and v is not None})
+        metrics.update({f"mistakes/{k}": v for k, v in rates.items()
+                        if k in (*MISTAKE_RATE_KEYS, "delegations", *ENDING_RATE_KEYS) and v is not None})
         metrics.update({
             "iteration": t,
             "split": split,

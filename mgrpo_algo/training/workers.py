@@ -33,7 +33,7 @@ from mgrpo_env.episode import EpisodeRecord
 from mgrpo_env.rollout import PolicyRequest
 
 from ..core.config import MODES, TrainConfig
-from ..core.scoring import MainSlot, SubScoring, sub_facts
+from ..core.scoring import MainSlot, SubScoring, sub_facts, turn_credit
 from ..distributed.placement import RoleServerDied, spawn
 from .roles import RoleWorker
 from .service import RoleClient
@@ -182,7 +182,7 @@ class RoleWorkers:
         """How the sub side scores an iteration of width ``d``."""
         cfg = self.config
         return SubScoring(cfg.group_size, d, cfg.align_strategy, cfg.step_advantage_weight, tuple(cfg.sub_weights),
-                          cfg.sub_estimator, cfg.sub_format_gate)
+                          cfg.sub_estimator, cfg.sub_format_gate, turn_credit(cfg), cfg.sub_outcome_groups)
 
     def committed(self, iteration: int) -> None:
         """The loop committed ``iteration``: the workers prune their older checkpoints."""
