@@ -156,7 +156,8 @@ def test_mistake_rates_by_hand():
     assert rates["answer_early_episodes"] == pytest.approx(2 / 4)
     assert rates["report_without_visit"] == pytest.approx(1 / 2)
     assert rates["delegations"] == pytest.approx(5 / 4)
-    assert counts_by_question(records) == {
+    decisions = ("answer_early", "answer_early_episodes", "report_without_visit", "delegations")
+    assert {q: {k: c[k] for k in decisions} for q, c in counts_by_question(records).items()} == {  # endings: test_endings.py
         "q1": {"answer_early": [2, 3], "answer_early_episodes": [2, 2], "report_without_visit": [0, 1], "delegations": [1, 2]},
         "q2": {"answer_early": [0, 2], "answer_early_episodes": [0, 1], "report_without_visit": [1, 1], "delegations": [2, 1]},
         "q3": {"answer_early": [0, 1], "answer_early_episodes": [0, 1], "report_without_visit": [0, 0], "delegations": [2, 1]},
