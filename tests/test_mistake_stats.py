@@ -13,7 +13,14 @@ import pytest
 from mgrpo_algo.experiments import intervals as iv
 from mgrpo_algo.experiments.mistake_stats import mistake_changes, pool_counts
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
-from mgrpo_env.mistakes import MISTAKE_RATE_KEYS, add_counts, counts_by_question, mistake_rates, rates_of_counts, record_counts
+from mgrpo_env.mistakes import (
+    MISTAKE_RATE_KEYS,
+    add_counts,
+    counts_by_question,
+    mistake_rates,
+    rates_of_counts,
+    record_counts,
+)
 
 
 def _turn(kind, tool=None, **arguments):
