@@ -95,3 +95,32 @@ def test_the_sub_learner_scores_its_own_r_s_with_the_configs_weights_and_gate(tr
         assert s["reward"] == pytest.approx(paid[(s["index"], s["agent"])])
     # somewhere the options change the pay: a well-formed report the gate pays less than the paper would
     assert any(s["format_ok"] and s["expert"] is not None and s["expert"] < 1 for r in records for s in r["subs"])
+
+
+def test_reward_config_env_options_and_sub_scoring_by_value(small_scenario):
+    """The three functions that carry the options, without a run: what each returns for a config that
+    sets every option, and for the paper's defaults (a mutant that reads another field shows here fast)."""
+    from types import SimpleNamespace
+
+    from mgrpo_algo.training.trainer import env_options, reward_config
+    from mgrpo_algo.training.workers import RoleWorkers
+
+    cfg = load_config(None, [f"main_weights={list(MAIN_WEIGHTS)}", f"sub_weights={list(SUB_WEIGHTS)}", "sub_format_gate=true",
+                             "expert_reference=subtask", "group_size=3", "align_strategy=mask", "step_advantage_weight=0.5",
+                             "sub_estimator=grpo", "tools={sub: [search, visit]}", "limits.max_delegations=2"])
+    judge = SimpleNamespace(score_subtask=lambda subtask, gold, report: 0.25)
+    rewards = reward_config(cfg, small_scenario, judge)
+    assert (rewards.main_weights, rewards.sub_weights, rewards.sub_format_gate) == (MAIN_WEIGHTS, SUB_WEIGHTS, True)
+    assert rewards.expert.source == "subtask+judge"
+    task = next(iter(small_scenario.tasks("stage2/train")))
+    assert rewards.expert(task, task.hops[0].question, task.hops[0].answer) == 1.0  # the gold answer, not the judge
+    assert env_options(cfg, rewards) == {"limits": cfg.limits, "rewards": rewards, "tools": {"sub": ["search", "visit"]}}
+    scoring = RoleWorkers._sub_scoring(SimpleNamespace(config=cfg), 4)
+    assert (scoring.k, scoring.d, scoring.strategy, scoring.step_weight, scoring.sub_weights, scoring.estimator,
+            scoring.sub_format_gate) == (3, 4, "mask", 0.5, SUB_WEIGHTS, "grpo", True)
+    paper = load_config(None, [])
+    rewards = reward_config(paper, small_scenario)
+    assert (rewards.main_weights, rewards.sub_weights, rewards.sub_format_gate, rewards.expert.source) == (
+        (0.1, 0.9), (0.1, 0.4, 0.5), False, "hops")
+    assert env_options(paper, rewards) == {"limits": paper.limits, "rewards": rewards}  # no tools: the scenario's
+    assert RoleWorkers._sub_scoring(SimpleNamespace(config=paper), 1).sub_format_gate is False
