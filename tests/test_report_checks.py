@@ -145,13 +145,15 @@ def _full_summary() -> dict:
                       "eval_seconds": 30.0},
              "std": {"before_em": 0.0, "after_em": 0.05, "before_greedy": 0.0, "after_greedy": 0.1, "before_pass_k": 0.0}}
     runs = [{"sub_reward": (0.2, 0.5), "sub_expert": (0.1, 0.4), "d_k_mean": 1.5}]
+    frozen = [{"sub_reward": (0.3, 0.1), "sub_expert": (0.6, 0.2), "d_k_mean": 1.5},  # means over the two seeds:
+              {"sub_reward": (0.5, 0.3), "sub_expert": (0.2, 0.4), "d_k_mean": 1.5}]  # 0.4 -> 0.2, 0.4 -> 0.3
     intervals = {"mgrpo: after - start": _iv(0.15, 0.05, 0.25, 40), "after: mgrpo - frozen-sub": _iv(0.02, -0.03, 0.07, 40),
                  "after: mgrpo - reference": _iv(-0.05, -0.12, 0.02, 40)}
     summary = {
         "scenario": "wiki-hops", "seeds": [0, 1], "modes": ["mgrpo", "frozen-sub"],
         "eval": {"split": "stage2/test", "limit": 40, "samples": 4, "temperature": 1.0, "greedy": True},
         "budget": {"iterations": 2, "questions_per_iteration": 2, "group_size": 4, "rollouts": 16},
-        "results": {"mgrpo": {**stats, "per_seed": runs}, "frozen-sub": {**stats, "per_seed": runs}},
+        "results": {"mgrpo": {**stats, "per_seed": runs}, "frozen-sub": {**stats, "per_seed": frozen}},
         "intervals": intervals,
         "mistakes": {"mgrpo": {"start": {"answer_early": 0.4, "report_without_visit": 0.3, "delegations": 1.25},
                                "after": {"answer_early": 0.1, "report_without_visit": 0.2, "delegations": 1.5},
@@ -217,7 +219,7 @@ def test_report_md_sections_line_by_line():
     ]
     assert ("## Reference start\n\n`configs/oracle-warm-start` (oracle-warm-start), evaluated once like the starts: "
             "mean@4 45.0, pass@4 70.0; M-GRPO after RL minus it: -5.0 [-12.0, +2.0] points.\n") in text
-    assert "| mgrpo | 0.200 -> 0.500 | 0.100 -> 0.400 |" in lines and "| frozen-sub | 0.200 -> 0.500 | 0.100 -> 0.400 |" in lines
+    assert "| mgrpo | 0.200 -> 0.500 | 0.100 -> 0.400 |" in lines and "| frozen-sub | 0.400 -> 0.200 | 0.400 -> 0.300 |" in lines
     assert lines[-1] == "Ran as: `mgrpo compare --seeds 2`"
     assert "tool backend failures: none." in lines and "```bash" in lines and summary["reproduce"] in lines
     assert not any(line.startswith("**WARNING") for line in lines)
@@ -247,3 +249,73 @@ def test_interval_text_and_the_differences_of_the_mode_table():
         ("mgrpo: after - start", "mgrpo", "start"), ("single-agent: after - start", "single-agent", "start"),
         ("after: mgrpo - frozen-sub", "mgrpo", "frozen-sub"), ("after: mgrpo - reference", "mgrpo", "reference"))
     assert differences()[:3] == tuple((f"{m}: after - start", m, "start") for m in ("mgrpo", "frozen-sub", "single-agent"))
+
+
+TAIL = """## Paired differences
+
+Per question, the share correct of its 4 sample(s), pooled over seeds; the difference of two evaluations on the \
+same questions, with a percentile bootstrap over questions (points).
+
+| difference | points [95% CI] | questions |
+|---|---|---:|
+| mgrpo: after - start | +15.0 [+5.0, +25.0] | 40 |
+| after: mgrpo - frozen-sub | +2.0 [-3.0, +7.0] | 40 |
+| after: mgrpo - reference | -5.0 [-12.0, +2.0] | 40 |
+
+## Decision mistakes (held-out)
+
+What RL should remove from a start cloned from an imperfect teacher (`mgrpo_env.mistakes`): the main agent \
+answering with hops left, and reports made without visiting a page. Rates over every held-out sample, pooled over \
+seeds; the change is after - start with a paired bootstrap interval over questions (points). Frozen-sub cannot \
+train its sub-agents, so their rate should stay.
+
+| mode | mistake | start | after | change [95% CI] |
+|---|---|---:|---:|---|
+| mgrpo | main answers early (per decision with hops left) | 40.0 | 10.0 | -30.0 [-40.0, -20.0] |
+| mgrpo | reports without a visit (sub-agents / single-agent hops) | 30.0 | 20.0 | -10.0 [-20.0, +1.0] |
+| mgrpo | delegations per episode | 1.25 | 1.50 | |
+| frozen-sub | main answers early (per decision with hops left) | 40.0 | - | n/a |
+
+## Reference start
+
+`configs/oracle-warm-start` (oracle-warm-start), evaluated once like the starts: mean@4 45.0, pass@4 70.0; M-GRPO \
+after RL minus it: -5.0 [-12.0, +2.0] points.
+
+## The sub-agents
+
+Frozen-sub trains only the main agent; its sub-agents keep the warm start's skill, so every hop they get wrong \
+stays wrong. M-GRPO also trains the sub-agents on their own group-relative advantages (R_S: format, the main \
+agent's correctness, the expert score of their report). Sub-agent reward R_S and expert score, mean over the \
+first and the last quarter of the iterations:
+
+| mode | R_S first -> last | expert first -> last |
+|---|---|---|
+| mgrpo | 0.200 -> 0.500 | 0.100 -> 0.400 |
+| frozen-sub | 0.400 -> 0.200 | 0.400 -> 0.300 |
+
+tool backend failures: none.
+
+![reward, accuracy and held-out curves](curves.png)
+
+Reproduce:
+
+```bash
+mgrpo compare --config out/config.yaml --seeds 2 --out out --modes mgrpo,frozen-sub
+```
+
+Ran as: `mgrpo compare --seeds 2`
+"""
+
+
+def test_report_md_from_the_paired_differences_on_word_for_word():
+    """Every section after the checks table, word for word (the checks table has its own test above)."""
+    text = markdown(_full_summary())
+    assert text[text.index("## Paired differences"):] == TAIL
+    head = text[:text.index("## Checks")].splitlines()
+    assert head[4:6] == ["| mode | start mean@4 | after mean@4 | Δ [95% CI] | start greedy | after greedy | start pass@4 "
+                         "| rollouts | rollouts/min | minutes |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    assert head[9:] == ["M-GRPO's held-out mean@4 changed by +15.0 [+5.0, +25.0] points (after - start, 95% interval) "
+                        "over its start, so the +10 point rise held.", ""]
+    assert text[text.index("## Checks"):].splitlines()[:4] == [
+        "## Checks (each from its interval: pass only when the lower bound clears the target)", "",
+        "| check | result | figures |", "|---|---|---|"]
