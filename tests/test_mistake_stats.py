@@ -166,3 +166,13 @@ def test_pooling_seeds_sums_each_questions_counts_and_keeps_the_inputs():
     assert pool_counts([]) == {}
     # the pooled change is the change of the pooled counts: seed 0's and seed 1's questions as one
     assert mistake_changes(pool_counts([AFTER, AFTER]), pool_counts([BEFORE, BEFORE]), seed=0)["answer_early"]["diff"] == -0.5
+
+
+def test_the_delegation_cap_defaults_to_three_and_reaches_the_rates():
+    four = _hierarchy("q", 4, [D, D, D, A])  # three delegations, the cap: the answer has no hop left to delegate
+    assert record_counts(four)["answer_early"] == (0, 3)
+    assert counts_by_question([four])["q"]["answer_early"] == [0, 3]
+    assert mistake_rates([four])["answer_early"] == 0.0
+    assert mistake_rates([four], max_delegations=4)["answer_early"] == 0.25  # the cap given is the cap used
+    assert mistake_rates([four], max_delegations=1)["answer_early"] == 0.0
+    assert mistake_rates([_hierarchy("q", 4, [D, A])], max_delegations=2)["answer_early"] == 0.5
