@@ -319,3 +319,26 @@ def test_report_md_from_the_paired_differences_on_word_for_word():
     assert text[text.index("## Checks"):].splitlines()[:4] == [
         "## Checks (each from its interval: pass only when the lower bound clears the target)", "",
         "| check | result | figures |", "|---|---|---|"]
+
+
+def test_report_md_rows_a_partial_run_leaves():
+    """The rows of a run that lacks parts: no M-GRPO (its sub-agents' row, the reference's difference and the
+    frozen-sub mistake check say so), no rollout rate, and minutes from the seconds."""
+    summary = _full_summary()
+    del summary["results"]["mgrpo"], summary["intervals"]["after: mgrpo - reference"]
+    summary["results"]["frozen-sub"]["mean"] = {**summary["results"]["frozen-sub"]["mean"], "rollouts_per_minute": None,
+                                                "train_seconds": 600.0, "eval_seconds": 30.0}
+    summary["verdict"] = verdict(summary)
+    lines = markdown(summary).splitlines()
+    assert lines[:4] == ["# mgrpo compare: wiki-hops, 2 seeds", "", lines[2], ""]
+    assert "| frozen-sub | 20.0 ± 0.0 | 35.0 ± 5.0 | - | 25.0 ± 0.0 | 30.0 ± 10.0 | 50.0 ± 0.0 | 16 | - | 10.5 |" in lines
+    assert "| frozen-sub | 0.400 -> 0.200 | 0.400 -> 0.300 |" in lines  # the sub-agents of the modes that ran
+    assert ("`configs/oracle-warm-start` (oracle-warm-start), evaluated once like the starts: mean@4 45.0, pass@4 70.0."
+            in lines)
+    assert ("| under frozen-sub, the sub-agents' 'reports without a visit' does not fall (interval not below 0) | n/a "
+            "| not run |") in lines
+    head = markdown(summary).split("## Checks")[0].splitlines()
+    assert head[3] == "" and head[6].startswith("| frozen-sub") and head[7] == ""
+    summary["tool_backend_failures"] = {"search": 3}
+    lines = markdown(summary).splitlines()
+    assert lines[2].startswith("**WARNING") and lines[3] == "" and lines[4].startswith("Held-out split")
