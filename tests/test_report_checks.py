@@ -342,3 +342,9 @@ def test_report_md_rows_a_partial_run_leaves():
     summary["tool_backend_failures"] = {"search": 3}
     lines = markdown(summary).splitlines()
     assert lines[2].startswith("**WARNING") and lines[3] == "" and lines[4].startswith("Held-out split")
+
+
+def test_the_checks_table_ends_with_a_blank_line():
+    lines = markdown(_full_summary()).splitlines()
+    at = lines.index("## Paired differences")
+    assert lines[at - 1] == "" and lines[at - 2].startswith("| after RL, M-GRPO's mean@4 is at or above")
