@@ -65,6 +65,15 @@ TARGETS = {
     "mgrpo_algo/learning/logits.py": 0.90,
     "mgrpo_algo/learning/batching.py": 0.90,
     "tools/render_cache.py": 0.90,
+    # issue 46: what the last wave landed (the imperfect teacher, the mistake statistics, the report's checks,
+    # the served engine's watchdog) and the reward options' wiring into training
+    "mgrpo_env/teacher.py": 0.90,
+    "mgrpo_env/mistakes.py": 0.90,
+    "mgrpo_algo/experiments/mistake_stats.py": 0.90,
+    "mgrpo_algo/experiments/report.py": 0.90,
+    "mgrpo_algo/policies/vllm_server.py": 0.90,
+    "mgrpo_algo/training/trainer.py": 0.90,
+    "mgrpo_algo/training/workers.py": 0.90,
 }
 
 #: Folders whose package has another name (pyproject's package-dir): mutmut names a mutant after its file's
@@ -118,6 +127,14 @@ SCOPE = {
         "_step_main", "_delegate", "_step_sub", "_return_to_main", "_expert", "_finish")},
     "mgrpo_env/core.py": {"call_tool", "safe_verify"},
     "mgrpo_env/episode_core.py": {"record_turn", "reply", "run_tool", "pay_answer", "close_record"},
+    # issue 46: the watchdog (health, start / wait, the restart decision), not the command line, the weights
+    # written for the engine nor stop's signal escalation (a real engine's process group)
+    "mgrpo_algo/policies/vllm_server.py": {f"VLLMServer.{m}" for m in (
+        "healthy", "alive", "ensure_up", "wait_ready", "start")} | {"_signal_name"},
+    # the reward options on their way to training: the env's RewardConfig and keyword arguments, the sub side's
+    # scoring (the iteration loop itself is tests/test_trainer.py's and tests/test_reward_wiring.py's, end to end)
+    "mgrpo_algo/training/trainer.py": {"reward_config", "env_options"},
+    "mgrpo_algo/training/workers.py": {"RoleWorkers._sub_scoring"},
 }
 
 # mutmut's exit-code verdicts (mutmut.stats.status_by_exit_code), folded into four columns.

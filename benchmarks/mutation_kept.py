@@ -382,3 +382,57 @@ KEPT.update({
         "an initialised layer holding 0 positions is fed its empty keys and values: the new layer then holds 0 "
         "positions too, as without the call") for n in (9, 10)},
 })
+
+# issue 46: the mistake statistics (mgrpo_env/mistakes.py)
+_MI = "mgrpo_env.mistakes.x_"
+_ATTRS = ("a trajectory's turns are read as dicts (_turns converts Turn objects with vars()), so a tool call is always "
+          "a mapping here and the attribute branch is unreachable")
+KEPT.update({
+    **{_MI + f"_as_dict__mutmut_{n}": (
+        "an EpisodeRecord read through vars() instead of to_dict(): the same task dict and the same trajectories "
+        "(as objects, which _turns and the attribute branches read as their dicts): the same counts")
+       for n in (3, 5, 9, 10)},
+    **{_MI + f"_tool__mutmut_{n}": _ATTRS for n in (7, 11, 12, 13, 14, 15, 16, 17)},
+    _MI + "_single_hops__mutmut_2": (
+        "the name before any search as '' instead of None: a search turn always carries its queries (a call without "
+        "them is an error turn, with no tool call), so no hop's name is '' and the first search always starts a hop"),
+    _MI + "_single_hops__mutmut_21": (
+        "the default query when a search has none: unreachable, a search turn always carries its queries"),
+    _MI + "_single_hops__mutmut_26": (
+        "strip('XX\"XX') also strips X's at a name's ends: a name is only compared with the previous search's, "
+        "stripped the same way, so only two names of one chat differing by end X's could tell, which do not occur"),
+    _MI + "_single_hops__mutmut_28": "None instead of False for a hop not visited: `not visited` is True for both",
+    _MI + "_turns__mutmut_6": "a trajectory dict without 'turns': every trajectory the envs write has them",
+    _MI + "_turns__mutmut_8": "a trajectory dict without 'turns': every trajectory the envs write has them",
+    _MI + "rates_of_counts__mutmut_14": "(1, 0) instead of (0, 0) for a rate never counted: a 0 denominator gives None either way",
+    **{_MI + f"rates_of_counts__mutmut_{n}": "[1, 0] instead of [0, 0] for a missing count: only its denominator, 0, is read"
+       for n in (28, 41, 54)},
+    _MI + "record_counts__mutmut_13": (
+        "`if main or True`: every record has a main trajectory (the env starts with it), so the guard never decides"),
+    _MI + "record_counts__mutmut_23": "getattr without a default: every trajectory object has a role",
+    _MI + "record_counts__mutmut_80": (
+        "early = 1 instead of early += 1: an episode ends at its answer, so it counts at most one early answer"),
+})
+
+# issue 46: the report (mgrpo_algo/experiments/report.py)
+_RP = "mgrpo_algo.experiments.report.x_"
+_KEY = ("the default of a key summary.json always holds (run_compare writes 'eval' with its 'samples', 'intervals', "
+        "every mode's 'per_seed' rows and the verdict's 'checks'): the default is never read")
+KEPT.update({
+    **{_RP + name: _KEY for name in (
+        "_delegation_check__mutmut_12", "_delegation_check__mutmut_14",
+        *(f"{fn}__mutmut_{n}" for fn, ns in (
+            ("_intervals_section", (3, 5, 18, 20, 22, 24, 29)), ("_reference_checks", (19, 21, 23, 25, 30)),
+            ("_reference_section", (9, 11, 13, 15, 20)), ("format_table", (4, 6, 8, 10, 15, 18, 20)),
+            ("verdict", (4, 6, 15, 17, 19, 21, 26)), ("markdown", (114, 116))) for n in ns))},
+    **{_RP + f"markdown__mutmut_{n}": (
+        "the default of eval's 'greedy': run_compare writes config_to_dict(config.eval), which always holds it")
+       for n in (29, 30, 32, 33, 34, 35)},
+    **{_RP + f"_pct__mutmut_{n}": (
+        "'F' instead of 'f': they differ only for inf and NaN; NaN returns '-' before formatting and no figure is "
+        "infinite (shares and differences of shares)") for n in (12, 14)},
+    **{_RP + f"_pm__mutmut_{n}": "sign None or left out: _pm is only called without a sign, so sign is False either way"
+       for n in (11, 13)},
+    **{_RP + f"history_means__mutmut_{n}": "float('NAN') is float('nan')" for n in (6, 9)},
+    _RP + "markdown__mutmut_128": "backend_failure_line(None) with no failures: an empty mapping and None both read as none",
+})

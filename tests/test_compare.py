@@ -393,13 +393,43 @@ def test_compare_on_role_workers_gives_the_in_process_numbers(placement, small_s
     assert all(row["curve"] for row in summary["results"]["mgrpo"]["per_seed"])  # curve points were evaluated
 
 
+def _measured(value):
+    """``value`` without what a run's clock, folder and uuids decide (seconds, rates per minute, paths of the output
+    folder): what must not depend on how the runs were spread over processes. NaN as a string (NaN != NaN)."""
+    clock = ("_s", "seconds", "per_minute", "out_dir", "command", "reproduce", "wall", "latency", "episode_id")
+    if isinstance(value, dict):
+        return {k: _measured(v) for k, v in value.items() if not (k.endswith(clock) or k.startswith("time/"))}
+    if isinstance(value, list):
+        return [_measured(v) for v in value]
+    return "nan" if isinstance(value, float) and math.isnan(value) else value
+
+
+def _run_files(out: Path, mode: str) -> dict:
+    """What a mode's run wrote: its config's start models and every episode of its evaluations and training."""
+    run = out / "seed0" / mode
+    config = json.loads((run / "config.json").read_text())
+    files = {"models": {role: config[role]["model"] for role in ("main", "sub", "single")}}
+    for name in ("eval_before.jsonl", "episodes.jsonl", "eval_after.jsonl"):
+        files[name] = [_measured(json.loads(line)) for line in (run / name).read_text().splitlines()]
+    return files
+
+
 def test_compare_with_two_jobs_gives_the_same_numbers(small_scenario, compared_in_process):
-    """--jobs 2 runs the single agent's mode in a worker process beside the hierarchy's: same numbers,
-    the same held-out mistake rates and intervals."""
+    """--jobs 2 runs the single agent's mode in a worker process beside the hierarchy's: mode by mode, by
+    value, the same figures (every row of every seed, the means over seeds, the curves, the mistake rates
+    and their intervals), the same start models, and the same episodes written, as one process."""
     tmp, reference = compared_in_process
     summary = _compare_once(small_scenario, tmp, "in-process", "--jobs", "2")
     assert _numbers(summary) == _numbers(reference)
     assert summary["mistakes"] == reference["mistakes"] and summary["intervals"] == reference["intervals"]
+    assert summary["start_models"] == reference["start_models"] and summary["warm_start"] == reference["warm_start"]
+    for mode in ("mgrpo", "frozen-sub", "single-agent"):
+        assert _measured(summary["results"][mode]) == _measured(reference["results"][mode]), mode
+        jobs, one = _run_files(tmp / "in-process--jobs2", mode), _run_files(tmp / "in-process", mode)
+        assert jobs == one, mode
+        start = summary["start_models"]["single" if mode == "single-agent" else "hierarchy"]
+        assert {r: p for r, p in jobs["models"].items() if p} == start, mode  # each mode ran from its group's start
+    assert _measured(summary["verdict"]) == _measured(reference["verdict"])
     assert set(summary["mistakes"]) == {"mgrpo", "frozen-sub", "single-agent"}
     assert summary["mistakes"]["single-agent"]["start"].get("answer_early") is None  # no main decisions
 

@@ -25,7 +25,8 @@ def tokenizer(tmp_path_factory):
 
 class FakeVLLM:
     """A loopback /v1/completions server. ``script`` lists the replies to give, in order
-    ("ok", "500", "400", "badjson", "ids_in_tokens", "no_logprobs"); after it runs out: "ok"."""
+    ("ok", "500", "503", "400", "badjson", "ids_in_tokens", "no_logprobs", "drop": close the connection
+    without a reply, "hang": no reply until the server closes); after it runs out: "ok"."""
 
     def __init__(self, completion_ids: list[int]) -> None:
         self.completion_ids = completion_ids
@@ -33,6 +34,7 @@ class FakeVLLM:
         self.headers: list[dict] = []
         self.script: list[str] = []
         self.lock = threading.Lock()
+        self.release = threading.Event()  # ends the "hang" replies
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,8 +49,15 @@ class FakeVLLM:
                     mode = fake.script.pop(0) if fake.script else "ok"
                 if self.path != "/v1/completions":
                     return self._send(404, b'{"error": "not found"}')
-                if mode in ("500", "400"):
+                if mode in ("500", "503", "400"):
                     return self._send(int(mode), b'{"object": "error", "message": "boom"}')
+                if mode == "drop":  # the connection closed without a reply (a server killed mid-request)
+                    self.close_connection = True
+                    return self.connection.close()
+                if mode == "hang":  # no reply until the test ends (a hung engine)
+                    fake.release.wait(timeout=30)
+                    self.close_connection = True
+                    return None
                 if mode == "badjson":
                     return self._send(200, b"{not json")
                 ids = fake.completion_ids
@@ -78,6 +87,7 @@ class FakeVLLM:
         self.thread.start()
 
     def close(self):
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -184,3 +194,62 @@ def test_completions_url():
     assert completions_url("http://h:8000") == "http://h:8000/v1/completions"
     assert completions_url("http://h:8000/v1/") == "http://h:8000/v1/completions"
     assert completions_url("http://h:8000/v1/completions") == "http://h:8000/v1/completions"
+
+
+# -- with an engine to supervise (a VLLMServer this run started): what the policy asks it, and when ---------
+
+class Engine:
+    """A supervisor standing in for VLLMServer: records every ``ensure_up(problem)`` and answers ``verdict``;
+    a restart ("restarted" / "waited") also empties the server's script (the new server answers)."""
+
+    def __init__(self, server: FakeVLLM, verdict: str) -> None:
+        self.server, self.verdict, self.problems = server, verdict, []
+
+    def ensure_up(self, problem: str) -> str:
+        self.problems.append(problem)
+        if self.verdict != "up":
+            self.server.script.clear()
+        return self.verdict
+
+
+@pytest.mark.parametrize(("mode", "error"), [("drop", "RemoteProtocolError"), ("hang", "ReadTimeout")])
+def test_a_dropped_or_timed_out_request_asks_the_engine_and_is_resent_at_once_after_a_restart(server, tokenizer, mode, error,
+                                                                                              capsys):
+    server.script = [mode] * 5
+    engine = Engine(server, "restarted")
+    with _policy(server, tokenizer, engine=engine, backoff_s=30.0, wait_s=60.0, timeout_s=0.5) as policy:
+        response = policy([_request("Q")])[0]
+        assert policy.outages == []  # the engine's own line said what happened: no outage line, no backoff
+    assert response.text == ACTION and len(server.bodies) == 2 and server.bodies[0] == server.bodies[1]  # same ids, seed
+    assert len(engine.problems) == 1 and engine.problems[0].startswith(f"{error}: ")
+    assert "served engine" not in capsys.readouterr().out
+
+
+def test_an_engine_that_is_up_leaves_the_retry_to_the_backoff_with_one_outage_line(server, tokenizer, capsys):
+    server.script = ["drop", "drop"]
+    engine = Engine(server, "up")
+    with _policy(server, tokenizer, engine=engine, wait_s=5.0, max_retries=0) as policy:
+        response = policy([_request("Q")])[0]
+        assert len(policy.outages) == 1
+    assert response.text == ACTION and len(server.bodies) == 3 and len(engine.problems) == 2
+    assert policy.outages[0].startswith("served engine sub: RemoteProtocolError: ") and policy.outages[0].endswith(
+        "retrying for up to 5 s")
+    assert capsys.readouterr().out.count("served engine sub:") == 1  # one line per batch, not per retry
+
+
+def test_an_http_error_is_retried_without_asking_the_engine(server, tokenizer):
+    """A 503 came from a server that answers: retried with backoff; the supervisor is for dead or hung ones."""
+    server.script = ["503", "503"]
+    engine = Engine(server, "restarted")
+    with _policy(server, tokenizer, engine=engine) as policy:
+        assert policy([_request("Q")])[0].text == ACTION
+    assert len(server.bodies) == 3 and engine.problems == []
+
+
+def test_an_engine_that_stays_down_ends_in_a_policy_error_after_every_retry(server, tokenizer):
+    server.script = ["drop"] * 10
+    engine = Engine(server, "up")
+    with _policy(server, tokenizer, engine=engine, max_retries=2) as policy, pytest.raises(
+            PolicyError, match=r"^RemoteProtocolError: .* \(after 3 attempts, \d+ s\)$"):
+        policy([_request("Q")])
+    assert len(server.bodies) == 3 and len(engine.problems) == 3

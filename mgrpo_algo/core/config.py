@@ -336,6 +336,8 @@ class TrainConfig:
         for role, names in self.tools.items():
             _check(role in ROLES, "tools", f"names roles of {ROLES}, got {role!r}")
             check_tool_names(role, names, where=f"config field 'tools.{role}'")
+        for role in self.model_sizes:  # a misspelled role would build its model at the default size
+            _check(role in ROLES, "model_sizes", f"names roles of {ROLES}, got {role!r}")
         _check(bool(self.stages), "stages", "needs at least one stage")
         served = [r for r in ROLES if getattr(self, r).served.enabled]
         _check(not served or self.placement.in_process, "placement.kind",

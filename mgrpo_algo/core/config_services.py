@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mgrpo_env.roles import ROLES
+
 from .config_types import check as _check
 from .config_types import check_own_names, named
 
@@ -75,6 +77,10 @@ class PlacementConfig:
     def __post_init__(self) -> None:
         check_own_names(self, "placement.")
         _check(isinstance(self.staleness, int) and self.staleness >= 0, "placement.staleness", "must be an integer >= 0")
+        for role, res in self.resources.items():  # a misspelled role or resource would be ignored silently
+            _check(role in ROLES, "placement.resources", f"names roles of {ROLES}, got {role!r}")
+            _check(isinstance(res, dict) and set(res) <= {"num_cpus", "num_gpus"}, f"placement.resources.{role}",
+                   f"takes num_cpus and num_gpus, got {res!r}")
 
     @property
     def in_process(self) -> bool:

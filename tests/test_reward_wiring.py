@@ -1,0 +1,126 @@
+"""The reward options a config sets reach TRAINING, by value: one real iteration of M-GRPO on the oracle
+clone with weights and options that are not the paper's, then the env's pay (episodes.jsonl), the main
+learner's R_M (its metrics) and the sub learner's own R_S (the slots it scored, ``advantages/<t>.json``)
+are recomputed from the config alone. A wiring slip (the paper's weights, the gate or the subtask
+reference dropped on the way to the envs or to the sub worker) shows as a wrong number."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mgrpo_algo.core.config import load_config
+from mgrpo_env.core import expert_scorer
+from mgrpo_env.rewards import main_reward, paid_sub_reward
+
+START = Path(__file__).resolve().parents[1] / "configs" / "oracle-warm-start"
+MAIN_WEIGHTS = (0.3, 0.7)  # not the paper's (0.1, 0.9)
+SUB_WEIGHTS = (0.2, 0.3, 0.5)  # not the paper's (0.1, 0.4, 0.5)
+
+
+@pytest.fixture(scope="module")
+def trained(small_scenario, tmp_path_factory):
+    """One iteration (B = 3, K = 2) with every reward option set; what collect was given, the run folder."""
+    from mgrpo_algo.training import trainer as trainer_module
+
+    out = tmp_path_factory.mktemp("reward-wiring") / "run"
+    cfg = load_config(None, [
+        f"out_dir={out}", f"main.model={START / 'main'}", f"sub.model={START / 'sub'}",
+        f"scenario_kwargs={{num_entities: 300, seed: 0, profile: tiny, data_dir: {small_scenario.data_dir}}}",
+        "questions_per_iteration=2", "group_size=2", "stages=[{split: stage2/train, iterations: 1}]",
+        "limits={max_main_turns: 4, max_sub_turns: 4, max_delegations: 2}", "checkpoint=false",
+        f"main_weights={list(MAIN_WEIGHTS)}", f"sub_weights={list(SUB_WEIGHTS)}",
+        "sub_format_gate=true", "expert_reference=subtask", "sub.generation.temperature=1.4",
+    ])
+    given: list[dict] = []
+    real = trainer_module.collect
+
+    def spy(*args, **kwargs):
+        given.append(kwargs["env_kwargs"])
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trainer_module, "collect", spy)
+        with trainer_module.Trainer(cfg) as trainer:
+            history = trainer.run()
+            scoring = trainer.roles._sub_scoring(2)
+            rewards = trainer.reward_config
+    return {"cfg": cfg, "out": out, "given": given, "history": history, "scoring": scoring, "rewards": rewards}
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+
+
+def test_the_training_envs_get_the_configs_rewards(trained):
+    rewards = trained["rewards"]
+    assert (rewards.main_weights, rewards.sub_weights, rewards.sub_format_gate) == (MAIN_WEIGHTS, SUB_WEIGHTS, True)
+    assert rewards.expert.source == "subtask"
+    assert len(trained["given"]) == 1 and trained["given"][0]["rewards"] is rewards
+    assert trained["given"][0]["limits"] == trained["cfg"].limits
+    scoring = trained["scoring"]  # what the sub worker is told to pay
+    assert (scoring.sub_weights, scoring.sub_format_gate, scoring.estimator) == (SUB_WEIGHTS, True, "grpo_pooled_masked")
+
+
+def test_the_env_pays_r_m_and_r_s_with_the_configs_weights_gate_and_reference(trained, small_scenario):
+    from mgrpo_scenarios.wiki_hops import WikiHops
+
+    scenario = WikiHops(seed=0, num_entities=300, profile="tiny", data_dir=small_scenario.data_dir)
+    tasks = {t.id: t for split in ("stage2/train",) for t in scenario.tasks(split)}
+    by_subtask = expert_scorer(reference="subtask", scenario=scenario)
+    records = _records(trained["out"])
+    subs = [(r, s) for r in records for s in r["subs"]]
+    assert len(records) == 4 and subs  # the oracle clone delegates
+    for r in records:
+        assert r["rewards"]["main_0"] == pytest.approx(main_reward(r["main"]["format_ok"], r["correct"], MAIN_WEIGHTS))
+    for r, s in subs:
+        if s["final"] is not None:
+            assert s["expert"] == by_subtask(tasks[r["task"]["id"]], s["task"], s["final"])
+        assert s["reward"] == pytest.approx(paid_sub_reward(s["format_ok"], r["correct"], s["expert"], SUB_WEIGHTS,
+                                                            format_gate=True))
+    # the main learner's R_M is the env's: its reward mean over the batch
+    assert trained["history"][0]["main/reward_mean"] == pytest.approx(
+        sum(r["rewards"]["main_0"] for r in records) / len(records))
+
+
+def test_the_sub_learner_scores_its_own_r_s_with_the_configs_weights_and_gate(trained):
+    records = _records(trained["out"])
+    paid = {(i, s["agent"]): paid_sub_reward(s["format_ok"], r["correct"], s["expert"], SUB_WEIGHTS, format_gate=True)
+            for i, r in enumerate(records) for s in r["subs"]}
+    slots = json.loads((trained["out"] / "workers" / "sub" / "advantages" / "0.json").read_text())
+    assert slots and {(s["index"], s["agent"]) for s in slots} == set(paid)
+    for s in slots:
+        assert s["reward"] == pytest.approx(paid[(s["index"], s["agent"])])
+    # somewhere the options change the pay: a well-formed report the gate pays less than the paper would
+    assert any(s["format_ok"] and s["expert"] is not None and s["expert"] < 1 for r in records for s in r["subs"])
+
+
+def test_reward_config_env_options_and_sub_scoring_by_value(small_scenario):
+    """The three functions that carry the options, without a run: what each returns for a config that
+    sets every option, and for the paper's defaults (a mutant that reads another field shows here fast)."""
+    from types import SimpleNamespace
+
+    from mgrpo_algo.training.trainer import env_options, reward_config
+    from mgrpo_algo.training.workers import RoleWorkers
+
+    cfg = load_config(None, [f"main_weights={list(MAIN_WEIGHTS)}", f"sub_weights={list(SUB_WEIGHTS)}", "sub_format_gate=true",
+                             "expert_reference=subtask", "group_size=3", "align_strategy=mask", "step_advantage_weight=0.5",
+                             "sub_estimator=grpo", "tools={sub: [search, visit]}", "limits.max_delegations=2"])
+    judge = SimpleNamespace(score_subtask=lambda subtask, gold, report: 0.25)
+    rewards = reward_config(cfg, small_scenario, judge)
+    assert (rewards.main_weights, rewards.sub_weights, rewards.sub_format_gate) == (MAIN_WEIGHTS, SUB_WEIGHTS, True)
+    assert rewards.expert.source == "subtask+judge"
+    task = next(iter(small_scenario.tasks("stage2/train")))
+    assert rewards.expert(task, task.hops[0].question, task.hops[0].answer) == 1.0  # the gold answer, not the judge
+    assert env_options(cfg, rewards) == {"limits": cfg.limits, "rewards": rewards, "tools": {"sub": ["search", "visit"]}}
+    scoring = RoleWorkers._sub_scoring(SimpleNamespace(config=cfg), 4)
+    assert (scoring.k, scoring.d, scoring.strategy, scoring.step_weight, scoring.sub_weights, scoring.estimator,
+            scoring.sub_format_gate) == (3, 4, "mask", 0.5, SUB_WEIGHTS, "grpo", True)
+    paper = load_config(None, [])
+    rewards = reward_config(paper, small_scenario)
+    assert (rewards.main_weights, rewards.sub_weights, rewards.sub_format_gate, rewards.expert.source) == (
+        (0.1, 0.9), (0.1, 0.4, 0.5), False, "hops")
+    assert env_options(paper, rewards) == {"limits": paper.limits, "rewards": rewards}  # no tools: the scenario's
+    assert RoleWorkers._sub_scoring(SimpleNamespace(config=paper), 1).sub_format_gate is False
