@@ -113,16 +113,24 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        line = storage_failure(exc)
+        if line is None:
+            raise
+        print(f"mgrpo: {line}; rerun once it can be reached", file=sys.stderr)
+        return 1
     with trainer:
         first = trainer.iteration  # a resumed run starts after the iterations already committed
         try:
             history = trainer.run()
         except Exception as exc:
-            line = served_engine_failure(exc)
+            line, what = served_engine_failure(exc), "the server answers"
+            if line is None:
+                line, what = storage_failure(exc), "it can be reached"
             if line is None:
                 raise
-            print(f"mgrpo: {line}; the iterations committed so far are kept: rerun with --resume once the "
-                  f"server answers", file=sys.stderr)
+            print(f"mgrpo: {line}; the iterations committed so far are kept: rerun with --resume once {what}",
+                  file=sys.stderr)
             return 1
     for writer in writers:
         writer.close()
@@ -144,6 +152,17 @@ def served_engine_failure(exc: BaseException) -> str | None:
         return None
     message = getattr(exc, "message", str(exc))
     return f"the served engine failed ({type_name.rsplit('.', 1)[-1]}): {' '.join(message.split())[:300]}"
+
+
+def storage_failure(exc: BaseException) -> str | None:
+    """One line for a run storage (``placement.storage``) that cannot be read or written, raised here or
+    by a role worker on another node (a RemoteError names the type); None for any other error."""
+    while exc is not None:
+        type_name = getattr(exc, "type_name", type(exc).__name__)
+        if type_name.rsplit(".", 1)[-1] == "StorageUnreachable":
+            return " ".join(getattr(exc, "message", str(exc)).split())[:400]
+        exc = exc.__cause__
+    return None
 
 
 def _print_warnings(lines: Sequence[str]) -> None:

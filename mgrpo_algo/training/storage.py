@@ -76,7 +76,7 @@ class RunStorage:
     def __init__(self, spec: str | os.PathLike, *, _parent: RunStorage | None = None, _rel: str = "") -> None:
         if _parent is not None:  # a folder inside a storage: same file system, same root guard
             self.fs, self.renames, self.base, self.scratch_dir = _parent.fs, _parent.renames, _parent.base, _parent.scratch_dir
-            self.guarded = _parent.guarded
+            self.guarded, self.base_url = _parent.guarded, _parent.base_url
             self.root = f"{_parent.root}/{_rel}" if _parent.root else _rel
             self.url = f"{_parent.url.rstrip('/')}/{_rel}"
             self.local = _parent.local / _rel if _parent.local is not None else None
@@ -90,7 +90,7 @@ class RunStorage:
         else:
             path = Path(spec[len("file://"):] if spec.startswith("file://") else spec).expanduser().absolute()
             self.fs, self.root, self.renames, self.local = None, str(path), True, path
-        self.url, self.base = spec, self.root
+        self.url, self.base, self.base_url = spec, self.root, spec
         self.scratch_dir: list[Path] = []  # shared by the folders inside: one scratch folder per storage
         self.guarded = False  # a run's storage (of_run): its local root is never recreated mid-run
 
@@ -114,6 +114,10 @@ class RunStorage:
 
     # -- failures ---------------------------------------------------------------------------------
 
+    def _where(self, rel: str) -> str:
+        """``rel`` as a path inside the run's storage (for messages)."""
+        return self.path(rel)[len(self.base):].lstrip("/") or "."
+
     @contextlib.contextmanager
     def _io(self, what: str, rel: str) -> Iterator[None]:
         """Any failure but a missing file becomes StorageUnreachable naming the storage and ``what``."""
@@ -125,13 +129,13 @@ class RunStorage:
         except StorageUnreachable:
             raise
         except Exception as exc:
-            raise StorageUnreachable(f"storage {self.url} cannot be reached ({what} {rel or '.'}: "
+            raise StorageUnreachable(f"storage {self.base_url} cannot be reached ({what} {self._where(rel)}: "
                                      f"{type(exc).__name__}: {exc})") from exc
 
     def _guard(self, what: str, rel: str) -> None:
         # a local storage whose root is gone (an NFS mount lost): never recreate it on the local disk
         if self.guarded and self.local is not None and not os.path.isdir(self.base):
-            raise StorageUnreachable(f"storage {self.base} cannot be reached ({what} {rel or '.'}: "
+            raise StorageUnreachable(f"storage {self.base_url} cannot be reached ({what} {self._where(rel)}: "
                                      "its folder is gone; is the shared file system mounted?)")
 
     def create(self) -> None:

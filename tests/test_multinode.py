@@ -1,0 +1,248 @@
+"""M-GRPO across machines with no shared disk assumed: the workers' state on the declared run storage
+(``placement.storage``), on a real multi-node Ray cluster (``ray.cluster_utils.Cluster``: a head for the
+loop, a node each for the main and the sub learner pinned by custom resources, each node with its own
+temporary folder), a node lost mid-iteration, an object store without a rename (``memory://``), and a
+storage that goes away mid-run. Every run is compared with the same run on the local placement in the
+run folder: same metrics, same parameters.
+
+The cluster tests are slow (a 4-node cluster on a 2-core machine): CI runs them after ``make test``."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+from redis_server import RedisServer, redis_available
+from test_decoupled import warm_config, warm_overrides, worker_parameters
+
+from mgrpo_algo.cli import main
+from mgrpo_algo.core.config import PlacementConfig
+from mgrpo_algo.training.storage import COMMIT_MARKER, RunStorage
+from mgrpo_algo.training.trainer import Trainer
+from mgrpo_algo.training.workers import WorkerPolicy
+
+ITERATIONS = 2
+#: What a role worker keeps (its folder, commit point, buffers, A_S, checkpoints): found only in the storage.
+STATE_NAMES = {"workers", "worker.json", "buffers", "advantages", "trajectories", "checkpoints"}
+
+
+def comparable(history: list[dict]) -> list[dict]:
+    """The metrics that do not depend on the clock, the store's encoding or restarts."""
+    def clocked(key: str) -> bool:
+        return (key.startswith("time/") or key.endswith(("/seconds", "/tokens_per_s")) or "/store_bytes_" in key
+                or key == "restarts")
+    return [{k: v for k, v in h.items() if not clocked(k)} for h in history]
+
+
+def with_placement(config, **placement):
+    config.placement = PlacementConfig(**placement)
+    return config
+
+
+@pytest.fixture(scope="module")
+def reference(small_scenario, tmp_path_factory):
+    """The unfaulted run on the local placement, its state in the run folder: (metrics, folder)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    with Trainer(warm_config(tmp, small_scenario, "local", ITERATIONS)) as trainer:
+        history = trainer.run()
+    assert all(h["main/skipped"] == 0.0 and h["sub/skipped"] == 0.0 for h in history)  # both learners train
+    return comparable(history), tmp / "local"
+
+
+def same_parameters(reference_state: Path, state: Path | RunStorage) -> None:
+    for role in ("main", "sub"):
+        if isinstance(state, RunStorage):  # a remote storage: its newest checkpoint downloaded
+            files = state.child(f"workers/{role}")
+            newest = max((n for n in files.names("checkpoints") if n.startswith("iter-")), key=lambda n: int(n[5:]))
+            assert files.is_folder(f"checkpoints/{newest}")
+            from safetensors.torch import load_file
+
+            params = load_file(str(files.local_folder(f"checkpoints/{newest}") / "model" / "model.safetensors"))
+        else:
+            params = worker_parameters(state, role)
+        expected = worker_parameters(reference_state, role)
+        assert expected.keys() == params.keys()
+        for name, tensor in expected.items():
+            assert torch.equal(tensor, params[name]), f"{role}: {name} differs"
+
+
+def state_outside(root: Path, storage: Path) -> list[str]:
+    """Worker-state files and folders under ``root`` but outside ``storage``."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        if Path(folder) == storage or storage in Path(folder).parents:
+            continue
+        found += [str(Path(folder) / n) for n in [*dirs, *files] if n in STATE_NAMES or n.startswith("iter-")]
+    return found
+
+
+def test_an_object_store_without_rename_gives_the_run_of_the_run_folder(small_scenario, tmp_path, reference):
+    """``memory://`` (commit markers, every folder uploaded and downloaded): the sub worker killed after
+    iteration 0 is restarted from the store; same metrics and parameters as the run-folder run."""
+    expected, reference_state = reference
+    url = f"memory://mgrpo-test-{uuid.uuid4().hex}"
+
+    def kill_sub(metrics):
+        if metrics["iteration"] == 0:
+            trainer.handles["sub"].kill()
+
+    trainer = Trainer(with_placement(warm_config(tmp_path, small_scenario, "run", ITERATIONS), storage=url), log=kill_sub)
+    with trainer:
+        history = trainer.run()
+    assert [(r["role"], r["iteration"], r["status"]["restored"]) for r in trainer.restarts] == [("sub", 1, True)]
+    assert comparable(history) == expected
+    storage = RunStorage(url)
+    same_parameters(reference_state, storage)
+    assert storage.read_json("workers/sub/worker.json")["last_applied"] == ITERATIONS - 1
+    assert storage.exists(f"workers/main/checkpoints/iter-{ITERATIONS - 1}/{COMMIT_MARKER}")
+    assert storage.is_folder("final/main") and storage.is_folder("checkpoints/stage1/sub")
+    assert (tmp_path / "run" / "final" / "sub" / "config.json").is_file()  # copied next to the run's results
+    assert state_outside(tmp_path, tmp_path / "none") == []  # nothing of the workers' state on the local disk
+    storage.remove("")
+
+
+def test_a_storage_that_goes_away_stops_the_run_in_one_line_and_it_resumes(small_scenario, tmp_path, reference,
+                                                                           monkeypatch, capsys):
+    """The shared folder disappears after iteration 0 (an NFS mount lost): ``mgrpo train`` stops with one
+    line and exit code 1; back again, ``--resume`` ends with the unfaulted run's metrics."""
+    expected, _ = reference
+    shared = tmp_path / "shared"
+    args = ["train"]
+    for item in warm_overrides(tmp_path, small_scenario, "run", ITERATIONS, extra=[f"placement.storage={shared}"]):
+        args += ["--set", item]
+    real = Trainer.train_iteration
+
+    def unmount_after_first(self, *a, **kw):
+        metrics = real(self, *a, **kw)
+        if metrics["iteration"] == 0:
+            os.rename(shared, tmp_path / "unmounted")
+        return metrics
+
+    monkeypatch.setattr(Trainer, "train_iteration", unmount_after_first)
+    assert main(args) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("mgrpo: warning:")]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"mgrpo: storage {shared} cannot be reached (") and "rerun with --resume" in errors[0]
+    assert not shared.exists()  # not recreated on the local disk
+    os.rename(tmp_path / "unmounted", shared)
+    monkeypatch.undo()
+    assert main([*args, "--resume"]) == 0
+    import json
+
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert comparable(lines) == expected
+    assert state_outside(tmp_path, shared) == []
+
+
+# -- a real multi-node Ray cluster -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A head (the loop; no CPU for actors) and a node each for the main and the sub learner, on
+    127.0.0.1, each with its own temporary folder; Redis on loopback for the statistics."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    if not redis_available():
+        pytest.skip("redis-server is not installed")
+    if ray.is_initialized():
+        pytest.skip("Ray is already initialised in this process")
+    nodes = tmp_path_factory.mktemp("nodes")
+
+    def node_args(name: str, **kw):
+        (nodes / name / "tmp").mkdir(parents=True)
+        return {"node_ip_address": "127.0.0.1", "env_vars": {"TMPDIR": str(nodes / name / "tmp")}, **kw}
+
+    # node loss noticed in ~1 s (defaults: 5 missed checks of 3 s)
+    system = {"health_check_period_ms": 500, "health_check_failure_threshold": 2}
+    made = Cluster(initialize_head=True, head_node_args=node_args(
+        "head", num_cpus=0, include_dashboard=False, _system_config=system))
+    workers = {"main": made.add_node(**node_args("main", num_cpus=1, resources={"main_node": 1})),
+               "sub": made.add_node(**node_args("sub", num_cpus=1, resources={"sub_node": 1}))}
+    ray.init(address=made.address, include_dashboard=False, log_to_driver=False)
+    redis = RedisServer()
+    redis.start()
+    try:
+        yield {"cluster": made, "nodes": nodes, "workers": workers, "node_args": node_args, "redis": redis}
+    finally:
+        redis.stop()
+        ray.shutdown()
+        made.shutdown()
+
+
+def actor_node(handle) -> str:
+    """The id of the node a role worker's Ray actor runs on (the GCS's view)."""
+    from ray._private.state import actors
+
+    return actors(actor_id=handle._actor._actor_id.hex())["Address"]["NodeID"]
+
+
+RESOURCES = {"main": {"num_cpus": 1, "main_node": 1}, "sub": {"num_cpus": 1, "sub_node": 1}}
+
+
+def cluster_config(tmp_path, scenario, cluster, name: str, db: int):
+    """The reference run's config on the cluster: Ray placement, state on ``tmp_path/shared``, Redis
+    database ``db`` (one per run: the statistics of one run are not another's)."""
+    store = f"{cluster['redis'].url.rsplit('/', 1)[0]}/{db}"
+    return with_placement(warm_config(tmp_path, scenario, name, ITERATIONS), kind="ray", resources=RESOURCES,
+                          storage=str(tmp_path / "shared"), store=store)
+
+
+@pytest.mark.slow
+def test_multi_node_run_equals_the_local_run(small_scenario, tmp_path, reference, cluster, monkeypatch):
+    """Main and sub learners each on their own node: the local run's metrics and parameters, and the
+    workers' state only in the declared storage (nothing in the head's run folder or a node's folder)."""
+    monkeypatch.chdir(cluster["nodes"] / "head")  # Ray workers start in the driver's folder: the head's
+    expected, reference_state = reference
+    with Trainer(cluster_config(tmp_path, small_scenario, cluster, "multi", 1)) as trainer:
+        history = trainer.run()
+        where = {role: trainer.handles[role].call("status")["pid"] for role in ("main", "sub")}
+        actors = {role: actor_node(trainer.handles[role]) for role in ("main", "sub")}
+    assert actors == {role: node.node_id for role, node in cluster["workers"].items()}  # pinned by resources
+    assert os.getpid() not in where.values()
+    assert comparable(history) == expected
+    same_parameters(reference_state, tmp_path / "shared")
+    assert not (tmp_path / "multi" / "workers").exists() and (tmp_path / "multi" / "final" / "main").is_dir()
+    assert state_outside(tmp_path, tmp_path / "shared") == []
+    assert state_outside(cluster["nodes"], tmp_path / "shared") == []
+
+
+@pytest.mark.slow
+def test_a_node_lost_mid_iteration_restarts_its_worker_on_a_spare_node(small_scenario, tmp_path, reference, cluster,
+                                                                        monkeypatch):
+    """The sub learner's node is removed while iteration 1 is being collected; its worker restarts on a
+    spare node from the storage, the iteration is collected again once, and the run ends with the
+    unfaulted run's metrics and parameters."""
+    monkeypatch.chdir(cluster["nodes"] / "head")
+    expected, reference_state = reference
+    made, lost, once = cluster["cluster"], [], threading.Lock()
+    real_call = WorkerPolicy.__call__
+
+    def call(self, requests):
+        if self.iteration == 1 and self.worker.handle.name == "mgrpo-sub":
+            with once:  # the episodes of a collection call from several threads: one node lost
+                if not lost:
+                    victim = next(n for n in made.worker_nodes if n.node_id == actor_node(self.worker.handle))
+                    lost.append(made.add_node(**cluster["node_args"]("spare", num_cpus=1, resources={"sub_node": 1})))
+                    made.remove_node(victim, allow_graceful=False)
+                    lost.append(victim)
+        return real_call(self, requests)
+
+    monkeypatch.setattr(WorkerPolicy, "__call__", call)
+    with Trainer(cluster_config(tmp_path, small_scenario, cluster, "lost", 2)) as trainer:
+        history = trainer.run()
+        spare = actor_node(trainer.handles["sub"])
+    assert len(lost) == 2 and spare == lost[0].node_id  # the worker now lives on the spare node
+    assert [(r["role"], r["during"], r["iteration"], r["status"]["restored"]) for r in trainer.restarts] == [
+        ("sub", "collect", 1, True)]
+    assert trainer.restarts[0]["status"]["last_applied"] == 0  # restored from iteration 0's checkpoint
+    assert [h["restarts"] for h in history] == [0.0, 1.0]
+    assert comparable(history) == expected
+    same_parameters(reference_state, tmp_path / "shared")
+    assert state_outside(tmp_path, tmp_path / "shared") == []
+    assert state_outside(cluster["nodes"], tmp_path / "shared") == []
