@@ -342,7 +342,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from .experiments.status import format_status, run_status
 
     try:
-        status = run_status(args.run_dir, args.store)
+        status = run_status(args.run_dir, args.store, args.storage)
     except (OSError, ValueError) as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
@@ -440,6 +440,8 @@ def _parser(prog: str = "mgrpo") -> argparse.ArgumentParser:
     st.add_argument("run_dir", help="the run folder (out_dir)")
     st.add_argument("--store", default=None, help="the store spec (default: the run's, from its config.json)")
     st.add_argument("--json", action="store_true", help="print the status as one JSON object")
+    st.add_argument("--storage", default=None, metavar="PATH_OR_URL",
+                    help="where the workers' state is (default: the run's placement.storage, else RUN_DIR)")
     st.set_defaults(func=_cmd_status)
 
     vw = sub.add_parser("view", help="render a run's episodes.jsonl as one static HTML page")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -143,8 +144,9 @@ def test_a_storage_that_goes_away_stops_the_run_in_one_line_and_it_resumes(small
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A head (the loop; no CPU for actors) and a node each for the main and the sub learner, on
-    127.0.0.1, each with its own temporary folder; Redis on loopback for the statistics."""
+    """A head (the loop; no CPU for actors) and a node each for the main and the sub learner, each with
+    its own temporary folder; Redis on loopback for the statistics. (Ray binds its services to the
+    machine's address, not to loopback: it resolves 127.0.0.1 to it.)"""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
@@ -156,23 +158,35 @@ def cluster(tmp_path_factory):
 
     def node_args(name: str, **kw):
         (nodes / name / "tmp").mkdir(parents=True)
-        return {"node_ip_address": "127.0.0.1", "env_vars": {"TMPDIR": str(nodes / name / "tmp")}, **kw}
+        return {"env_vars": {"TMPDIR": str(nodes / name / "tmp")}, **kw}
 
-    # node loss noticed in ~1 s (defaults: 5 missed checks of 3 s)
-    system = {"health_check_period_ms": 500, "health_check_failure_threshold": 2}
-    made = Cluster(initialize_head=True, head_node_args=node_args(
-        "head", num_cpus=0, include_dashboard=False, _system_config=system))
-    workers = {"main": made.add_node(**node_args("main", num_cpus=1, resources={"main_node": 1})),
-               "sub": made.add_node(**node_args("sub", num_cpus=1, resources={"sub_node": 1}))}
-    ray.init(address=made.address, include_dashboard=False, log_to_driver=False)
-    redis = RedisServer()
-    redis.start()
-    try:
-        yield {"cluster": made, "nodes": nodes, "workers": workers, "node_args": node_args, "redis": redis}
-    finally:
-        redis.stop()
-        ray.shutdown()
-        made.shutdown()
+    with pytest.MonkeyPatch.context() as patch:
+        # Ray gives a new node's raylet 30 s to register; on a loaded 2-core machine it can need more
+        real_get_node = ray._private.services.get_node
+
+        def patient_get_node(gcs_address, node_id, *args, **kwargs):
+            deadline = time.monotonic() + 240
+            while True:
+                try:
+                    return real_get_node(gcs_address, node_id, *args, **kwargs)
+                except RuntimeError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+
+        patch.setattr(ray._private.services, "get_node", patient_get_node)
+        # Ray's default health checks: a lost node's actors fail at once (their connections break), and a
+        # loaded machine's slow raylet is not declared dead
+        made = Cluster(initialize_head=True, head_node_args=node_args("head", num_cpus=0, include_dashboard=False))
+        try:
+            workers = {"main": made.add_node(**node_args("main", num_cpus=1, resources={"main_node": 1})),
+                       "sub": made.add_node(**node_args("sub", num_cpus=1, resources={"sub_node": 1}))}
+            ray.init(address=made.address, include_dashboard=False, log_to_driver=False)
+            with RedisServer() as redis:
+                yield {"cluster": made, "nodes": nodes, "workers": workers, "node_args": node_args, "redis": redis}
+        finally:
+            ray.shutdown()
+            made.shutdown()
 
 
 def actor_node(handle) -> str:
