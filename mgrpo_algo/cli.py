@@ -69,7 +69,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"mgrpo: bad config: {exc}", file=sys.stderr)
         return 2
     try:  # before any model, tokenizer or demonstration is built
-        check_fresh_run_folder(config.out_dir, resume=args.resume, overwrite=args.overwrite)
+        check_fresh_run_folder(config.out_dir, resume=args.resume, overwrite=args.overwrite,
+                               storage=config.placement.storage)
         warnings = preflight(config)
     except PreflightError as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)

@@ -175,6 +175,9 @@ def cluster(tmp_path_factory):
                     time.sleep(0.5)
 
         patch.setattr(ray._private.services, "get_node", patient_get_node)
+        # ... and its agent 30 s to write its port file before the raylet gives up (a Python process: slow
+        # to start when the cores are busy); inherited by every node's raylet
+        patch.setenv("RAY_agent_register_timeout_ms", "300000")
         # Ray's default health checks: a lost node's actors fail at once (their connections break), and a
         # loaded machine's slow raylet is not declared dead
         made = Cluster(initialize_head=True, head_node_args=node_args("head", num_cpus=0, include_dashboard=False))

@@ -178,3 +178,15 @@ def test_the_storage_field_is_checked():
     assert load_config(None, ["placement.storage=memory://x"]).placement.storage == "memory://x"
     with pytest.raises(ValueError, match=r"'placement.storage' has an unknown fsspec protocol 'nfz'"):
         load_config(None, ["placement.storage=nfz://host/run"])
+
+
+def test_a_fresh_run_refuses_a_storage_that_holds_another_runs_workers(tmp_path):
+    from mgrpo_algo.training.run_folder import check_fresh_run_folder
+
+    shared = tmp_path / "shared"
+    check_fresh_run_folder(tmp_path / "run", resume=False, overwrite=False, storage=str(shared))  # nothing there yet
+    RunStorage(shared).write_json("workers/main/worker.json", {"last_applied": 3})
+    with pytest.raises(PreflightError, match=r"run storage '.*shared' holds a previous run's workers \(main\); continue it"):
+        check_fresh_run_folder(tmp_path / "run", resume=False, overwrite=False, storage=str(shared))
+    check_fresh_run_folder(tmp_path / "run", resume=True, overwrite=False, storage=str(shared))
+    check_fresh_run_folder(tmp_path / "run", resume=False, overwrite=True, storage=str(shared))
