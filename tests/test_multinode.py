@@ -9,6 +9,8 @@ The cluster tests are slow (a 4-node cluster on a 2-core machine): CI runs them 
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
 import threading
 import time
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from redis_server import RedisServer, redis_available
+from redis_server import RedisServer, free_port, redis_available
 from test_decoupled import warm_config, warm_overrides, worker_parameters
 
 from mgrpo_algo.cli import main
@@ -157,15 +159,37 @@ def cluster(tmp_path_factory):
     nodes = tmp_path_factory.mktemp("nodes")
 
     def node_args(name: str, **kw):
-        (nodes / name / "tmp").mkdir(parents=True)
-        return {"env_vars": {"TMPDIR": str(nodes / name / "tmp")}, **kw}
+        (nodes / name / "tmp").mkdir(parents=True, exist_ok=True)
+        # the agents' ports chosen here (with 0 the raylet waits for files saying which they took, see below);
+        # no log monitor (nothing is printed to the driver): fewer Python processes starting at once
+        ports = {"metrics_agent_port": free_port(), "metrics_export_port": free_port(),
+                 "runtime_env_agent_port": free_port(), "dashboard_agent_listen_port": free_port()}
+        return {"env_vars": {"TMPDIR": str(nodes / name / "tmp")}, "include_log_monitor": False, **ports, **kw}
+
+    def add_node(made, name: str, **kw):
+        """``made.add_node``, again after a failed start: on busy cores a raylet aborts when its dashboard
+        agent (a Python process) takes more than ~15 s to report its port (a fixed wait in this Ray); the
+        failed attempt's processes (children of this one) are killed, by id."""
+        import psutil
+
+        for attempt in range(3):
+            before = {p.pid for p in psutil.Process().children(recursive=True)}
+            try:
+                return made.add_node(**node_args(name, **kw))
+            except Exception:
+                if attempt == 2:
+                    raise
+                for leftover in [p for p in psutil.Process().children(recursive=True) if p.pid not in before]:
+                    with contextlib.suppress(psutil.Error):
+                        leftover.kill()
+                time.sleep(2)
 
     with pytest.MonkeyPatch.context() as patch:
-        # Ray gives a new node's raylet 30 s to register; on a loaded 2-core machine it can need more
+        # Ray gives a new node's raylet 30 s to register; on a loaded 2-core machine it can need more (90 s here)
         real_get_node = ray._private.services.get_node
 
         def patient_get_node(gcs_address, node_id, *args, **kwargs):
-            deadline = time.monotonic() + 240
+            deadline = time.monotonic() + 90
             while True:
                 try:
                     return real_get_node(gcs_address, node_id, *args, **kwargs)
@@ -175,18 +199,30 @@ def cluster(tmp_path_factory):
                     time.sleep(0.5)
 
         patch.setattr(ray._private.services, "get_node", patient_get_node)
-        # ... and its agent 30 s to write its port file before the raylet gives up (a Python process: slow
-        # to start when the cores are busy); inherited by every node's raylet
-        patch.setenv("RAY_agent_register_timeout_ms", "300000")
+        # ... and its dashboard agent (a Python process, slow to start on busy cores) ~15 s to write the
+        # port it listens on, else the raylet aborts (a fixed wait in this Ray): the port is chosen here
+        # (node_args), so its file is written here, before the raylet starts; the agent writes the same
+        real_start_raylet = ray._private.services.start_raylet
+
+        def start_raylet(*args, **kwargs):
+            from ray._raylet import DASHBOARD_AGENT_LISTEN_PORT_NAME, persist_port
+
+            given = inspect.signature(real_start_raylet).bind(*args, **kwargs).arguments
+            persist_port(given["session_dir"], given["node_id"], DASHBOARD_AGENT_LISTEN_PORT_NAME,
+                         given["dashboard_agent_listen_port"])
+            return real_start_raylet(*args, **kwargs)
+
+        patch.setattr(ray._private.services, "start_raylet", start_raylet)
         # Ray's default health checks: a lost node's actors fail at once (their connections break), and a
         # loaded machine's slow raylet is not declared dead
-        made = Cluster(initialize_head=True, head_node_args=node_args("head", num_cpus=0, include_dashboard=False))
+        made = Cluster()
         try:
-            workers = {"main": made.add_node(**node_args("main", num_cpus=1, resources={"main_node": 1})),
-                       "sub": made.add_node(**node_args("sub", num_cpus=1, resources={"sub_node": 1}))}
+            add_node(made, "head", num_cpus=0, include_dashboard=False)
+            workers = {"main": add_node(made, "main", num_cpus=1, resources={"main_node": 1}),
+                       "sub": add_node(made, "sub", num_cpus=1, resources={"sub_node": 1})}
             ray.init(address=made.address, include_dashboard=False, log_to_driver=False)
             with RedisServer() as redis:
-                yield {"cluster": made, "nodes": nodes, "workers": workers, "node_args": node_args, "redis": redis}
+                yield {"cluster": made, "nodes": nodes, "workers": workers, "add_node": add_node, "redis": redis}
         finally:
             ray.shutdown()
             made.shutdown()
@@ -245,7 +281,7 @@ def test_a_node_lost_mid_iteration_restarts_its_worker_on_a_spare_node(small_sce
             with once:  # the episodes of a collection call from several threads: one node lost
                 if not lost:
                     victim = next(n for n in made.worker_nodes if n.node_id == actor_node(self.worker.handle))
-                    lost.append(made.add_node(**cluster["node_args"]("spare", num_cpus=1, resources={"sub_node": 1})))
+                    lost.append(cluster["add_node"](made, "spare", num_cpus=1, resources={"sub_node": 1}))
                     made.remove_node(victim, allow_graceful=False)
                     lost.append(victim)
         return real_call(self, requests)
