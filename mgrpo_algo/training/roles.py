@@ -108,11 +108,9 @@ class RoleWorker:
         self.run_dir = Path(run_dir)
         self.storage = RunStorage.of_run(run_dir, storage)  # the run's storage; this worker's folder in it:
         self.files = self.storage.child(f"workers/{role}")
-        if self.files.local is not None:
-            self.storage._guard("start in", "")  # a lost mount is not recreated on this node's disk
-            self.files.local.mkdir(parents=True, exist_ok=True)
+        self.files.create_folder()
         # read once; the markers live with the worker's state (on a URL storage: in this node's scratch folder)
-        self.faults = FaultPoints.from_env(self.files.local or self.files._scratch())
+        self.faults = FaultPoints.from_env(self.files.local or self.files.scratch())
         self.store = open_store(store) if store else None
         self.store_timeout_s = store_timeout_s
         self.state = WorkerState(self.files)

@@ -146,6 +146,13 @@ class RunStorage:
             except OSError as exc:
                 raise StorageUnreachable(f"storage {self.url} cannot be created: {exc}") from exc
 
+    def create_folder(self) -> None:
+        """This folder, on a local storage whose root is there (a lost mount is not recreated); nothing to
+        make on an object store."""
+        if self.local is not None:
+            with self._io("create", ""):
+                self.local.mkdir(parents=True, exist_ok=True)
+
     def check(self) -> None:
         """The storage takes a file and gives it back (a probe written, read and deleted)."""
         self.create()
@@ -248,7 +255,7 @@ class RunStorage:
         if self.local is not None:
             self._guard("write", rel)
             return write(self.local / rel)
-        staging = Path(tempfile.mkdtemp(prefix="upload-", dir=self._scratch()))
+        staging = Path(tempfile.mkdtemp(prefix="upload-", dir=self.scratch()))
         try:
             result = write(staging / "folder")
             if (staging / "folder").is_dir():
@@ -281,7 +288,7 @@ class RunStorage:
         else a download into this node's scratch folder (replaced at each call for the same ``rel``)."""
         if self.local is not None:
             return self.local / rel
-        dest = self._scratch() / "downloads" / rel
+        dest = self.scratch() / "downloads" / rel
         shutil.rmtree(dest, ignore_errors=True)
         with self._io("download", rel):
             source = self.path(rel)
@@ -318,7 +325,7 @@ class RunStorage:
         with contextlib.suppress(FileExistsError):
             self.fs.makedirs(path, exist_ok=True)
 
-    def _scratch(self) -> Path:
+    def scratch(self) -> Path:
         """This process's scratch folder for uploads and downloads (under TMPDIR: the node's own disk)."""
         if not self.scratch_dir:
             self.scratch_dir.append(Path(tempfile.mkdtemp(prefix="mgrpo-storage-")))
