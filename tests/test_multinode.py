@@ -24,6 +24,8 @@ from test_decoupled import warm_config, warm_overrides, worker_parameters
 
 from mgrpo_algo.cli import main
 from mgrpo_algo.core.config import PlacementConfig
+from mgrpo_algo.experiments.status import run_status
+from mgrpo_algo.experiments.view import join_sub_advantages, load_episodes
 from mgrpo_algo.training.storage import COMMIT_MARKER, RunStorage
 from mgrpo_algo.training.trainer import Trainer
 from mgrpo_algo.training.workers import WorkerPolicy
@@ -105,6 +107,10 @@ def test_an_object_store_without_rename_gives_the_run_of_the_run_folder(small_sc
     assert storage.is_folder("final/main") and storage.is_folder("checkpoints/stage1/sub")
     assert (tmp_path / "run" / "final" / "sub" / "config.json").is_file()  # copied next to the run's results
     assert state_outside(tmp_path, tmp_path / "none") == []  # nothing of the workers' state on the local disk
+    status = run_status(tmp_path / "run")  # mgrpo status and mgrpo view read the workers' state from the store
+    assert status["storage"] == url and {r: s["last_applied"] for r, s in status["roles"].items()} == {"main": 1, "sub": 1}
+    records, _ = load_episodes(tmp_path / "run" / "episodes.jsonl", 100)
+    assert join_sub_advantages(records, tmp_path / "run") > 0
     storage.remove("")
 
 
