@@ -248,8 +248,9 @@ def cluster_config(tmp_path, scenario, cluster, name: str, db: int):
     """The reference run's config on the cluster: Ray placement, state on ``tmp_path/shared``, Redis
     database ``db`` (one per run: the statistics of one run are not another's)."""
     store = f"{cluster['redis'].url.rsplit('/', 1)[0]}/{db}"
+    # a worker's start (torch, transformers, the model) can take minutes on a busy 2-core machine
     return with_placement(warm_config(tmp_path, scenario, name, ITERATIONS), kind="ray", resources=RESOURCES,
-                          storage=str(tmp_path / "shared"), store=store)
+                          storage=str(tmp_path / "shared"), store=store, start_timeout_s=900)
 
 
 @pytest.mark.slow

@@ -73,6 +73,10 @@ class PlacementConfig:
     """Per role ``{num_cpus, num_gpus}`` for Ray actors (e.g. ``{main: {num_gpus: 1}}``); any other key is
     a Ray custom resource, which pins the role to the nodes started with it (``{sub: {num_cpus: 1,
     sub_node: 1}}`` with ``ray start --resources '{"sub_node": 1}'``)."""
+    start_timeout_s: float = 120.0
+    """Seconds a role worker may take to start (import, load its model or checkpoint, download it from the
+    storage) before the run stops naming the resources it asked for; also the wait for a node to take over
+    a lost one's role. Raise it for large models or busy machines."""
     storage: str = ""
     """Where the role workers keep their durable state (``workers/<role>``: token buffers, A_S,
     ``worker.json``, checkpoints; stage checkpoints and final models too): a folder every node sees at the
@@ -84,6 +88,7 @@ class PlacementConfig:
         check_own_names(self, "placement.")
         _check(isinstance(self.staleness, int) and self.staleness >= 0, "placement.staleness", "must be an integer >= 0")
         _check(isinstance(self.storage, str), "placement.storage", "must be a path or an fsspec URL")
+        _check(self.start_timeout_s > 0, "placement.start_timeout_s", "must be > 0")
         if "://" in self.storage or "::" in self.storage:
             from fsspec.registry import known_implementations, registry
 

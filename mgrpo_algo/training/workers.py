@@ -92,7 +92,8 @@ class RoleWorkers:
             res = dict(placement.resources.get(role, {}))
             cpus, gpus = res.pop("num_cpus", 1), res.pop("num_gpus", 0)
             self.handles[role] = spawn(RoleWorker, kwargs, placement=self.kind, name=f"mgrpo-{role}", num_cpus=cpus,
-                                       num_gpus=gpus, ray_options={"resources": res} if res else None)
+                                       num_gpus=gpus, ray_options={"resources": res} if res else None,
+                                       start_timeout_s=placement.start_timeout_s)
         #: The typed view of each handle (:class:`RoleService`), for every role of the mode (a shared role's is
         #: its owner's): every call below goes through them.
         owned = {role: RoleClient(handle) for role, handle in self.handles.items()}
