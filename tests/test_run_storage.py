@@ -21,7 +21,7 @@ from mgrpo_algo.training.worker_state import WorkerState
 @pytest.fixture(params=["folder", "memory"])
 def storage(request, tmp_path):
     if request.param == "folder":
-        made = RunStorage.of_run(tmp_path / "run")
+        made = RunStorage.of_run(tmp_path / "out", str(tmp_path / "run"))
     else:  # one memory file system per process: a fresh root per test
         made = RunStorage.of_run("", f"memory://mgrpo-test-{uuid.uuid4().hex}")
     made.create()
@@ -150,7 +150,7 @@ def test_worker_state_and_trajectories_on_the_storage(storage):
 
 
 def test_a_storage_that_cannot_be_reached_raises_one_error(tmp_path, monkeypatch):
-    run = RunStorage.of_run(tmp_path / "shared")
+    run = RunStorage.of_run(tmp_path / "run", str(tmp_path / "shared"))
     run.create()
     run.write_json("workers/main/worker.json", {"last_applied": 0})
     os.rename(tmp_path / "shared", tmp_path / "unmounted")  # the mount is gone

@@ -96,9 +96,10 @@ class RunStorage:
 
     @classmethod
     def of_run(cls, run_dir: str | os.PathLike, storage: str = "") -> RunStorage:
-        """A run's storage: ``placement.storage``, else its run folder. Its root must exist (:meth:`create`)."""
+        """A run's storage: ``placement.storage`` (its root must exist: :meth:`create`), else its run folder
+        (made as needed, as always)."""
         made = cls(storage or run_dir)
-        made.guarded = True
+        made.guarded = bool(storage)
         return made
 
     def child(self, rel: str) -> RunStorage:
