@@ -69,7 +69,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"mgrpo: bad config: {exc}", file=sys.stderr)
         return 2
     try:  # before any model, tokenizer or demonstration is built
-        check_fresh_run_folder(config.out_dir, resume=args.resume, overwrite=args.overwrite)
+        check_fresh_run_folder(config.out_dir, resume=args.resume, overwrite=args.overwrite,
+                               storage=config.placement.storage)
         warnings = preflight(config)
     except PreflightError as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
@@ -113,16 +114,24 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        line = storage_failure(exc)
+        if line is None:
+            raise
+        print(f"mgrpo: {line}; rerun once it can be reached", file=sys.stderr)
+        return 1
     with trainer:
         first = trainer.iteration  # a resumed run starts after the iterations already committed
         try:
             history = trainer.run()
         except Exception as exc:
-            line = served_engine_failure(exc)
+            line, what = served_engine_failure(exc), "the server answers"
+            if line is None:
+                line, what = storage_failure(exc), "it can be reached"
             if line is None:
                 raise
-            print(f"mgrpo: {line}; the iterations committed so far are kept: rerun with --resume once the "
-                  f"server answers", file=sys.stderr)
+            print(f"mgrpo: {line}; the iterations committed so far are kept: rerun with --resume once {what}",
+                  file=sys.stderr)
             return 1
     for writer in writers:
         writer.close()
@@ -144,6 +153,17 @@ def served_engine_failure(exc: BaseException) -> str | None:
         return None
     message = getattr(exc, "message", str(exc))
     return f"the served engine failed ({type_name.rsplit('.', 1)[-1]}): {' '.join(message.split())[:300]}"
+
+
+def storage_failure(exc: BaseException) -> str | None:
+    """One line for a run storage (``placement.storage``) that cannot be read or written, raised here or
+    by a role worker on another node (a RemoteError names the type); None for any other error."""
+    while exc is not None:
+        type_name = getattr(exc, "type_name", type(exc).__name__)
+        if type_name.rsplit(".", 1)[-1] == "StorageUnreachable":
+            return " ".join(getattr(exc, "message", str(exc)).split())[:400]
+        exc = exc.__cause__
+    return None
 
 
 def _print_warnings(lines: Sequence[str]) -> None:
@@ -323,7 +343,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from .experiments.status import format_status, run_status
 
     try:
-        status = run_status(args.run_dir, args.store)
+        status = run_status(args.run_dir, args.store, args.storage)
     except (OSError, ValueError) as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
@@ -421,6 +441,8 @@ def _parser(prog: str = "mgrpo") -> argparse.ArgumentParser:
     st.add_argument("run_dir", help="the run folder (out_dir)")
     st.add_argument("--store", default=None, help="the store spec (default: the run's, from its config.json)")
     st.add_argument("--json", action="store_true", help="print the status as one JSON object")
+    st.add_argument("--storage", default=None, metavar="PATH_OR_URL",
+                    help="where the workers' state is (default: the run's placement.storage, else RUN_DIR)")
     st.set_defaults(func=_cmd_status)
 
     vw = sub.add_parser("view", help="render a run's episodes.jsonl as one static HTML page")

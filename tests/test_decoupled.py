@@ -19,8 +19,9 @@ B, K, ITERATIONS = 2, 2, 3
 WARM = Path(__file__).resolve().parents[1] / "configs" / "demo-warm-start"
 
 
-def make_config(tmp_path, scenario, out: str, iterations: int = ITERATIONS, mode: str = "mgrpo", extra=()):
-    return load_config(None, [
+def config_overrides(tmp_path, scenario, out: str, iterations: int = ITERATIONS, mode: str = "mgrpo", extra=()) -> list[str]:
+    """The ``--set`` overrides of a small run (what :func:`make_config` loads)."""
+    return [
         f"mode={mode}", f"out_dir={tmp_path / out}", f"models_dir={tmp_path / 'models'}", "warm_start.epochs=0",
         f"scenario_kwargs={{num_entities: 300, data_dir: {scenario.data_dir}}}",
         f"questions_per_iteration={B}", f"group_size={K}", f"stages=[{{split: stage2/train, iterations: {iterations}}}]",
@@ -28,7 +29,11 @@ def make_config(tmp_path, scenario, out: str, iterations: int = ITERATIONS, mode
         "sub: {hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1}}",
         "main.generation.max_new_tokens=16", "sub.generation.max_new_tokens=16",
         "limits={max_main_turns: 3, max_sub_turns: 2, max_delegations: 2}", *extra,
-    ])
+    ]
+
+
+def make_config(tmp_path, scenario, out: str, iterations: int = ITERATIONS, mode: str = "mgrpo", extra=()):
+    return load_config(None, config_overrides(tmp_path, scenario, out, iterations, mode, extra))
 
 
 def DecoupledTrainer(config, *, placement="local", store=None, staleness=0, resources=None, log=None):  # noqa: N802
@@ -245,12 +250,19 @@ def test_decoupled_processes_equals_in_process(small_scenario, tmp_path):
             assert torch.equal(state[name], tensor), f"{role}: {name} differs"
 
 
-def warm_config(tmp_path, scenario, out: str, iterations: int = ITERATIONS):
+WARM_EXTRA = ("limits={max_main_turns: 4, max_sub_turns: 3, max_delegations: 2}", f"main.model={WARM}/main",
+              f"sub.model={WARM}/sub", "main.generation.max_new_tokens=64", "sub.generation.max_new_tokens=64")
+
+
+def warm_overrides(tmp_path, scenario, out: str, iterations: int = ITERATIONS, extra=()) -> list[str]:
+    """The ``--set`` overrides of :func:`warm_config`."""
+    return config_overrides(tmp_path, scenario, out, iterations=iterations, extra=[
+        f"scenario_kwargs={{num_entities: 300, data_dir: {scenario.data_dir}, profile: tiny}}", *WARM_EXTRA, *extra])
+
+
+def warm_config(tmp_path, scenario, out: str, iterations: int = ITERATIONS, extra=()):
     """The demo's warm-started models on the tiny profile: they delegate, so both roles train."""
-    return make_config(tmp_path, scenario, out, iterations=iterations, extra=[
-        f"scenario_kwargs={{num_entities: 300, data_dir: {scenario.data_dir}, profile: tiny}}",
-        f"main.model={WARM}/main", f"sub.model={WARM}/sub", "limits={max_main_turns: 4, max_sub_turns: 3, max_delegations: 2}",
-        "main.generation.max_new_tokens=64", "sub.generation.max_new_tokens=64"])
+    return load_config(None, warm_overrides(tmp_path, scenario, out, iterations, extra))
 
 
 # One kill at each point of an iteration, on both roles, over a 3-iteration run (markers in each

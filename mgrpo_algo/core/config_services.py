@@ -72,15 +72,37 @@ class PlacementConfig:
     """0: synchronized (the sub learner applies iteration t in t, the paper's better variant). n > 0:
     the sub learner may lag up to n iterations behind the main learner."""
     resources: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Per role ``{num_cpus, num_gpus}`` for Ray actors (e.g. ``{main: {num_gpus: 1}}``)."""
+    """Per role ``{num_cpus, num_gpus}`` for Ray actors (e.g. ``{main: {num_gpus: 1}}``); any other key is
+    a Ray custom resource, which pins the role to the nodes started with it (``{sub: {num_cpus: 1,
+    sub_node: 1}}`` with ``ray start --resources '{"sub_node": 1}'``)."""
+    start_timeout_s: float = 120.0
+    """Seconds a role worker may take to start (import, load its model or checkpoint, download it from the
+    storage) before the run stops naming the resources it asked for; also the wait for a node to take over
+    a lost one's role. Raise it for large models or busy machines."""
+    storage: str = ""
+    """Where the role workers keep their durable state (``workers/<role>``: token buffers, A_S,
+    ``worker.json``, checkpoints; stage checkpoints and final models too): a folder every node sees at the
+    same path (NFS), or an fsspec URL (``s3://bucket/run``, its fsspec backend installed on every node).
+    Empty: the run folder (``out_dir``), right on one machine. A multi-node run needs it (and a Redis
+    store): a worker restarted on another node after a node loss resumes from it (docs/multinode.md)."""
 
     def __post_init__(self) -> None:
         check_own_names(self, "placement.")
         _check(isinstance(self.staleness, int) and self.staleness >= 0, "placement.staleness", "must be an integer >= 0")
         for role, res in self.resources.items():  # a misspelled role or resource would be ignored silently
             _check(role in ROLES, "placement.resources", f"names roles of {ROLES}, got {role!r}")
-            _check(isinstance(res, dict) and set(res) <= {"num_cpus", "num_gpus"}, f"placement.resources.{role}",
-                   f"takes num_cpus and num_gpus, got {res!r}")
+            # any other key is a Ray custom resource (a node label); num_* names only Ray's own two
+            _check(isinstance(res, dict) and all(k in ("num_cpus", "num_gpus") or not str(k).startswith("num_") for k in res),
+                   f"placement.resources.{role}", f"takes num_cpus, num_gpus and custom resources, got {res!r}")
+        _check(isinstance(self.storage, str), "placement.storage", "must be a path or an fsspec URL")
+        _check(self.start_timeout_s > 0, "placement.start_timeout_s", "must be > 0")
+        if "://" in self.storage or "::" in self.storage:
+            from fsspec.registry import known_implementations, registry
+
+            scheme = self.storage.split("::", 1)[0].split("://", 1)[0]
+            _check(scheme in known_implementations or scheme in registry, "placement.storage",
+                   f"has an unknown fsspec protocol {scheme!r} (known: file, memory, s3, gs, abfs, ... with their "
+                   "fsspec backend installed)")
 
     @property
     def in_process(self) -> bool:

@@ -4,7 +4,9 @@ A decoupled run's roles may live in other processes or on other nodes; each repo
 the run's store after every iteration it applies (``put_health``: the learner's figures at that
 iteration; ``mark_done``). This reads it back beside the run folder's own commit points: the loop's
 ``loop_state.json`` (the last committed iteration), each worker's ``worker.json`` (``last_applied``
-and the sub side's queued iterations). Read-only: nothing is written, no worker is started.
+and the sub side's queued iterations), read from the run's storage (``placement.storage``: on a cluster a
+shared folder or an object store, so the head node sees every worker's). Read-only: nothing is written,
+no worker is started.
 """
 
 from __future__ import annotations
@@ -26,32 +28,37 @@ def _read_json(path: Path) -> Any:
         raise ValueError(f"{path}: not JSON ({exc})") from exc
 
 
-def run_status(run_dir: str | Path, store: str | None = None) -> dict[str, Any]:
+def run_status(run_dir: str | Path, store: str | None = None, storage: str | None = None) -> dict[str, Any]:
     """The run's progress: ``{"run_dir", "committed", "store", "store_error", "roles": {role: {...}}}``.
 
     ``store``: the store spec; default the run's (``config.json``'s ``placement.store``, else its own
-    ``stats.sqlite``). A store that cannot be read leaves ``store_error`` set and the files' figures.
+    ``stats.sqlite``). ``storage``: where the workers' state is; default the run's (``placement.storage``,
+    else the run folder). A store that cannot be read leaves ``store_error`` set and the files' figures.
     Raises FileNotFoundError when ``run_dir`` is no run folder.
     """
     from ..distributed.store import open_store
     from ..training.run_folder import RUN_STORE, run_store
+    from ..training.storage import RunStorage
     from ..training.worker_state import WorkerState
 
     run = Path(run_dir)
     config = _read_json(run / "config.json")
-    workers = sorted(p.parent.name for p in (run / "workers").glob("*/worker.json"))
+    if storage is None:
+        storage = ((config or {}).get("placement") or {}).get("storage") or ""
+    files = RunStorage(storage or run)
+    workers = sorted(role for role in files.names("workers") if files.exists(f"workers/{role}/worker.json"))
     if config is None and not workers:
         raise FileNotFoundError(f"{run} is no run folder (no config.json, no workers/*/worker.json)")
     loop = _read_json(run / "loop_state.json")
     roles: dict[str, dict[str, Any]] = {}
     for role in workers:
-        state = WorkerState(run / "workers" / role)  # reads worker.json, writes nothing
+        state = WorkerState(files.child(f"workers/{role}"))  # reads worker.json, writes nothing
         roles[role] = {"last_applied": state.last_applied, "pending": sorted(int(i) for i in state.pending)}
     if store is None:
         store = ((config or {}).get("placement") or {}).get("store") or ""
         if not store and (run / RUN_STORE).exists():  # opening a missing SQLite file would create it
             store = run_store(run)
-    out: dict[str, Any] = {"run_dir": str(run), "committed": loop["iteration"] if loop else None,
+    out: dict[str, Any] = {"run_dir": str(run), "storage": storage or None, "committed": loop["iteration"] if loop else None,
                            "store": store or None, "store_error": None, "roles": roles}
     if not store:
         return out
@@ -75,7 +82,8 @@ def format_status(status: dict[str, Any], *, now: float | None = None) -> str:
     """A small table of :func:`run_status`."""
     now = time.time() if now is None else now
     committed = status["committed"]
-    lines = [f"run {status['run_dir']}: loop committed iteration {committed if committed is not None else 'none yet'}",
+    lines = [f"run {status['run_dir']}: loop committed iteration {committed if committed is not None else 'none yet'}"
+             + (f"; workers' state in {status['storage']}" if status.get("storage") else ""),
              f"store {status['store'] or 'none'}" + (f" (unreadable: {status['store_error']})" if status["store_error"] else "")]
     lines.append(f"{'role':<8}{'applied':>8}{'pending':>12}{'store done':>12}{'health at':>10}{'age s':>9}  learner figures")
     for role, r in status["roles"].items():

@@ -62,11 +62,17 @@ def load_episodes(path: str | Path, max_episodes: int = DEFAULT_MAX_EPISODES) ->
 
 def join_sub_advantages(records: list[EpisodeRecord], run_dir: Path) -> int:
     """A training run's A_S into its records' components (``advantage``, ``aligned_slots``), read from
-    the worker that scored the sub side (``run_dir/workers/*/advantages/<t>.json``, one entry per
+    the worker that scored the sub side (``workers/*/advantages/<t>.json`` of the run's storage, one entry per
     aligned slot) by each record's ``trajectory_key``; returns how many slots were joined. Iterations
     whose file is gone (a run stopped before its sub side applied them) stay without A_S."""
     from ..core.scoring import annotate_sub
+    from ..training.storage import RunStorage
 
+    try:  # the workers' state is on the run's storage (placement.storage), else in the run folder
+        storage = json.loads((run_dir / "config.json").read_text())["placement"]["storage"]
+    except (OSError, ValueError, KeyError, TypeError):
+        storage = ""
+    files = RunStorage(storage or run_dir)
     by_iteration: dict[int, list[int]] = {}
     for position, record in enumerate(records):
         if record.trajectory_key:
@@ -74,12 +80,15 @@ def join_sub_advantages(records: list[EpisodeRecord], run_dir: Path) -> int:
     joined = 0
     for iteration, positions in by_iteration.items():
         at = {int(records[p].trajectory_key["index"]): p for p in positions}
-        for path in sorted(run_dir.glob(f"workers/*/advantages/{iteration}.json")):
+        for role in sorted(files.names("workers")):
+            rel = f"workers/{role}/advantages/{iteration}.json"
             try:
-                slots = json.loads(path.read_text())
+                slots = files.read_json(rel)
+                if slots is None:
+                    continue
                 entries = [(at[s["index"]], s["agent"], float(s["advantage"])) for s in slots if s["index"] in at]
             except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}: not a sub side's advantages ({type(exc).__name__}: {exc})") from exc
+                raise ValueError(f"{files.path(rel)}: not a sub side's advantages ({type(exc).__name__}: {exc})") from exc
             annotate_sub(records, entries)
             joined += len(entries)
     return joined

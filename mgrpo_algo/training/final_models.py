@@ -46,11 +46,21 @@ def export_role_model(model: Any, tokenizer: Any, start: str, dest: Path) -> boo
     return True
 
 
-def export_final_models(workers: Mapping[str, Any], out: Path) -> Path:
+def export_final_models(workers: Mapping[str, Any], out: Path, storage: str = "") -> Path:
     """Every role's final model under ``out/final/<role>/``, written by its worker (a
-    ``service.RoleService``, wherever it runs: the folder is on the run's disk); returns ``out/final``."""
+    ``service.RoleService``, wherever it runs); returns ``out/final``. With a declared ``storage``
+    (``placement.storage``: the workers may be on other nodes) each worker writes ``final/<role>`` there
+    and this node copies it into ``out/final``."""
+    from .storage import RunStorage
+
     final = out / "final"
     final.mkdir(parents=True, exist_ok=True)
+    shared = RunStorage(storage).child("final") if storage else None
+    if shared is not None:
+        shared.create()
     for role, worker in workers.items():
-        worker.export(str(final / role))
+        if shared is None:
+            worker.export(str(final / role))
+        elif worker.export(f"{shared.url}/{role}"):
+            shared.copy_folder_to(role, final / role)
     return final

@@ -23,7 +23,7 @@ from mgrpo_env.roles import ROLES
 
 from ..core.config import MODES, TrainConfig
 
-__all__ = ["PreflightError", "preflight", "check_store", "check_writable", "check_scenario", "check_browser_for",
+__all__ = ["PreflightError", "preflight", "check_store", "check_storage", "check_writable", "check_scenario", "check_browser_for",
            "check_model", "check_device", "check_models_and_devices", "start_tool_warnings"]
 
 
@@ -49,6 +49,24 @@ def check_writable(folder: str | Path, what: str) -> None:
             pass
     except OSError as exc:
         raise PreflightError(f"{what} {str(path)!r} is not writable: {exc.strerror or exc}") from None
+
+
+def check_storage(spec: str) -> None:
+    """The run storage (``placement.storage``) can be written: a folder (as ``check_writable``), or an
+    fsspec URL that takes a probe file and gives it back. "" (the run folder) is out_dir's check."""
+    from .storage import RunStorage, StorageUnreachable, _is_url
+
+    if not spec:
+        return
+    if not _is_url(spec) or spec.startswith("file://"):
+        check_writable(spec.removeprefix("file://"), "run storage (placement.storage)")
+        return
+    try:
+        RunStorage(spec).check()
+    except ImportError as exc:  # fsspec names the package of the scheme's backend
+        raise PreflightError(f"run storage {spec}: {exc}") from None
+    except (StorageUnreachable, ValueError) as exc:
+        raise PreflightError(f"run storage {spec} cannot be used: {exc}") from None
 
 
 def check_store(spec: str | None, timeout_s: float = 2.0) -> None:
@@ -141,6 +159,7 @@ def preflight(config: TrainConfig, *, check_eval: bool = False) -> list[str]:
     if not all(getattr(config, role).model for role in ROLES):
         check_writable(config.models_dir, "models folder (models_dir)")
     check_store(config.placement.store or None)
+    check_storage(config.placement.storage)
     check_models_and_devices(config)
     check_served_engines(config)
     scenario = check_scenario(config, include_eval=check_eval)

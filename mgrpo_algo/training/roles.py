@@ -48,7 +48,8 @@ from mgrpo_env.roles import check_role
 
 from ..core.scoring import MainSlot, SubFact, SubScoring, SubSlot
 from .role_eval import RoleEvaluation
-from .trajectories import Trajectories, drop_json_after, trajectory_key, write_json
+from .storage import RunStorage
+from .trajectories import Trajectories, trajectory_key
 from .worker_state import WorkerState
 
 __all__ = ["RoleWorker"]
@@ -60,7 +61,10 @@ class RoleWorker:
     Args:
         role: "main", "sub" or "single".
         model: path or name of the role's start model (``from_pretrained``); the tokenizer comes from it.
-        run_dir: the run's ``out_dir``; the worker's state lives in ``run_dir/workers/<role>``.
+        run_dir: the run's ``out_dir`` (on the controller's node; a worker reads and writes nothing there
+            when ``storage`` is set, a served engine's node-local files aside).
+        storage: where the worker's state lives (``<storage>/workers/<role>``): a folder every node sees or an
+            fsspec URL (:mod:`mgrpo_algo.training.storage`); "" for ``run_dir``.
         store: a store spec (:func:`mgrpo_algo.distributed.store.open_store`), "" for none (single agent).
         spec: the role's :class:`~mgrpo_algo.core.config.RoleConfig` (generation, learner, served engine).
         seed: the run's seed (:mod:`mgrpo_algo.core.seeding`).
@@ -81,6 +85,7 @@ class RoleWorker:
         train: bool = True,
         store_timeout_s: float = 120.0,
         keep_token_ids: bool = False,
+        storage: str = "",
     ) -> None:
         import torch
         import transformers
@@ -101,20 +106,21 @@ class RoleWorker:
         if self.spec.learner.seed is None:  # the minibatch shuffles follow the run's seed
             self.spec = replace(self.spec, learner=replace(self.spec.learner, seed=seed))
         self.run_dir = Path(run_dir)
-        self.dir = self.run_dir / "workers" / role
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.faults = FaultPoints.from_env(self.dir)  # read once; the markers live with the worker's state
+        self.storage = RunStorage.of_run(run_dir, storage)  # the run's storage; this worker's folder in it:
+        self.files = self.storage.child(f"workers/{role}")
+        self.files.create_folder()
+        # read once; the markers live with the worker's state (on a URL storage: in this node's scratch folder)
+        self.faults = FaultPoints.from_env(self.files.local or self.files.scratch())
         self.store = open_store(store) if store else None
         self.store_timeout_s = store_timeout_s
-        self.state = WorkerState(self.dir)
-        self.trajectories = Trajectories(self.dir, keep=keep_token_ids)
-        self.advantages_dir = self.dir / "advantages"  # the A_S this worker scored, one file an iteration
+        self.state = WorkerState(self.files)
+        self.trajectories = Trajectories(self.files, keep=keep_token_ids)
         self.learner: Any = None
         self.restored = False
         if train:
             newest = self.state.newest()
             if newest is not None:
-                self.learner = RoleLearner.load(newest, config=self.spec.learner)
+                self.learner = RoleLearner.load(self.state.local_checkpoint(newest), config=self.spec.learner)
                 self.restored = True
                 self.state.adopt(newest)
             else:
@@ -149,7 +155,7 @@ class RoleWorker:
         the newest checkpoint at or before it, nothing later. Returns ``last_applied``."""
         self.state.rollback(iteration, self.learner, self.role)
         self.trajectories.drop_after(iteration)
-        drop_json_after(self.advantages_dir, iteration)
+        self.files.drop_json_after("advantages", iteration)  # the A_S this worker scored, one file an iteration
         self.state.save()
         return self.state.last_applied
 
@@ -158,15 +164,18 @@ class RoleWorker:
         self.state.prune(iteration)
 
     def end_stage(self, stage_index: int) -> None:
-        """A stage checkpoint (``checkpoints/stage<n>/<role>``), kept beside the run's results."""
+        """A stage checkpoint (``checkpoints/stage<n>/<role>`` of the run's storage), kept beside the run's results."""
         if self.learner is not None:
-            self.learner.save(self.run_dir / "checkpoints" / f"stage{stage_index + 1}" / self.role)
+            self.storage.save_folder(f"checkpoints/stage{stage_index + 1}/{self.role}", self.learner.save)
 
     def export(self, dest: str) -> bool:
-        """Write the role's current model as a complete Hugging Face folder at ``dest`` (False: nothing to write)."""
+        """Write the role's current model as a complete Hugging Face folder at ``dest``, a path or a URL
+        (False: nothing to write)."""
         from .final_models import export_role_model
 
-        return export_role_model(self._model(), getattr(self.policy, "tokenizer", None), self.model_path, Path(dest))
+        parent, _, name = dest.rstrip("/").rpartition("/")
+        return RunStorage(parent or ".").save_folder(name, lambda folder: export_role_model(
+            self._model(), getattr(self.policy, "tokenizer", None), self.model_path, folder))
 
     def _model(self) -> Any:
         """The role's current model: the learner's, or the frozen policy's."""
@@ -314,9 +323,9 @@ class RoleWorker:
         slots, metrics = score_sub_side(facts, rewards, scoring.k, scoring.d, strategy=scoring.strategy, rng=rng,
                                         step_weight=scoring.step_weight, states=states, estimator=scoring.estimator,
                                         credit=scoring.credit, outcome_groups=scoring.outcome_groups)
-        write_json(self.advantages_dir / f"{iteration}.json",
-                   [{"index": s.key.index, "agent": s.agent, "slot": s.slot, "reward": s.reward, "advantage": s.advantage}
-                    for s in slots])
+        self.files.write_json(f"advantages/{iteration}.json", [
+            {"index": s.key.index, "agent": s.agent, "slot": s.slot, "reward": s.reward, "advantage": s.advantage}
+            for s in slots])
         return slots, metrics
 
     def update_shared(self, iteration: int, slots: list[MainSlot], facts: list[list[SubFact]],
@@ -358,8 +367,8 @@ class RoleWorker:
         weights to a served engine, record it in ``worker.json``, then publish."""
         self.state.applied(iteration, metrics)
         if self.train:
-            self.learner.save(self.state.checkpoint_dir(iteration),
-                              extra={"last_applied": iteration, "metrics": self.state.data["metrics"]})
+            self.state.save_checkpoint(iteration, self.learner,
+                                       {"last_applied": iteration, "metrics": self.state.data["metrics"]})
             self.faults.hit("after_checkpoint", role=self.role, iteration=iteration)
             if self.sync is not None:
                 metrics = {**metrics, **self._push_weights()}
@@ -408,6 +417,7 @@ class RoleWorker:
             self.store.close()
         if self.engine is not None:
             self.engine.stop()
+        self.storage.close()  # this node's scratch folder (downloads)
 
 
 def _queued(entry: dict[str, Any]) -> tuple[list[list[SubFact]], SubScoring]:

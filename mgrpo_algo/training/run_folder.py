@@ -36,8 +36,9 @@ def used_run_files(out_dir: str | Path) -> list[str]:
     return [name for name in RUN_FILES if (out / name).exists()]
 
 
-def check_fresh_run_folder(out_dir: str | Path, *, resume: bool, overwrite: bool) -> None:
-    """Refuse a folder that holds another run's results unless ``resume`` or ``overwrite`` says what to do."""
+def check_fresh_run_folder(out_dir: str | Path, *, resume: bool, overwrite: bool, storage: str = "") -> None:
+    """Refuse a folder that holds another run's results unless ``resume`` or ``overwrite`` says what to do;
+    the same for a declared run storage (``placement.storage``) that holds another run's workers."""
     if resume and overwrite:
         raise PreflightError("--resume and --overwrite exclude each other")
     # a config.json alone is written before the first iteration: a run refused or killed before it started
@@ -46,6 +47,17 @@ def check_fresh_run_folder(out_dir: str | Path, *, resume: bool, overwrite: bool
         raise PreflightError(f"output folder {str(out_dir)!r} holds a previous run ({', '.join(used)}); "
                              "continue it with --resume, start afresh with --overwrite, or choose another "
                              "--set out_dir=...")
+    if storage and not (resume or overwrite):
+        from .storage import RunStorage, StorageUnreachable
+
+        try:
+            workers = RunStorage(storage).names("workers")
+        except StorageUnreachable:
+            workers = []  # the storage's own check says it better
+        if workers:
+            raise PreflightError(f"run storage {storage!r} holds a previous run's workers ({', '.join(sorted(workers))}); "
+                                 "continue it with --resume, start afresh with --overwrite (they are removed), or "
+                                 "choose another --set placement.storage=...")
 
 
 def clear_run_folder(out_dir: str | Path) -> list[str]:

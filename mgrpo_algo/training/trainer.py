@@ -48,6 +48,7 @@ from ..core.scoring import (
 from ..core.seeding import episode_seed, iteration_rngs
 from .final_models import export_final_models
 from .run_folder import run_store
+from .storage import RunStorage
 from .trajectories import write_json
 from .workers import RoleWorkers
 
@@ -149,6 +150,8 @@ class Trainer:
         self.faults = FaultPoints.from_env(self.out)  # MGRPO_FAULT, read once (crash tests)
         placement = config.placement
         store = run_store(self.out, placement.store)
+        self.storage = RunStorage.of_run(self.out, placement.storage)  # the workers' state (the run folder by default)
+        self.storage.create()
         (self.out / "config.json").write_text(json.dumps(config_to_dict(config), indent=2, default=str) + "\n")
         # the env pays R_M and R_S once, with the judge wherever the roles run
         self.reward_config = reward_config(config, self.scenario, config.expert_judge.make())
@@ -164,7 +167,7 @@ class Trainer:
         if behind:
             self.roles.close()
             raise ValueError(f"cannot resume {self.out}: no checkpoint of iteration {committed} for {sorted(behind)} "
-                             f"under {self.out / 'workers'}")
+                             f"under {self.storage.path('workers')}")
         self.iteration = self.roles.start_iteration
         self.observed_counts: list[int] = []
         if saved:  # a resumed run chooses d from the counts seen before
@@ -203,7 +206,7 @@ class Trainer:
                     done += 1
                 self.roles.end_stage(stage_index)
         self.roles.finish(self.iteration - 1)  # a stale run's last sub iterations
-        export_final_models(self.roles.clients, self.out)  # OUT_DIR/final/<role>/: loadable as is
+        export_final_models(self.roles.clients, self.out, self.config.placement.storage)  # OUT_DIR/final/<role>/
         return history
 
     def train_iteration(self, world: Any, tasks: list[Any], split: str) -> dict[str, Any]:

@@ -8,18 +8,18 @@ the iteration and the record's index). The loop's records keep text and rewards,
 ``episodes.jsonl`` is the same under every placement. Nothing is stripped from a record and rebuilt:
 each request's token history is read from here, and the training sequences are built from here.
 
-On disk, under the worker's folder: ``buffers/<t>.json`` (written atomically by :meth:`commit`: an
-iteration collected and not yet applied survives a restart), moved to ``trajectories/<t>.json`` once
-applied when the run keeps its token ids (``keep_token_ids``), else deleted.
+On the run's storage (:mod:`mgrpo_algo.training.storage`), under the worker's folder: ``buffers/<t>.json``
+(written atomically by :meth:`commit`: an iteration collected and not yet applied survives a restart, on
+this node or another), moved to ``trajectories/<t>.json`` once applied when the run keeps its token ids
+(``keep_token_ids``), else deleted.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from pathlib import Path
 from typing import Any
+
+from .storage import RunStorage, drop_json_after, write_json
 
 __all__ = ["Trajectories", "drop_json_after", "trajectory_key", "write_json"]
 
@@ -33,13 +33,12 @@ class Trajectories:
     """One worker's sampled turns by iteration (see the module docstring).
 
     Args:
-        folder: the worker's folder (``workers/<role>``).
+        folder: the worker's folder (``workers/<role>``): a path, or a folder of the run's storage.
         keep: keep each applied iteration's trajectories (``trajectories/<t>.json``) instead of deleting them.
     """
 
-    def __init__(self, folder: Path, *, keep: bool = False) -> None:
-        self.buffers_dir = folder / "buffers"
-        self.kept_dir = folder / "trajectories"
+    def __init__(self, folder: Path | RunStorage, *, keep: bool = False) -> None:
+        self.files = folder if isinstance(folder, RunStorage) else RunStorage(folder)
         self.keep = keep
         self._open: dict[int, dict[str, Any]] = {}
 
@@ -63,7 +62,7 @@ class Trajectories:
         # each turn's new prompt ids only (linear in turns); trajectory_sequence reads the compact form as is
         data = {"turns": {key: compact_token_extras(turns) for key, turns in buffer["turns"].items()},
                 "states": buffer["states"]}
-        write_json(self.buffers_dir / f"{iteration}.json", data)
+        self.files.write_json(f"buffers/{iteration}.json", data)
         return len(buffer["turns"])
 
     def load(self, iteration: int) -> dict[str, Any]:
@@ -71,45 +70,29 @@ class Trajectories:
         from memory or from its committed buffer."""
         if iteration in self._open:
             return self._open[iteration]
-        path = self.buffers_dir / f"{iteration}.json"
-        if not path.exists():
-            raise RuntimeError(f"no committed rollouts for iteration {iteration} under {self.buffers_dir}")
-        self._open[iteration] = json.loads(path.read_text())
-        return self._open[iteration]
+        data = self.files.read_json(f"buffers/{iteration}.json")
+        if data is None:
+            raise RuntimeError(f"no committed rollouts for iteration {iteration} under {self.files.path('buffers')}")
+        self._open[iteration] = data
+        return data
 
     def discard(self, iteration: int) -> None:
         """Forget an iteration's rollouts (the loop collects it again after a failure)."""
         self._open.pop(iteration, None)
-        (self.buffers_dir / f"{iteration}.json").unlink(missing_ok=True)
+        self.files.remove(f"buffers/{iteration}.json")
 
     def retire(self, iteration: int) -> None:
         """``iteration`` is applied: its trajectories leave the buffer (kept under ``trajectories/``
         with ``keep``, else deleted). Idempotent: a replayed tail finds nothing left to move."""
         self._open.pop(iteration, None)
-        path = self.buffers_dir / f"{iteration}.json"
-        if self.keep and path.exists():
-            self.kept_dir.mkdir(parents=True, exist_ok=True)
-            os.replace(path, self.kept_dir / path.name)
-        path.unlink(missing_ok=True)
+        buffer = f"buffers/{iteration}.json"
+        if self.keep and self.files.exists(buffer):
+            self.files.move(buffer, f"trajectories/{iteration}.json")
+        self.files.remove(buffer)
 
     def drop_after(self, iteration: int) -> None:
         """A rollback to ``iteration``: every later iteration's trajectories go."""
-        drop_json_after(self.buffers_dir, iteration)
-        drop_json_after(self.kept_dir, iteration)
+        self.files.drop_json_after("buffers", iteration)
+        self.files.drop_json_after("trajectories", iteration)
         for it in [i for i in self._open if i > iteration]:
             del self._open[it]
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON at ``path`` atomically (a temporary file renamed over it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
-def drop_json_after(folder: Path, iteration: int) -> None:
-    """Delete ``folder/<t>.json`` for every iteration t after ``iteration``."""
-    for path in folder.glob("*.json") if folder.exists() else []:
-        if int(path.stem) > iteration:
-            path.unlink()

@@ -22,7 +22,6 @@ checkpoint) guarantees that nothing is lost or applied twice (tested with kills 
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -37,6 +36,7 @@ from ..core.scoring import MainSlot, SubScoring, sub_facts, turn_credit
 from ..distributed.placement import RoleServerDied, spawn
 from .roles import RoleWorker
 from .service import RoleClient
+from .storage import RunStorage
 
 T = TypeVar("T")
 
@@ -75,7 +75,7 @@ class RoleWorkers:
         self.staleness = placement.staleness
         self.kind = placement.kind
         if committed < 0:  # a fresh run: no worker state of an earlier one may leak in
-            shutil.rmtree(out / "workers", ignore_errors=True)
+            RunStorage.of_run(out, placement.storage).remove("workers")
         if mode.shares and self.staleness:
             raise ValueError(f"mode {config.mode!r} plays {dict(mode.shares)} with one model and one learner: "
                              "there is no sub learner to lag; set placement.staleness to 0")
@@ -87,9 +87,13 @@ class RoleWorkers:
                 "spec": getattr(config, role), "seed": config.seed, "torch_threads": config.torch_threads,
                 "train": role in mode.trained, "keep_token_ids": config.keep_token_ids,
             }
-            res = placement.resources.get(role, {})
-            self.handles[role] = spawn(RoleWorker, kwargs, placement=self.kind, name=f"mgrpo-{role}",
-                                       num_cpus=res.get("num_cpus", 1), num_gpus=res.get("num_gpus", 0))
+            if placement.storage:  # the default ("": the run folder) passes nothing new
+                kwargs["storage"] = placement.storage
+            res = dict(placement.resources.get(role, {}))
+            cpus, gpus = res.pop("num_cpus", 1), res.pop("num_gpus", 0)
+            self.handles[role] = spawn(RoleWorker, kwargs, placement=self.kind, name=f"mgrpo-{role}", num_cpus=cpus,
+                                       num_gpus=gpus, ray_options={"resources": res} if res else None,
+                                       start_timeout_s=placement.start_timeout_s)
         #: The typed view of each handle (:class:`RoleService`), for every role of the mode (a shared role's is
         #: its owner's): every call below goes through them.
         owned = {role: RoleClient(handle) for role, handle in self.handles.items()}
