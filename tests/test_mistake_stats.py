@@ -14,13 +14,23 @@ from mgrpo_algo.experiments import intervals as iv
 from mgrpo_algo.experiments.mistake_stats import mistake_changes, pool_counts
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 from mgrpo_env.mistakes import (
+    ENDING_RATE_KEYS,
     MISTAKE_RATE_KEYS,
     add_counts,
-    counts_by_question,
     mistake_rates,
     rates_of_counts,
-    record_counts,
 )
+from mgrpo_env.mistakes import counts_by_question as _all_by_question
+from mgrpo_env.mistakes import record_counts as _all_counts
+
+
+# The decision mistakes only: how episodes end (ENDING_RATE_KEYS) is tested in tests/test_endings.py.
+def record_counts(*args, **kwargs):
+    return {k: v for k, v in _all_counts(*args, **kwargs).items() if k not in ENDING_RATE_KEYS}
+
+
+def counts_by_question(*args, **kwargs):
+    return {q: {k: v for k, v in c.items() if k not in ENDING_RATE_KEYS} for q, c in _all_by_question(*args, **kwargs).items()}
 
 
 def _turn(kind, tool=None, **arguments):
@@ -117,7 +127,7 @@ def test_rates_pool_every_question_and_none_where_nothing_is_counted():
     assert rates["report_without_visit"] == pytest.approx(1 / 2)
     assert rates["delegations"] == pytest.approx(5 / 3)
     assert (rates["episodes"], rates["main_decisions"], rates["sub_reports"]) == (3.0, 5.0, 2.0)
-    assert rates_of_counts({}) == {**dict.fromkeys((*MISTAKE_RATE_KEYS, "delegations")), "episodes": 0.0,
+    assert rates_of_counts({}) == {**dict.fromkeys((*MISTAKE_RATE_KEYS, "delegations", *ENDING_RATE_KEYS)), "episodes": 0.0,
                                    "main_decisions": 0.0, "sub_reports": 0.0}
     assert counts_by_question([_hierarchy("q", 4, [D, A])], max_delegations=1)["q"]["answer_early"] == [0, 1]
     into = {"answer_early": [1, 2]}
@@ -133,7 +143,8 @@ AFTER = {"q1": {"answer_early": [0, 4], "report_without_visit": [2, 2]},
 
 def test_each_change_is_after_minus_start_with_its_interval():
     changes = mistake_changes(AFTER, BEFORE, seed=0)
-    assert set(changes) == set(MISTAKE_RATE_KEYS)
+    assert set(changes) == {*MISTAKE_RATE_KEYS, *ENDING_RATE_KEYS}
+    assert all(changes[k] is None for k in ENDING_RATE_KEYS)  # neither side counted them
     # early answers fell from 3/6 to 0/6: -50 points, and every resample of the questions says so
     assert changes["answer_early"] == {"diff": -0.5, "low": -0.5, "high": -0.5, "questions": 2.0, "confidence": 0.95}
     # reports without a visit rose from 1/2 to 2/2 (q2 has no report on either side)

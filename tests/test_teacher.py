@@ -171,7 +171,8 @@ def test_mistake_rates_by_hand():
         _turn("tool_call", "search", queries=["A"]), _turn("tool_call", "search", queries=['"A"']),
         _turn("tool_call", "visit", url="u"), _turn("tool_call", "search", queries=["B"]), _turn("answer")]}}
     # hops A (visited) and B (left for the answer without a visit); 2 of 3 hops worked on: early
-    assert record_counts(single) == {"answer_early_episodes": (1, 1), "report_without_visit": (1, 2)}
+    assert {k: v for k, v in record_counts(single).items() if k in decisions} == {
+        "answer_early_episodes": (1, 1), "report_without_visit": (1, 2)}
     assert json.dumps(mistake_rates([single]))  # JSON-ready
 
 
