@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -196,16 +197,12 @@ class SubScoring:
     sub_weights: tuple[float, ...]
     estimator: str = "grpo_pooled_masked"
     sub_format_gate: bool = False
-    credit: TurnCredit = None  # type: ignore[assignment]  # set in __post_init__ (a frozen default)
+    credit: TurnCredit = field(default_factory=TurnCredit)
     outcome_groups: str = "query"
 
     def __post_init__(self) -> None:
-        credit = self.credit
-        if credit is None:
-            credit = TurnCredit()
-        elif isinstance(credit, Mapping):  # a queued iteration read back from worker.json
-            credit = TurnCredit(**credit)
-        object.__setattr__(self, "credit", credit)
+        if isinstance(self.credit, Mapping):  # a queued iteration read back from worker.json
+            object.__setattr__(self, "credit", TurnCredit(**self.credit))
         if self.outcome_groups not in OUTCOME_GROUPS:
             raise ValueError(f"outcome_groups must be one of {OUTCOME_GROUPS}, got {self.outcome_groups!r}")
 
@@ -361,23 +358,13 @@ def _digest(text: str | None) -> str:
 def _subtask_groups(placed: Sequence[tuple[RolloutKey, int, int, float]], pooled: Sequence[float],
                     facts: Sequence[Sequence[SubFact]]) -> list[float]:
     """A_S standardised within each (query, delegated subtask) group of aligned slots instead of the
-    query's pool: a sub-agent is compared with the sub-agents given the same subtask. A subtask that
-    only one slot of the query holds has no peer to compare with and keeps its pooled A_S; a group whose
-    slots all scored the same gets 0, as any GRPO group does."""
-    from .advantages import EPS
-
-    groups: dict[tuple[int, str], list[int]] = {}
-    for n, (key, _, sub, _) in enumerate(placed):
-        groups.setdefault((key.query, facts[key.index][sub].subtask), []).append(n)
-    out = list(pooled)
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        values = np.asarray([placed[n][3] for n in members], dtype=np.float64)
-        std = float(values.std())
-        for n in members:
-            out[n] = 0.0 if std < EPS else (placed[n][3] - float(values.mean())) / std
-    return out
+    query's pool (:func:`step_advantages` over those keys: a group without spread gives 0): a sub-agent
+    is compared with the sub-agents given the same subtask. A subtask that only one slot of the query
+    holds has no peer to compare with and keeps its pooled A_S."""
+    keys = [(key.query, facts[key.index][sub].subtask) for key, _, sub, _ in placed]
+    grouped = step_advantages(keys, [value for *_, value in placed])
+    sizes = Counter(keys)
+    return [g if sizes[k] > 1 else p for k, g, p in zip(keys, grouped, pooled, strict=True)]
 
 
 def score_sub_side(
