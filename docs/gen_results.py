@@ -51,11 +51,12 @@ def _figure(figures: str) -> str:
 
 
 def readme_block(summary: dict[str, Any]) -> str:
-    """The README's table (the modes, start -> after mean@k with its interval, the two decision mistakes)
-    and one line of what report.md's checks say."""
+    """The README's table (the modes, start -> after mean@k with its interval, the two decision mistakes,
+    the episodes that never answer) and one line of what report.md's checks say."""
     k = summary["eval"]["samples"]
     lines = [f"| mode | held-out mean@{k}: start -> after | after - start [95% CI] | main answers early "
-             "(per decision) | sub-agents report without a visit |", "|---|---|---|---|---|"]
+             "(per decision) | sub-agents report without a visit | episodes that never answer |",
+             "|---|---|---|---|---|---|"]
     for mode in summary["modes"]:
         mean = summary["results"][mode]["mean"]
         iv = summary["intervals"].get(f"{mode}: after - start")
@@ -63,7 +64,8 @@ def readme_block(summary: dict[str, Any]) -> str:
         if early == "-" and mode == "single-agent":
             early = f"(per episode) {_mistake(summary, mode, 'answer_early_episodes')}"
         lines.append(f"| {mode} | {_pct(mean['before_em'])} -> **{_pct(mean['after_em'])}** | {_signed(iv)} | "
-                     f"{early} | {_mistake(summary, mode, 'report_without_visit')} |")
+                     f"{early} | {_mistake(summary, mode, 'report_without_visit')} | "
+                     f"{_mistake(summary, mode, 'turn_limit_episodes')} |")
     checks = summary["verdict"]["checks"]
     failed = [c for c in checks if not c["passed"]]
     words = "; ".join(f"{c['check']}: {_figure(c['figures'])}" for c in failed)
