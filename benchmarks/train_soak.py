@@ -54,11 +54,17 @@ TINY = {
 
 
 def folder_mb(path: Path) -> tuple[float, dict[str, float]]:
-    """Size of ``path`` in MB, and per top-level entry."""
+    """Size of ``path`` in MB, and per top-level entry (files that vanish while it is walked, such as
+    a checkpoint being pruned, are skipped)."""
     per: dict[str, float] = {}
-    for entry in path.iterdir() if path.exists() else []:
-        size = entry.stat().st_size if entry.is_file() else sum(
-            f.stat().st_size for f in entry.rglob("*") if f.is_file())
+    for entry in os.scandir(path) if path.exists() else []:
+        size = 0
+        with contextlib.suppress(OSError):
+            size = entry.stat().st_size if entry.is_file() else 0
+        for folder, _dirs, files in os.walk(entry.path) if entry.is_dir() else []:  # os.walk skips vanished folders
+            for name in files:
+                with contextlib.suppress(OSError):
+                    size += os.stat(os.path.join(folder, name)).st_size
         per[entry.name] = size / 2**20
     return sum(per.values()), per
 
