@@ -15,16 +15,25 @@ Checked, and printed as a table (JSON under ``benchmarks/results/fault_soak.json
   ``policy``, ``arguments``) or ``ok``; a fault must always give the same outcome (stable);
 - every episode record is complete (an end reason, a reward for every agent, every tool call turn
   has its record, every failed call an ``error`` of the form ``kind: message``, JSON round trip);
-- RSS of this process (and of Chromium's processes) after warm-up and at the end.
+- memory over time: every ``--sample-every`` episodes, this process's RSS, open files, threads,
+  glibc's heap (in use / held free), Python's object count, and its children's RSS (Chromium and
+  its helpers); the fault server runs in a child process of its own, counted apart, so that its
+  threads and buffers are not what is measured. The growth after ``--warmup-episodes`` is judged
+  (first and last sample, least-squares slope per 1,000 episodes, projected over 10,000: the
+  target is < 10%), and plotted (``results/<name>.png``).
 
     PYTHONPATH=. .venv/bin/python benchmarks/fault_soak.py              # >= 10,000 tool calls
     PYTHONPATH=. .venv/bin/python benchmarks/fault_soak.py --calls 300  # a quick look
+    PYTHONPATH=. .venv/bin/python benchmarks/fault_soak.py --episodes 10000 --sample-every 100
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
+import multiprocessing
 import random
 import sys
 import tempfile
@@ -32,16 +41,15 @@ import threading
 import time
 import traceback
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import contextlib
-
-import psutil  # noqa: E402
-from common import report  # noqa: E402
+from common import RESULTS, report  # noqa: E402
+from soak_common import growth, malloc_mb, plot_samples, tree_sample  # noqa: E402
 
 from mgrpo_env.aec import MGRPOEnv  # noqa: E402
 from mgrpo_env.episode import EpisodeRecord  # noqa: E402
@@ -154,7 +162,8 @@ def check_record(record: EpisodeRecord) -> list[str]:
 
 
 class Soak:
-    def __init__(self, scenario: Any, world: Any, fault_port: int, seed: int) -> None:
+    def __init__(self, scenario: Any, world: Any, fault_port: int, seed: int, *, sample_every: int = 0,
+                 apart: tuple[int, ...] = ()) -> None:
         self.scenario, self.world, self.port, self.seed = scenario, world, fault_port, seed
         self.lock = threading.Lock()
         self.calls = 0
@@ -164,19 +173,31 @@ class Soak:
         self.incomplete: list[str] = []
         self.outcomes: dict[str, Counter[str]] = defaultdict(Counter)
         self.rss: list[tuple[int, float, float]] = []
+        self.sample_every = sample_every
+        self.apart = apart  # processes sampled apart (the fault server)
+        self.samples: list[dict[str, Any]] = []
+        self.started = time.perf_counter()
 
-    def worker(self, index: int, target_calls: int) -> None:
+    def worker(self, index: int, stop: Callable[[], bool]) -> None:
+        """Episodes on this thread's env until ``stop()`` (asked under the lock) says enough."""
         env = MGRPOEnv(self.scenario, "stage1", world=self.world, max_main_turns=4, max_sub_turns=8,
                        max_delegations=2)
         rng = random.Random(self.seed * 1000 + index)
         episode = 0
         while True:
             with self.lock:
-                if self.calls >= target_calls:
+                if stop():
                     break
             episode += 1
             self.run_episode(env, rng, seed=self.seed * 100_000 + index * 10_000 + episode)
         env.close()
+
+    def sample(self) -> dict[str, Any]:
+        """One memory sample, taken by the thread that finished the episode (under the lock)."""
+        row = {"episodes": self.episodes, "calls": self.calls, "t_s": round(time.perf_counter() - self.started, 1),
+               **tree_sample(apart=self.apart), "malloc_mb": malloc_mb(), "python_objects": len(gc.get_objects())}
+        self.samples.append(row)
+        return row
 
     def run_episode(self, env: MGRPOEnv, rng: random.Random, seed: int) -> None:
         hostile = rng.random() < 0.75
@@ -209,6 +230,11 @@ class Soak:
         with self.lock:
             self.episodes += 1
             self.calls += len(sub_calls) + len(main_calls)
+            if self.sample_every and self.episodes % self.sample_every == 0:
+                row = self.sample()
+                print(f"  {row['episodes']} episodes, {row['calls']} calls, rss {row['rss_mb']:.0f} MB, "
+                      f"heap in use {row['malloc_mb'].get('in_use', 0):.0f} MB, {row['threads']} threads, "
+                      f"{row['fds']} fds, children {row['children_rss_mb']:.0f} MB", flush=True)
             self.main_calls += len(main_calls)
             if problems:
                 self.incomplete.append(f"{record.episode_id}: {problems}")
@@ -228,22 +254,52 @@ class Soak:
                     self.outcomes["(random agent)"][kind_of(call.error)] += 1
 
 
-def rss_mb() -> tuple[float, float]:
-    """(this process, its child processes: Chromium and its helpers) resident memory in MB."""
-    me = psutil.Process()
-    children = 0
-    for child in me.children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            children += child.memory_info().rss
-    return me.memory_info().rss / 2**20, children / 2**20
+def rss_mb(apart: tuple[int, ...] = ()) -> tuple[float, float]:
+    """(this process, its child processes but those in ``apart``: Chromium and its helpers) RSS in MB."""
+    row = tree_sample(apart=apart)
+    return row["rss_mb"], row["children_rss_mb"]
+
+
+def _serve_faults(drip_s: float, conn: Any) -> None:
+    with FaultServer(drip_s=drip_s) as faults:
+        conn.send(faults.origin)
+        conn.recv()  # until the soak says stop (or its end of the pipe closes)
+
+
+@contextlib.contextmanager
+def fault_server_process(drip_s: float) -> Iterator[tuple[str, int]]:
+    """The fault server in a child process of its own: ``(origin, pid)``. Its thread per connection
+    and its 50 MB bodies are then not part of the memory this soak measures."""
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    proc = ctx.Process(target=_serve_faults, args=(drip_s, theirs), daemon=True, name="mgrpo-faults")
+    proc.start()
+    try:
+        if not ours.poll(60):
+            raise RuntimeError("the fault server did not start within 60 s")
+        yield ours.recv(), int(proc.pid or 0)
+    finally:
+        with contextlib.suppress(OSError):
+            ours.send("stop")
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=10_000, help="tool calls to make (at least)")
+    parser.add_argument("--episodes", type=int, default=0,
+                        help="episodes to run after the warm-up calls instead of --calls (0: stop on --calls)")
+    parser.add_argument("--sample-every", type=int, default=50, help="a memory sample every this many episodes")
+    parser.add_argument("--warmup-episodes", type=int, default=300,
+                        help="episodes before the growth is judged (threads, pools and the page memo filling)")
+    parser.add_argument("--max-minutes", type=float, default=0,
+                        help="stop starting episodes after this long (0: no limit); the results are written")
+    parser.add_argument("--name", default="fault_soak", help="results file: benchmarks/results/<name>.json and .png")
     parser.add_argument("--threads", type=int, default=6, help="envs run at once, one per thread")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--warmup", type=int, default=300, help="calls before the first RSS reading")
+    parser.add_argument("--warmup", type=int, default=300, help="calls on one thread before the others start")
     args = parser.parse_args()
 
     from mgrpo_scenarios.wiki_hops import WikiHops
@@ -251,36 +307,54 @@ def main() -> int:
     from mgrpo_tools.fetch import HttpFetcher
 
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="mgrpo-soak-") as data, FaultServer(drip_s=20) as faults:
+    with tempfile.TemporaryDirectory(prefix="mgrpo-soak-") as data, fault_server_process(drip_s=20) as (origin, pid):
         scenario = WikiHops(seed=0, num_entities=300, data_dir=data)
         with scenario.open() as world:
             # The only change to the world's policy: the fault site, by name, as a virtual origin.
-            world.policy.map_origin(FAULT_ORIGIN, faults.origin)
+            world.policy.map_origin(FAULT_ORIGIN, origin)
             # Shorter limits than the defaults, so that the drip and the busy page cost seconds,
             # not tens of seconds; the fetchers are otherwise the world's own kind.
             world.http.close()
             world.browser.close()
             world.http = HttpFetcher(world.policy, timeout_s=3.0)
             world.browser = BrowserFetcher(world.policy, timeout_s=10.0, max_idle_wait_s=0.5)
-            port = int(faults.origin.rsplit(":", 1)[1])
-            soak = Soak(scenario, world, port, args.seed)
+            port = int(origin.rsplit(":", 1)[1])
+            soak = Soak(scenario, world, port, args.seed, sample_every=args.sample_every, apart=(pid,))
 
-            soak.worker(0, min(args.warmup, args.calls))  # warm-up: Chromium started, pools filled
-            rss_start = rss_mb()
+            warmup = min(args.warmup, args.calls) if not args.episodes else args.warmup
+            soak.worker(0, lambda: soak.calls >= warmup)  # warm-up: Chromium started, pools filled
+            rss_start = rss_mb((pid,))
             soak.rss.append((soak.calls, *rss_start))
-            threads = [threading.Thread(target=soak.worker, args=(i + 1, args.calls)) for i in range(args.threads)]
+            first_episode = soak.episodes
+            deadline = started + 60 * args.max_minutes if args.max_minutes else float("inf")
+
+            def stop() -> bool:
+                if time.perf_counter() > deadline:
+                    return True
+                if args.episodes:
+                    return soak.episodes - first_episode >= args.episodes
+                return soak.calls >= args.calls
+            threads = [threading.Thread(target=soak.worker, args=(i + 1, stop)) for i in range(args.threads)]
             for thread in threads:
                 thread.start()
             while any(t.is_alive() for t in threads):
                 time.sleep(5)
-                soak.rss.append((soak.calls, *rss_mb()))
-                print(f"  {soak.calls} calls, {soak.episodes} episodes, rss {soak.rss[-1][1]:.0f} MB", flush=True)
+                soak.rss.append((soak.calls, *rss_mb((pid,))))
+                if not args.sample_every:
+                    print(f"  {soak.calls} calls, {soak.episodes} episodes, rss {soak.rss[-1][1]:.0f} MB", flush=True)
             for thread in threads:
                 thread.join()
-            rss_end = rss_mb()
+            rss_end = rss_mb((pid,))
             soak.rss.append((soak.calls, *rss_end))
+            with soak.lock:
+                soak.sample()
     wall = time.perf_counter() - started
+    return finish(args, soak, rss_start, rss_end, wall)
 
+
+def finish(args: argparse.Namespace, soak: Soak, rss_start: tuple[float, float], rss_end: tuple[float, float],
+           wall: float) -> int:
+    """Judge, print and write the results; the exit status."""
     # A fault is stable when every call gave the same outcome; a "timeout" on a fast fault is counted
     # apart (the machine was too loaded to answer within the soak's limits), and shown in the table.
     unstable = {path: dict(c) for path, c in soak.outcomes.items()
@@ -288,21 +362,45 @@ def main() -> int:
     load_timeouts = sum(c["timeout"] for p, c in soak.outcomes.items() if p in FAULTS and p != "/drip")
     rows: list[tuple[str, Any, str]] = [
         ("tool calls", soak.calls, f"{soak.main_calls} by main agents (delegate), the rest by sub-agents"),
-        ("episodes", soak.episodes, f"{args.threads} envs in threads, one shared world"),
+        ("episodes", soak.episodes, f"{args.threads} envs in threads, one shared world"
+                                    + (f" (asked for {args.episodes} after the warm-up)" if args.episodes else "")),
         ("exceptions out of env.step", len(soak.exceptions), "must be 0"),
         ("incomplete episode records", len(soak.incomplete), "must be 0"),
         ("faults with more than one outcome", len(unstable), "must be 0 (stable error kinds; timeouts apart)"),
         ("timeouts on faults that are not /drip", load_timeouts, "a loaded machine answering after the soak's 3 s"),
         ("RSS after warm-up", rss_start[0], f"MB (Chromium and helpers: {rss_start[1]:.0f} MB)"),
         ("RSS at the end", rss_end[0], f"MB (Chromium and helpers: {rss_end[1]:.0f} MB)"),
-        ("RSS growth", rss_end[0] - rss_start[0], "MB, this process"),
+        ("RSS growth", rss_end[0] - rss_start[0], "MB, this process, from the one-thread warm-up"),
         ("wall time", wall, "s"),
     ]
+    judged = judge_samples(soak.samples, args.warmup_episodes)
+    rss = judged.get("rss_mb", {})
+    if rss:
+        rows += [
+            ("RSS growth after warm-up", rss["growth_pct"],
+             f"% from episode {rss['from_x']} ({rss['first']:.0f} MB) to {rss['to_x']} ({rss['last']:.0f} MB); target < 10"),
+            ("RSS slope after warm-up", rss["slope_per_1000"], "MB per 1,000 episodes (least squares)"),
+            ("RSS projected over 10,000 episodes", rss["projected_pct_per_10000"], "% of the warm-up RSS, from the slope"),
+        ]
+        for key, label in (("fds", "open files"), ("threads", "threads"), ("children", "child processes")):
+            if judged.get(key):
+                rows.append((f"{label} after warm-up", f"{judged[key]['first']:.0f} -> {judged[key]['last']:.0f}",
+                             f"max {judged[key]['max']:.0f}"))
     for path in sorted(soak.outcomes):
         counts = soak.outcomes[path]
         shown = ", ".join(f"{label} x{n}" for label, n in counts.most_common())
         rows.append((f"  {path}", sum(counts.values()), shown))
-    report("fault_soak", rows, {
+    xs = [row["episodes"] for row in soak.samples]
+    plot = plot_samples(RESULTS / f"{args.name}.png", xs, {
+        "this process (RSS)": [row["rss_mb"] for row in soak.samples],
+        "glibc heap in use": [row["malloc_mb"].get("in_use") for row in soak.samples],
+        "glibc heap held free": [row["malloc_mb"].get("free") for row in soak.samples],
+        "Chromium and helpers (RSS)": [row["children_rss_mb"] for row in soak.samples],
+    }, xlabel="episodes", title="fault soak: memory over episodes", warmup=args.warmup_episodes) if xs else None
+    report(args.name, rows, {
+        "growth_after_warmup": judged,
+        "samples": soak.samples,
+        "plot": str(plot) if plot else None,
         "outcomes": {p: dict(c) for p, c in soak.outcomes.items()},
         "unstable": unstable,
         "exceptions": soak.exceptions[:20],
@@ -311,6 +409,15 @@ def main() -> int:
         "command": " ".join(sys.argv),
     })
     return 0 if not soak.exceptions and not soak.incomplete and not unstable else 1
+
+
+def judge_samples(samples: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """The growth after ``warmup`` episodes of each sampled figure (see soak_common.growth)."""
+    xs = [row["episodes"] for row in samples]
+    out = {key: growth(xs, [row[key] for row in samples], warmup)
+           for key in ("rss_mb", "fds", "threads", "children", "children_rss_mb", "python_objects")}
+    out["heap_in_use_mb"] = growth(xs, [row["malloc_mb"].get("in_use") for row in samples], warmup)
+    return out
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 
 from .base import ToolError
+from .bounded_body import ACCEPT_ENCODING
 from .browser_route import _NET_SCRIPT, RequestGuard, _Job, _Tab
 from .cache import ResponseCache
 from .chromium import INSTALL_HINT, default_chromium
@@ -261,6 +262,7 @@ class BrowserFetcher(RequestGuard):
                     timeout=httpx.Timeout(self.timeout_s),
                     follow_redirects=False,  # every hop passes the policy: _guard follows them
                     trust_env=False,  # an environment proxy would hide the real destination
+                    headers={"Accept-Encoding": ACCEPT_ENCODING},  # what BoundedBody inflates within max_bytes
                 )
             if self._playwright is None:
                 self._playwright = await async_playwright().start()

@@ -19,6 +19,7 @@ from urllib.parse import urljoin
 import httpx
 
 from .base import ToolError
+from .bounded_body import BoundedBody
 from .fetch import REDIRECT_STATUSES, _looks_binary, is_text_content_type
 
 __all__ = ["RequestGuard"]
@@ -198,14 +199,14 @@ class RequestGuard:
                 declared = response.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > self.max_bytes:
                     raise ToolError("content", f"page larger than {self.max_bytes} bytes ({declared} declared) at {shown}")
-                content = bytearray()
-                async for chunk in response.aiter_bytes():
-                    content += chunk
-                    if len(content) > self.max_bytes:
-                        raise ToolError("content", f"page larger than {self.max_bytes} bytes at {shown}")
-                if main and _looks_binary(bytes(content), response.charset_encoding):
+                # Raw bytes, inflated within max_bytes (httpx would inflate a whole read at once).
+                reader = BoundedBody(self.max_bytes, response.headers.get("content-encoding", ""), shown)
+                async for raw in response.aiter_raw():
+                    reader.feed(raw)
+                content = reader.value()
+                if main and _looks_binary(content, response.charset_encoding):
                     raise ToolError("content", f"{shown} looks binary (NUL bytes), not a text page")
-                return response.status_code, reply, bytes(content)
+                return response.status_code, reply, content
 
         try:
             return await asyncio.wait_for(exchange(), timeout=job.remaining_ms() / 1000.0)

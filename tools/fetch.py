@@ -34,6 +34,7 @@ from urllib.parse import urljoin
 import httpx
 
 from .base import ToolError
+from .bounded_body import ACCEPT_ENCODING, BoundedBody
 from .cache import ResponseCache
 from .pinning import PinnedTransport
 from .url_policy import UrlPolicy
@@ -183,6 +184,7 @@ class HttpFetcher:
             headers={
                 "User-Agent": user_agent,
                 "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
+                "Accept-Encoding": ACCEPT_ENCODING,  # what BoundedBody inflates within max_bytes
             },
         )
 
@@ -247,22 +249,22 @@ class HttpFetcher:
             raise ToolError(
                 "content", f"page larger than {self.max_bytes} bytes ({declared} declared) at {url}"
             )
-        body = bytearray()
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) > self.max_bytes:
-                raise ToolError("content", f"page larger than {self.max_bytes} bytes at {url}")
+        # Raw bytes, inflated here within max_bytes (httpx would inflate a whole read at once).
+        reader = BoundedBody(self.max_bytes, response.headers.get("content-encoding", ""), url)
+        for raw in response.iter_raw():
+            reader.feed(raw)
             # httpx times each read; a server that trickles bytes is stopped by the overall deadline.
             if time.perf_counter() > deadline:
                 raise ToolError("timeout", f"{url} did not finish within {self.timeout_s:g} s")
+        body = reader.value()
         charset = response.charset_encoding
-        if _looks_binary(bytes(body), charset):
+        if _looks_binary(body, charset):
             raise ToolError("content", f"{url} looks binary (NUL bytes), not a text page")
         return FetchResult(
             url=url,
             status=response.status_code,
             content_type=mime,
-            text=_decode(bytes(body), charset, mime),
+            text=_decode(body, charset, mime),
             elapsed_s=time.perf_counter() - start,
             from_cache=False,
             via=self.via,

@@ -12,7 +12,8 @@ for one agent.
 
 from __future__ import annotations
 
-import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -75,22 +76,68 @@ class BrowsingSession:
             return False
 
 
-_MEMO_MAX_CHARS = 200_000
+class DocumentMemo:
+    """Parsed pages by ``(url, html)``, least recently used dropped first, bounded twice: by entries
+    and by the characters of HTML kept (each entry holds its HTML, as the key, and its Document).
+
+    Parsing is ~90% of a cached visit and many agents read the same pages, so parsed documents are
+    shared; they are never mutated after parsing. The bound in characters is what keeps a long run
+    flat: the ``functools.lru_cache(maxsize=1024)`` this replaces counted entries only, and 1,024
+    pages of up to 200,000 characters can hold ~550 MB. Measured with tracemalloc, the HTML
+    included: an entry costs ~2.7 bytes per character of HTML for a large text page and ~4.4 for
+    wiki-hops' small, link-dense pages (306 pages, 586,000 characters: 2.6 MB), so the default
+    bound of 8,000,000 characters holds at most ~35 MB (``tests/test_soak_leaks.py`` checks the
+    bound).
+    """
+
+    def __init__(self, max_entries: int = 1024, max_chars: int = 8_000_000, max_page_chars: int = 200_000) -> None:
+        self.max_entries, self.max_chars, self.max_page_chars = max_entries, max_chars, max_page_chars
+        self._entries: OrderedDict[tuple[str, str], Document] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def chars(self) -> int:
+        """Characters of HTML kept now."""
+        return self._chars
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._chars = 0
+
+    def parse(self, text: str, url: str) -> Document:
+        """The Document of ``text`` at ``url``: a kept one, or parsed now (and kept if small enough)."""
+        if len(text) > self.max_page_chars:
+            return html_to_document(text, url)
+        key = (url, text)
+        with self._lock:
+            doc = self._entries.get(key)
+            if doc is not None:
+                self._entries.move_to_end(key)
+                return doc
+        doc = html_to_document(text, url)  # outside the lock: two threads may parse one page at once
+        with self._lock:
+            if key not in self._entries:
+                self._entries[key] = doc
+                self._chars += len(text)
+            while len(self._entries) > self.max_entries or self._chars > self.max_chars:
+                (_, old_text), _ = self._entries.popitem(last=False)
+                self._chars -= len(old_text)
+        return doc
 
 
-@functools.lru_cache(maxsize=1024)
-def _parse_html(text: str, url: str) -> Document:
-    # Parsing is ~90% of a cached visit; many agents read the same pages. Documents are never
-    # mutated after parsing, so sharing one between sessions is safe.
-    return html_to_document(text, url)
+#: The memo every visit tool of the process shares (see DocumentMemo for its bounds).
+DOCUMENTS = DocumentMemo()
 
 
 def _to_document(result: FetchResult) -> Document:
     """HTML through the readable-text extractor; other text (plain, JSON, XML) as it is."""
     if result.content_type in _HTML_TYPES:
-        if len(result.text) <= _MEMO_MAX_CHARS:
-            return _parse_html(result.text, result.url)
-        return html_to_document(result.text, result.url)
+        return DOCUMENTS.parse(result.text, result.url)
     name = result.url.rstrip("/").rsplit("/", 1)[-1] or result.url
     return Document(url=result.url, title=name, text=result.text.strip(), links=[])
 
