@@ -26,11 +26,15 @@ import asyncio
 import contextlib
 from typing import Any
 
-from openenv.core.client_types import StepResult
-from openenv.core.env_client import EnvClient
 from websockets.exceptions import ConnectionClosed
 
-from .openenv_types import AgentAction, AgentObservation, EpisodeState
+from .openenv_types import (  # openenv-core's classes, imported there without its web UI
+    AgentAction,
+    AgentObservation,
+    EnvClient,
+    EpisodeState,
+    StepResult,
+)
 
 __all__ = ["MGRPOEnvClient", "EnvServerError", "EnvConnectionLost"]
 

@@ -27,13 +27,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI
-from openenv.core.env_server.http_server import HTTPEnvServer
-from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata
 
 from .aec import MGRPOEnv
 from .core import Limits
-from .openenv_types import SINGLE_AGENT, AgentAction, AgentObservation, EpisodeState
+from .openenv_types import (  # openenv-core's classes, imported there without its web UI
+    SINGLE_AGENT,
+    AgentAction,
+    AgentObservation,
+    ConcurrencyConfig,
+    Environment,
+    EnvironmentMetadata,
+    EpisodeState,
+    HTTPEnvServer,
+)
 from .single import SingleAgentEnv
 
 __all__ = ["HierarchyEnvironment", "SingleEnvironment", "EnvSpec", "create_app", "DEFAULT_MAX_SESSIONS"]

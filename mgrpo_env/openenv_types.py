@@ -10,12 +10,45 @@ Needs the ``openenv`` extra (``pip install 'mgrpo[openenv]'``). Never imports to
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
-__all__ = ["AgentAction", "AgentObservation", "EpisodeState", "SINGLE_AGENT"]
+
+def _import_openenv_core() -> None:
+    """Import openenv-core without its optional Gradio web UI (``/web``, off unless
+    ENABLE_WEB_INTERFACE is set; this server never turns it on): importing Gradio is two thirds of
+    importing openenv-core (8 of 12 s measured), paid by every server and client process. openenv-core
+    imports the UI under ``except ModuleNotFoundError``; a None entry in sys.modules makes that import
+    fail at once, and is removed afterwards so that a later ``import gradio`` works as usual."""
+    if "openenv.core.env_server" in sys.modules or "gradio" in sys.modules:
+        return
+    sys.modules["gradio"] = None  # type: ignore[assignment]
+    try:
+        import openenv.core.env_server  # noqa: F401
+    finally:
+        if sys.modules.get("gradio", 0) is None:
+            del sys.modules["gradio"]
+
+
+_import_openenv_core()
+
+# openenv-core's names that the server and the client use, imported here once (after the line above)
+from openenv.core.client_types import StepResult  # noqa: E402
+from openenv.core.env_client import EnvClient  # noqa: E402
+from openenv.core.env_server.http_server import HTTPEnvServer  # noqa: E402
+from openenv.core.env_server.interfaces import Environment  # noqa: E402
+from openenv.core.env_server.types import (  # noqa: E402
+    Action,
+    ConcurrencyConfig,
+    EnvironmentMetadata,
+    Observation,
+    State,
+)
+
+__all__ = ["AgentAction", "AgentObservation", "EpisodeState", "SINGLE_AGENT", "Environment", "EnvClient",
+           "HTTPEnvServer", "ConcurrencyConfig", "EnvironmentMetadata", "StepResult"]
 
 #: The single-agent env's one agent, as its episode records name it.
 SINGLE_AGENT = "single_0"

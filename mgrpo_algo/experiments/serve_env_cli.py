@@ -13,6 +13,7 @@ server is :mod:`mgrpo_env.openenv_server` (openenv-core's); the client is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import socket
 from typing import Any
@@ -44,7 +45,7 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
     from mgrpo_env.core import Limits
     from mgrpo_env.openenv_server import DEFAULT_MAX_SESSIONS, EnvSpec, create_app
 
-    from ..cli import _build_scenario, _scenario_kwargs
+    from ..cli import _build_scenario, _interrupt_on_stop_signals, _scenario_kwargs
 
     try:
         limits = Limits(**_scenario_kwargs(args.limit))
@@ -67,8 +68,80 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
         host, port = sock.getsockname()[:2]
         print(json.dumps({"url": f"http://{host}:{port}", "env": "single" if args.single else "hierarchy",
                           "scenario": args.scenario, "split": args.split}), flush=True)
-        # uvicorn handles Ctrl-C and SIGTERM itself: it closes the connections (so each session and
-        # its env), then returns here and the world closes.
+        # uvicorn catches Ctrl-C and SIGTERM itself and shuts down gracefully (every connection closed,
+        # so every session and its env); then it restores the handlers it found and raises the signal
+        # again: ours turn it into KeyboardInterrupt, so the world below is closed too.
+        _interrupt_on_stop_signals()
         config = uvicorn.Config(app, log_level="warning", ws="websockets-sansio", lifespan="on")
-        uvicorn.Server(config).run(sockets=[sock])
+        with contextlib.suppress(KeyboardInterrupt):
+            uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+class ServeEnvProcess:
+    """``mgrpo serve-env ARGS`` in a child process, for tests and benchmarks: ``start()`` waits for its
+    ready line (``url``, ``ready``: that line as a dict), ``stop()`` sends SIGTERM (uvicorn's graceful
+    shutdown: sessions closed, then the world) and kills it if it has not ended within ``timeout_s``.
+
+    stderr goes to a file, not a pipe: a child blocked on a full pipe would look like a hang.
+    """
+
+    def __init__(self, *args: str, startup_timeout_s: float = 180.0) -> None:
+        self.args = list(args)
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: Any = None
+        self.url = ""
+        self.ready: dict[str, Any] = {}
+
+    def start(self) -> ServeEnvProcess:
+        import subprocess
+        import sys
+        import tempfile
+        import threading
+        import time
+
+        self._err = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in __exit__
+        self.proc = subprocess.Popen([sys.executable, "-m", "mgrpo_algo.cli", "serve-env", *self.args],
+                                     stdout=subprocess.PIPE, stderr=self._err, text=True)
+        lines: list[str] = []
+        # A reader thread, so that a child that prints nothing cannot block the wait below.
+        threading.Thread(target=lambda: lines.extend(line for line in self.proc.stdout if line.startswith("{")),
+                         daemon=True).start()
+        deadline = time.monotonic() + self.startup_timeout_s
+        while not lines and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not lines:
+            self.stop()
+            raise RuntimeError(f"mgrpo serve-env {' '.join(self.args)} did not start (exit code {self.proc.returncode}, "
+                               f"{time.monotonic() - deadline + self.startup_timeout_s:.0f} s): {self.stderr()[-3000:]}")
+        self.ready = json.loads(lines[0])
+        self.url = self.ready["url"]
+        return self
+
+    def stderr(self) -> str:
+        self._err.flush()
+        self._err.seek(0)
+        return self._err.read()
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        """Stop the server; its exit code (-9 when it had to be killed)."""
+        import signal
+        import subprocess
+
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def __enter__(self) -> ServeEnvProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self._err.close()
