@@ -23,6 +23,7 @@ Needs the ``openenv`` extra. Never imports torch.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,6 +60,12 @@ class EnvSpec:
         self.world = world
         self.limits = limits or Limits()
         self.env_kwargs = dict(env_kwargs or {})
+        self.envs_built = 0  # session envs built so far (openenv-core's /metadata and /state build one too)
+        self._count_lock = threading.Lock()
+
+    def count_env(self) -> None:
+        with self._count_lock:
+            self.envs_built += 1
 
 
 class _SessionEnvironment(Environment[AgentAction, AgentObservation, EpisodeState]):
@@ -70,6 +77,7 @@ class _SessionEnvironment(Environment[AgentAction, AgentObservation, EpisodeStat
     def __init__(self, spec: EnvSpec) -> None:
         super().__init__()
         self.spec = spec
+        spec.count_env()
         self._episode = False  # a reset happened in this session
         self._done = False
         self._steps = 0
@@ -220,7 +228,8 @@ def create_app(spec: EnvSpec, *, single: bool = False, max_sessions: int = DEFAU
                session_timeout_s: float | None = None) -> FastAPI:
     """openenv-core's FastAPI app over ``spec``'s env (the hierarchy, or the single agent with
     ``single=True``), plus ``GET /sessions``: ``{"active_sessions": n, "max_sessions": m,
-    "browser_pages": p}`` (the browser's pages in use, 0 when idle), what a leak would show.
+    "browser_pages": p, "envs_built": b}`` (the browser's pages in use, 0 when idle: what a leak would
+    show; the session envs built since the start).
 
     ``session_timeout_s``: openenv-core's idle-session reaper closes a session idle that long (None:
     only a disconnect closes it).
@@ -237,7 +246,7 @@ def create_app(spec: EnvSpec, *, single: bool = False, max_sessions: int = DEFAU
     @app.get("/sessions", tags=["Health"], summary="open sessions and browser pages in use")
     def sessions() -> dict[str, int]:
         return {"active_sessions": server.active_sessions, "max_sessions": server.max_concurrent_envs,
-                "browser_pages": browser_pages(spec.world)}
+                "browser_pages": browser_pages(spec.world), "envs_built": spec.envs_built}
 
     app.state.env_server = server  # for in-process callers (tests, benchmarks)
     return app

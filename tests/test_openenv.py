@@ -109,7 +109,7 @@ def wait_for_no_sessions(url: str, timeout_s: float = 60.0) -> dict:
     while True:
         counts = sessions(url)
         if (counts["active_sessions"] == 0 and counts["browser_pages"] == 0) or time.monotonic() > deadline:
-            return counts
+            return {k: counts[k] for k in ("active_sessions", "max_sessions", "browser_pages")}
         time.sleep(0.1)
 
 
@@ -180,8 +180,12 @@ def test_refused_messages_are_clear_errors_and_the_session_goes_on(hierarchy_ser
         with pytest.raises(EnvServerError, match="is over \\(answer\\): reset\\(\\) to start another"):
             client.step(AgentAction(agent="main_0", text="<answer>again</answer>"))
         assert client.state().done
+        built = sessions(hierarchy_server.url)["envs_built"]
         again = client.reset(seed=1)
         assert again.observation.text == first.observation.text and not again.done
+        # one session per episode: the reset ran on a new session (a new env), the old one is closed
+        assert sessions(hierarchy_server.url)["envs_built"] == built + 1
+        assert sessions(hierarchy_server.url)["active_sessions"] == 1
 
 
 def test_a_client_that_leaves_mid_episode_frees_its_session_and_pages(hierarchy_server, scenario):

@@ -86,7 +86,7 @@ class ServeEnvProcess:
     stderr goes to a file, not a pipe: a child blocked on a full pipe would look like a hang.
     """
 
-    def __init__(self, *args: str, startup_timeout_s: float = 180.0) -> None:
+    def __init__(self, *args: str, startup_timeout_s: float = 600.0) -> None:
         self.args = list(args)
         self.startup_timeout_s = startup_timeout_s
         self.proc: Any = None
