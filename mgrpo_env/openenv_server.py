@@ -254,5 +254,5 @@ def create_app(spec: EnvSpec, *, single: bool = False, max_sessions: int = DEFAU
 
 def browser_pages(world: Any) -> int:
     """Pages the world's browser has open for fetches now (0 without a started browser)."""
-    browser = getattr(world, "browser", None)
-    return int(browser.pages_open()) if browser is not None and hasattr(browser, "pages_open") else 0
+    browser = getattr(world, "browser", None)  # None: a world without a browser (browser_mode="never")
+    return 0 if browser is None else int(browser.pages_open())

@@ -104,6 +104,15 @@ def sessions(url: str) -> dict:
     return httpx.get(f"{url}/sessions", timeout=30).json()
 
 
+def wait_until(condition, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def wait_for_no_sessions(url: str, timeout_s: float = 60.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -185,7 +194,7 @@ def test_refused_messages_are_clear_errors_and_the_session_goes_on(hierarchy_ser
         assert again.observation.text == first.observation.text and not again.done
         # one session per episode: the reset ran on a new session (a new env), the old one is closed
         assert sessions(hierarchy_server.url)["envs_built"] == built + 1
-        assert sessions(hierarchy_server.url)["active_sessions"] == 1
+        assert wait_until(lambda: sessions(hierarchy_server.url)["active_sessions"] == 1)
 
 
 def test_a_client_that_leaves_mid_episode_frees_its_session_and_pages(hierarchy_server, scenario):
