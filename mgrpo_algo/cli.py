@@ -5,6 +5,7 @@ Commands available now:
     mgrpo eval  --config configs/demo.yaml --agent configs/demo-warm-start [--set eval.limit=20] [--out DIR]
                 --agent {oracle,scenario-oracle,random,FOLDER,main=PATH,sub=PATH,single=PATH}
     mgrpo serve --scenario wiki-hops            # serve the offline world on 127.0.0.1 until Ctrl-C
+    mgrpo serve-env --scenario wiki-hops [--single] --port 8000   # the env over OpenEnv (HTTP/WebSocket)
     mgrpo view RUN_DIR                          # a static HTML page of the run's episodes
     mgrpo train --config configs/tiny.yaml [--set mode=frozen-sub --set main.learner.lr=1e-4] [--resume]
     mgrpo train --config configs/tiny.yaml --placement processes --store redis://127.0.0.1:6379 [--staleness 1]
@@ -376,6 +377,9 @@ def _parser(prog: str = "mgrpo") -> argparse.ArgumentParser:
     from .experiments.eval_cli import add_eval_parser
 
     add_eval_parser(sub)
+    from .experiments.serve_env_cli import add_serve_env_parser
+
+    add_serve_env_parser(sub)
 
     tr = sub.add_parser("train", help="train with M-GRPO or a baseline (mode in the config)")
     tr.add_argument("--config", default=None, help="YAML file of mgrpo_algo.core.config.TrainConfig fields")

@@ -96,8 +96,8 @@ def test_set_overrides_in_commands_name_config_fields(fields):
         for line in command_lines(text):
             command = re.search(r"\bmgrpo (\w[\w-]*)", line)
             for key in re.findall(r"--set[ =]['\"]?([\w.<>\[\]]+)=", line):
-                if command and command.group(1) in ("serve",):
-                    continue  # serve's --set keys are the scenario's options
+                if command and command.group(1) in ("serve", "serve-env"):
+                    continue  # serve's and serve-env's --set keys are the scenario's options
                 if command and command.group(1) == "eval" and "." not in key and field_problem(key, fields):
                     continue  # eval: a key that is not a config field is a scenario option
                 problem = field_problem(key, fields)

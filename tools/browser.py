@@ -183,6 +183,22 @@ class BrowserFetcher(RequestGuard):
             future.cancel()
             raise ToolError("timeout", f"the browser did not render {checked} in time") from None
 
+    def pages_open(self) -> int:
+        """Pages open for fetches now (rendering or being closed), the prepared spares not counted:
+        0 when no fetch is under way, which is what a server checks for leaked pages."""
+        loop = self._loop
+        if loop is None:
+            return 0
+
+        async def count() -> int:
+            contexts = self._browser.contexts if self._browser is not None and self._browser.is_connected() else []
+            return max(0, len(contexts) - len(self._spares))
+
+        try:
+            return asyncio.run_coroutine_threadsafe(count(), loop).result(timeout=self.startup_timeout_s)
+        except (RuntimeError, concurrent.futures.TimeoutError):  # the loop stopped meanwhile: nothing is open
+            return 0
+
     def close(self) -> None:
         """Close the browser and stop the worker thread; later fetches are refused."""
         with self._lock:
