@@ -54,9 +54,9 @@ from soak_common import growth, malloc_mb, plot_samples, tree_sample  # noqa: E4
 from mgrpo_env.aec import MGRPOEnv  # noqa: E402
 from mgrpo_env.episode import EpisodeRecord  # noqa: E402
 from mgrpo_env.scripted import RandomPolicy  # noqa: E402
-from mgrpo_tools.faultserver import FAULTS, FaultServer  # noqa: E402
+from mgrpo_tools.faultserver import FAULTS, VIRTUAL_ORIGIN, FaultServer, admit  # noqa: E402
 
-FAULT_ORIGIN = "http://faults.test"
+FAULT_ORIGIN = VIRTUAL_ORIGIN
 # Slow faults (a timeout, a CPU-heavy inflate, a browser render) are drawn less often.
 WEIGHTS = {"/drip": 0.3, "/gzip-bomb": 0.3, "/js-never-settles": 0.15, "/js-busy-loop": 0.08, "/tick": 0.0}
 HOSTILE_URLS = [
@@ -311,7 +311,7 @@ def main() -> int:
         scenario = WikiHops(seed=0, num_entities=300, data_dir=data)
         with scenario.open() as world:
             # The only change to the world's policy: the fault site, by name, as a virtual origin.
-            world.policy.map_origin(FAULT_ORIGIN, origin)
+            admit(world.policy, origin)
             # Shorter limits than the defaults, so that the drip and the busy page cost seconds,
             # not tens of seconds; the fetchers are otherwise the world's own kind.
             world.http.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
@@ -83,22 +84,22 @@ class _SessionEnvironment(Environment[AgentAction, AgentObservation, EpisodeStat
         self._steps = 0
         self._episode_id: str | None = None
 
-    # -- the two hooks each env fills ------------------------------------------------------------
+    # -- the hooks each env fills ---------------------------------------------------------------
 
-    def _reset_env(self, seed: int | None, options: dict[str, Any]) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _reset_env(self, seed: int | None, options: dict[str, Any]) -> None: ...
 
-    def _step_env(self, agent: str, text: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _step_env(self, agent: str, text: str) -> None: ...
 
-    def _selected(self) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def _selected(self) -> str: ...
 
-    def _observe(self) -> AgentObservation:
-        raise NotImplementedError
+    @abstractmethod
+    def _observe(self) -> AgentObservation: ...
 
-    def _record(self) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def _record(self) -> Any: ...
 
     # -- openenv-core's Environment API ----------------------------------------------------------
 

@@ -16,11 +16,11 @@ import pytest
 from mgrpo_env.aec import MGRPOEnv
 from mgrpo_tools import UrlPolicy
 from mgrpo_tools.base import ToolError
-from mgrpo_tools.faultserver import FAULTS, FaultServer
+from mgrpo_tools.faultserver import FAULTS, VIRTUAL_ORIGIN, FaultServer, admit
 from mgrpo_tools.fetch import HttpFetcher
 from mgrpo_tools.visit import make_browsing_tools
 
-ORIGIN = "http://faults.test"
+ORIGIN = VIRTUAL_ORIGIN
 CHROMIUM = "/usr/bin/chromium"
 
 # What the plain-HTTP visit tool answers for each fault: an error kind, or "ok" for pages that are
@@ -57,9 +57,7 @@ def faults_fixture() -> Iterator[FaultServer]:
 
 @pytest.fixture(name="policy")
 def policy_fixture(faults: FaultServer) -> UrlPolicy:
-    policy = UrlPolicy()
-    policy.map_origin(ORIGIN, faults.origin)  # the one explicit allowance
-    return policy
+    return admit(UrlPolicy(), faults.origin)  # the one explicit allowance
 
 
 def test_every_fault_is_known_to_the_test() -> None:

@@ -26,11 +26,11 @@ from mgrpo_env.spaces import ProtocolText, action_space
 from mgrpo_tools import UrlPolicy
 from mgrpo_tools.base import ToolError
 from mgrpo_tools.bounded_body import BoundedBody
-from mgrpo_tools.faultserver import FaultServer
+from mgrpo_tools.faultserver import VIRTUAL_ORIGIN, FaultServer, admit
 from mgrpo_tools.fetch import FetchResult, HttpFetcher
 from mgrpo_tools.visit import DOCUMENTS, _to_document
 
-ORIGIN = "http://faults.test"
+ORIGIN = VIRTUAL_ORIGIN
 CHROMIUM = "/usr/bin/chromium"
 MAX_BYTES = 2_000_000
 # The bomb inflates 1,000:1; before the fix one read held ~64 MB. After it, the body itself
@@ -46,9 +46,7 @@ def faults_fixture() -> Iterator[FaultServer]:
 
 @pytest.fixture(name="policy")
 def policy_fixture(faults: FaultServer) -> UrlPolicy:
-    policy = UrlPolicy()
-    policy.map_origin(ORIGIN, faults.origin)
-    return policy
+    return admit(UrlPolicy(), faults.origin)  # the one explicit allowance
 
 
 def _peak_of(fetch: Callable[[], object]) -> tuple[int, ToolError | None]:

@@ -26,7 +26,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["FaultServer", "FAULTS"]
+from .url_policy import UrlPolicy
+
+__all__ = ["FaultServer", "FAULTS", "VIRTUAL_ORIGIN", "admit"]
 
 #: path -> what it does. Every path also answers with a query string (``/500?n=3``), so that
 #: caches and per-agent sessions do not turn repeated calls into one.
@@ -184,6 +186,17 @@ class _Server(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # clients that reset or vanish are the point of this server, not news
+
+
+#: The name the fault site is reached by: a virtual origin that a policy maps to the real loopback one, so the
+#: defaults (private ranges refused) stay as they are and only this one host is allowed, explicitly.
+VIRTUAL_ORIGIN = "http://faults.test"
+
+
+def admit(policy: UrlPolicy, origin: str) -> UrlPolicy:
+    """``policy`` with the fault site at ``origin`` reachable as :data:`VIRTUAL_ORIGIN` (its one allowance)."""
+    policy.map_origin(VIRTUAL_ORIGIN, origin)
+    return policy
 
 
 class FaultServer:
