@@ -28,25 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 __all__ = ["main"]
-
-
-def _scenario_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"mgrpo: --set expects key=value, got {pair!r}")
-        kwargs[key.strip()] = yaml.safe_load(value)
-    return kwargs
-
-
-def _build_scenario(name: str, pairs: Sequence[str]) -> Any:
-    from .experiments.eval_cli import build_scenario
-
-    return build_scenario(name, _scenario_kwargs(pairs))
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -300,7 +282,9 @@ def _shared_warm_start(args: argparse.Namespace, config: Any, scenario: Any) -> 
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    scenario = _build_scenario(args.scenario, args.set)
+    from .experiments.cli_support import build_scenario_from_pairs, interrupt_on_stop_signals
+
+    scenario = build_scenario_from_pairs(args.scenario, args.set)
     if hasattr(scenario, "build"):
         print(f"world at {scenario.build()}")
     try:
@@ -315,7 +299,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         shown = {"url": getattr(world, "url", None), "served_url": getattr(world, "served_url", None)}
         # Before the ready line: a caller may signal as soon as it reads it, and a process started with
         # SIGINT ignored would drop a Ctrl-C that came before the handler (a race lost under load).
-        _interrupt_on_stop_signals()
+        interrupt_on_stop_signals()
         try:
             print(json.dumps({**shown, "tools": sorted(world.tools)}), flush=True)
             while True:
@@ -323,21 +307,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
     return 0
-
-
-def _interrupt_on_stop_signals() -> None:
-    """Ctrl-C and SIGTERM end ``serve`` through KeyboardInterrupt, so the world is closed.
-
-    Set explicitly: a process started with SIGINT ignored (a parent that ignores it, nohup, some
-    job runners) inherits SIG_IGN, and Python then installs no KeyboardInterrupt handler at all.
-    """
-    import signal
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    for stop in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop, interrupt)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

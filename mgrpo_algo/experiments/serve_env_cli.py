@@ -45,13 +45,13 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
     from mgrpo_env.core import Limits
     from mgrpo_env.openenv_server import DEFAULT_MAX_SESSIONS, EnvSpec, create_app
 
-    from ..cli import _build_scenario, _interrupt_on_stop_signals, _scenario_kwargs
+    from .cli_support import build_scenario_from_pairs, interrupt_on_stop_signals, scenario_kwargs
 
     try:
-        limits = Limits(**_scenario_kwargs(args.limit))
+        limits = Limits(**scenario_kwargs(args.limit))
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"mgrpo: bad --limit: {exc}") from None
-    scenario = _build_scenario(args.scenario, args.set)
+    scenario = build_scenario_from_pairs(args.scenario, args.set)
     # Bound before the world opens: a port in use is one line, not a traceback after a slow start.
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -71,7 +71,7 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
         # uvicorn catches Ctrl-C and SIGTERM itself and shuts down gracefully (every connection closed,
         # so every session and its env); then it restores the handlers it found and raises the signal
         # again: ours turn it into KeyboardInterrupt, so the world below is closed too.
-        _interrupt_on_stop_signals()
+        interrupt_on_stop_signals()
         config = uvicorn.Config(app, log_level="warning", ws="websockets-sansio", lifespan="on")
         with contextlib.suppress(KeyboardInterrupt):
             uvicorn.Server(config).run(sockets=[sock])
