@@ -66,6 +66,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from torch.utils.tensorboard import SummaryWriter
 
     from .experiments.compare import log_scalars
+    from .training.disk_full import disk_full_line
     from .training.trainer import Trainer
 
     # tensorboard --logdir OUT_DIR/tb; flushed every few seconds, so a crashed run keeps its scalars.
@@ -92,12 +93,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if failures:
             print(backend_failure_line(failures) + f" in iteration {metrics['iteration']}", flush=True)
 
+    # the folders whose file system a full disk would stop the run on (a URL storage is not a disk here)
+    written = [config.out_dir, config.placement.storage]
     try:
         trainer = Trainer(config, log=log)
     except ValueError as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
+        full = disk_full_line(exc, written)
+        if full is not None:
+            print(f"mgrpo: {full}: the iterations committed so far are kept: free space, then rerun with --resume",
+                  file=sys.stderr)
+            return 1
         line = storage_failure(exc)
         if line is None:
             raise
@@ -108,7 +116,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         try:
             history = trainer.run()
         except Exception as exc:
-            line, what = served_engine_failure(exc), "the server answers"
+            line, what = disk_full_line(exc, written), "space is freed"
+            if line is None:
+                line, what = served_engine_failure(exc), "the server answers"
             if line is None:
                 line, what = storage_failure(exc), "it can be reached"
             if line is None:
