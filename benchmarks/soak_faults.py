@@ -9,6 +9,9 @@ between iterations). The kinds:
   restarts it from its checkpoint and logs one line.
 - ``redis-restart[:SECONDS]``: the Redis store's server SIGKILLed, down for SECONDS (default 2),
   then started again on the same port from its append-only file; the store retries meanwhile.
+- ``chromium-kill``: SIGKILL of every Chromium process under the loop; the browser tool starts a new
+  one at its next fetch and logs one line (only where pages are rendered during training: a world
+  built with ``prerender: false``).
 - ``disk-full``: the run folder's file system (a tmpfs of its own) filled by a ballast file; the run
   must stop in one line, and the soak frees the space and resumes it with ``--resume``.
 """
@@ -24,9 +27,9 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["Fault", "WorkerProcesses", "fill_disk", "kill_tree", "parse_faults"]
+__all__ = ["Fault", "WorkerProcesses", "fill_disk", "kill_chromium", "kill_tree", "parse_faults"]
 
-KINDS = ("loop-kill", "worker-kill", "redis-restart", "disk-full")
+KINDS = ("loop-kill", "worker-kill", "redis-restart", "chromium-kill", "disk-full")
 
 
 @dataclass
@@ -83,6 +86,18 @@ class WorkerProcesses:
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).send_signal(signal.SIGKILL)
         return pid
+
+
+def kill_chromium(loop: psutil.Process) -> list[int]:
+    """SIGKILL every Chromium process under ``loop``; their pids."""
+    victims = []
+    with contextlib.suppress(psutil.Error):
+        for child in loop.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "chrom" in child.name():
+                    child.send_signal(signal.SIGKILL)
+                    victims.append(child.pid)
+    return victims
 
 
 def fill_disk(folder: Path, name: str = "ballast") -> tuple[Path, int]:

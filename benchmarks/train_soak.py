@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS, report  # noqa: E402
 from soak_common import growth, plot_samples, tree_sample  # noqa: E402
-from soak_faults import Fault, WorkerProcesses, fill_disk, kill_tree, parse_faults  # noqa: E402
+from soak_faults import Fault, WorkerProcesses, fill_disk, kill_chromium, kill_tree, parse_faults  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from redis_server import RedisServer  # noqa: E402  (the tests' loopback redis-server, restartable)
@@ -113,6 +113,11 @@ def fire(fault: Fault, ctx: Context, proc: psutil.Process, workers: WorkerProces
         time.sleep(down)
         ctx.redis.start()
         event["done"] = f"redis-server SIGKILLed, down {down:.1f} s, started again on port {ctx.redis.port} from its AOF"
+    elif fault.kind == "chromium-kill":
+        victims = kill_chromium(proc)
+        event["done"] = (f"{len(victims)} Chromium processes SIGKILLed; the browser tool starts a new one when next needed"
+                         if victims else "no Chromium process was running (pages prerendered?)")
+        event["pids"] = victims
     elif fault.kind == "disk-full":
         ballast, size = fill_disk(ctx.disk)
         event["done"] = f"the run folder's disk filled ({size / 2**20:.0f} MiB ballast); waiting for the run to stop"
@@ -189,6 +194,8 @@ def main() -> int:
     parser.add_argument("--disk-mb", type=int, default=0, help="the run folder on a tmpfs of this size (root)")
     parser.add_argument("--reference", action="store_true",
                         help="then the same run without faults, compared by value with the faulted one")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config field (dotted, the value parsed as YAML), e.g. scenario_kwargs.prerender=false")
     parser.add_argument("--warmup", type=int, default=20, help="iterations of each process before growth is judged")
     parser.add_argument("--out", default="", help="folder for the run (default: a temporary one)")
     parser.add_argument("--seed", type=int, default=0)
@@ -200,6 +207,13 @@ def main() -> int:
     config = yaml.safe_load(Path(args.config).read_text())
     if not args.no_tiny:
         config.update(TINY)
+    for pair in args.set:
+        key, _, value = pair.partition("=")
+        *parents, leaf = key.split(".")
+        target = config
+        for parent in parents:
+            target = target.setdefault(parent, {})
+        target[leaf] = yaml.safe_load(value)
     roles = ("main", "sub") if config.get("mode", "mgrpo") != "single-agent" else ("single",)
     faults = parse_faults(",".join(filter(None, [args.faults, f"loop-kill@{args.kill_at}" if args.kill_at else ""])), roles)
     if any(f.kind == "disk-full" for f in faults) and not args.disk_mb:
@@ -249,7 +263,7 @@ def log_tail(log: Path, lines: int = 40) -> str:
 
 def restart_lines(log: Path) -> list[dict[str, Any]]:
     """The loop's own one-line reports of worker restarts and store outages, from its log."""
-    keep = (" worker died during ", "redis at ", " is full (")
+    keep = (" worker died during ", "redis at ", " is full (", "Chromium is gone")
     return [{"logged": line.strip()} for line in log.read_text(errors="replace").splitlines()
             if any(k in line for k in keep)]
 
