@@ -484,3 +484,27 @@ KEPT.update({
         "'Context: ' (the env writes the header once); the teacher's main (the oracle's) passes no context at all, "
         "and test_teacher_chats.py checks a sub-agent's mistakes with a context"),
 })
+
+# issue 46: the served engine's watchdog (mgrpo_algo/policies/vllm_server.py), checked on tests/fake_engine.py
+_VS = "mgrpo_algo.policies.vllm_server.x"
+KEPT.update({
+    **{_VS + f"__signal_name__mutmut_{n}": (
+        "code > 0 or code >= 1 instead of code >= 0 for the early return: an exit code 0 then goes on to "
+        "signal.Signals(0), which raises ValueError, suppressed: '' either way") for n in (3, 4)},
+    _VS + "ǁVLLMServerǁensure_up__mutmut_28": (
+        "the problem cut at 121 characters instead of 120 in the printed line: a length chosen for one readable "
+        "line, not a behaviour (the whole problem is kept in restarts; the tests check a short problem's line whole)"),
+    _VS + "ǁVLLMServerǁwait_ready__mutmut_7": (
+        "<= instead of < against the deadline: they differ only at the instant monotonic() equals it, one more "
+        "poll at most"),
+    _VS + "ǁVLLMServerǁwait_ready__mutmut_15": (
+        "timing only: each /health poll of a start waits 3 s instead of 2 s, so a server that accepts and never "
+        "answers is given up on up to 1 s later; test_a_wait_keeps_its_own_deadline... bounds it (< 10 s, which "
+        "the 30 s health_timeout_s would break), a 1 s difference is within the machine's noise"),
+    _VS + "ǁVLLMServerǁwait_ready__mutmut_22": (
+        "timing only: 1.5 s instead of 0.5 s between /health polls of a start, so a start is seen up to 1 s later; "
+        "the fake engine's own start time varies by as much on a shared machine, so no test can tell them apart"),
+})
+KEPT[_VS + "ǁVLLMServerǁhealthy__mutmut_4"] = (
+    "trust_env=None instead of False: httpx 0.29 only tests it for truth (`trust_env and ...` in _client.py and _config.py), so None reads the "
+    "environment's proxies no more than False does (True is killed by test_health_checks_ignore_a_proxy...)")
