@@ -43,7 +43,7 @@ __all__ = [
     "stop_ids",
     "main_turn_texts",
     "main_reward_func",
-    "task_prompts",
+    "task_dataset",
     "local_env_spec",
     "split_task_ids",
     "frozen_sub_trainer",
@@ -165,16 +165,20 @@ class FrozenSubEnv:
     # -- TRL's hooks ----------------------------------------------------------------------------
 
     def reset(self, **kwargs: Any) -> str | None:
-        """A new episode on the dataset row's task (``task_id``); its prompt must be the env's."""
+        """A new episode on the dataset row's task (``task_id``). The row's prompt is the env's
+        system prompt and an empty user turn (:func:`task_dataset`); the question returned here is
+        what TRL appends to that turn, so the planner reads the env's first chat."""
         self.task_id = kwargs["task_id"]
-        self._result = self._client.reset(task_id=self.task_id, seed=kwargs.get("seed"))
+        self._result = self._client.reset(task_id=self.task_id)
         self._main_texts, self.reward, self.done, self.record, self.end = [], 0.0, False, None, ""
         self.sub_turns = {}
         self._episode = next(self._episode_ids)
-        prompt = kwargs.get("prompt")
-        if prompt is not None and [dict(m) for m in prompt] != self._result.observation.messages:
-            raise ValueError(f"task {self.task_id}: the dataset's prompt is not the env's first chat")
-        return None
+        messages = self._result.observation.messages
+        prompt = [dict(m) for m in kwargs.get("prompt") or []]
+        if len(messages) != 2 or prompt != [messages[0], {**messages[1], "content": ""}]:
+            raise ValueError(f"task {self.task_id}: the dataset's prompt is not the env's system prompt and a "
+                             f"user turn: {prompt!r} against {messages!r}")
+        return messages[1]["content"]
 
     def delegate(self, task: str, context: str | None = None) -> str:
         """Start a sub-agent on a self-contained subtask; its report comes back as the tool response.
@@ -355,14 +359,16 @@ def main_reward_func(tokenizer: Any) -> Callable[..., list[float]]:
     return main_reward
 
 
-def task_prompts(env: Any, task_ids: Sequence[str]) -> list[list[dict[str, str]]]:
-    """Each task's first chat of ``main_0`` (system prompt, question) as the env (a URL or an
-    ``EnvSpec``) starts it: the dataset's prompts."""
-    out = []
+def task_dataset(env: Any, task_ids: Sequence[str]) -> Any:
+    """TRL's dataset: a row per task (``task_id``), its prompt the env's system prompt for the
+    planner and an empty user turn, which ``FrozenSubEnv.reset`` fills with the task's question (one
+    session, not one per task)."""
+    from datasets import Dataset
+
     with _client(env) as client:
-        for task_id in task_ids:
-            out.append([dict(m) for m in client.reset(task_id=task_id).observation.messages])
-    return out
+        system = dict(client.reset(task_id=task_ids[0]).observation.messages[0])
+    prompt = [system, {"role": "user", "content": ""}]
+    return Dataset.from_dict({"prompt": [prompt] * len(task_ids), "task_id": list(task_ids)})
 
 
 def split_task_ids(config: Any, split: str) -> list[str]:
@@ -380,7 +386,6 @@ def frozen_sub_trainer(env: Any, config: Any, task_ids: Sequence[str], *, output
     ``EnvSpec`` from :func:`local_env_spec`), the sub-agents the
     frozen ``sub.model`` sampling as the project's rollouts do. One optimizer step per
     ``questions_per_iteration`` x ``group_size`` rollouts, as an iteration of ``mgrpo train``."""
-    from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     from ..core.seeding import policy_seed
@@ -397,7 +402,7 @@ def frozen_sub_trainer(env: Any, config: Any, task_ids: Sequence[str], *, output
     def environment() -> FrozenSubEnv:
         return FrozenSubEnv(env, sub_policy, weights, counter)
 
-    dataset = Dataset.from_dict({"prompt": task_prompts(env, task_ids), "task_id": list(task_ids)})
+    dataset = task_dataset(env, task_ids)
     learner, generation = config.main.learner, config.main.generation
     batch = config.questions_per_iteration * config.group_size
     args = GRPOConfig(**{
