@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-limit", type=int, default=0,
                     help="held-out questions evaluated (0: all 224; fewer only to try the script out)")
     ap.add_argument("--json", default=str(OUT_JSON), help="where the figures go")
+    ap.add_argument("--note", default="", help="a sentence kept with the figures (the machine, the load)")
     args = ap.parse_args(argv)
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     trl_log = json.loads((out / "trl" / "log.json").read_text())
     result = {
+        "note": args.note,
         "budget": {"iterations": args.iterations, "rollouts_per_side": args.iterations * 16,
                    "demo_budget_iterations": 128, "reduced": args.iterations < 128},
         "questions": len(start), "samples": 4,
@@ -109,9 +111,11 @@ def main(argv: list[str] | None = None) -> int:
                       "ours_after_minus_start": pct(iv.paired_difference(ours, start)),
                       "trl_minus_ours": pct(iv.paired_difference(trl, ours))},
         "trl_episodes_cut": trl_log.get("episodes_cut_by_trl"),
-        "commands": {name: " ".join(str(c) for c in command).replace(py, "python") for name, command in steps.items()},
+        "commands": {name: " ".join(str(c) for c in command).replace(py, "python").replace(f"{ROOT}/", "")
+                     for name, command in steps.items()},
         "start_episodes": args.start_episodes, "omp_num_threads": args.threads,
         "minutes": minutes,
+        "trl_minutes_per_step": round(trl_log["minutes"] / max(1, trl_log["steps"]), 2),
     }
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
