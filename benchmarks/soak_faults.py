@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,22 +62,26 @@ def kill_tree(proc: psutil.Process) -> None:
             victim.send_signal(signal.SIGKILL)
 
 
+def named_descendants(loop: psutil.Process) -> list[tuple[str, psutil.Process]]:
+    """The live processes under ``loop`` with their kernel names (a process gone meanwhile is skipped)."""
+    out = []
+    with contextlib.suppress(psutil.Error):
+        for child in loop.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    out.append((child.name(), child))
+    return out
+
+
 class WorkerProcesses:
     """Each role worker's process under the loop (``placement: processes``), found by the kernel's
     name a role server gives itself (``mgrpo-<role>``, mgrpo_algo/distributed/placement.py)."""
 
     def __init__(self, loop: psutil.Process, roles: tuple[str, ...]) -> None:
-        self.loop, self.roles = loop, roles
+        self.loop, self.names = loop, {f"mgrpo-{role}": role for role in roles}
 
     def refresh(self) -> dict[str, int]:
-        out = {}
-        with contextlib.suppress(psutil.Error):
-            for child in self.loop.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    name = child.name()
-                    if name.startswith("mgrpo-") and name[len("mgrpo-"):] in self.roles and child.status() != "zombie":
-                        out[name[len("mgrpo-"):]] = child.pid
-        return out
+        return {self.names[name]: proc.pid for name, proc in named_descendants(self.loop) if name in self.names}
 
     def kill(self, role: str) -> int | None:
         pid = self.refresh().get(role)
@@ -90,14 +93,11 @@ class WorkerProcesses:
 
 def kill_chromium(loop: psutil.Process) -> list[int]:
     """SIGKILL every Chromium process under ``loop``; their pids."""
-    victims = []
-    with contextlib.suppress(psutil.Error):
-        for child in loop.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if "chrom" in child.name():
-                    child.send_signal(signal.SIGKILL)
-                    victims.append(child.pid)
-    return victims
+    victims = [proc for name, proc in named_descendants(loop) if "chrom" in name]
+    for proc in victims:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGKILL)
+    return [proc.pid for proc in victims]
 
 
 def fill_disk(folder: Path, name: str = "ballast") -> tuple[Path, int]:
@@ -115,12 +115,3 @@ def fill_disk(folder: Path, name: str = "ballast") -> tuple[Path, int]:
             if exc.errno != errno.ENOSPC:
                 raise
     return ballast, written
-
-
-def wait_for(predicate, timeout_s: float, step_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step_s)
-    return predicate()

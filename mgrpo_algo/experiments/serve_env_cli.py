@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import socket
 from typing import Any
@@ -48,30 +49,23 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
     from mgrpo_env.core import Limits
     from mgrpo_env.openenv_server import DEFAULT_MAX_SESSIONS, EnvSpec, create_app
 
-    from .cli_support import build_scenario_from_pairs, interrupt_on_stop_signals, scenario_kwargs
+    from .cli_support import interrupt_on_stop_signals, scenario_kwargs
+    from .eval_cli import build_scenario
 
     env_kwargs: dict[str, Any] = {}
-    if args.config:
-        import dataclasses
-
+    if args.config:  # the env a train config's runs train on; --set and --limit override it
         from mgrpo_algo.core.config import load_config
         from mgrpo_algo.training.trainer import env_options, reward_config
-
-        from .eval_cli import build_scenario
 
         config = load_config(args.config)
         scenario = build_scenario(config.scenario, {**config.scenario_kwargs, **scenario_kwargs(args.set)})
         env_kwargs = env_options(config, reward_config(config, scenario))
-        try:
-            limits = dataclasses.replace(env_kwargs.pop("limits"), **scenario_kwargs(args.limit))
-        except (TypeError, ValueError) as exc:
-            raise SystemExit(f"mgrpo: bad --limit: {exc}") from None
     else:
-        try:
-            limits = Limits(**scenario_kwargs(args.limit))
-        except (TypeError, ValueError) as exc:
-            raise SystemExit(f"mgrpo: bad --limit: {exc}") from None
-        scenario = build_scenario_from_pairs(args.scenario, args.set)
+        scenario = build_scenario(args.scenario, scenario_kwargs(args.set))
+    try:
+        limits = dataclasses.replace(env_kwargs.pop("limits", Limits()), **scenario_kwargs(args.limit))
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"mgrpo: bad --limit: {exc}") from None
     # Bound before the world opens: a port in use is one line, not a traceback after a slow start.
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -59,13 +59,12 @@ def _says_full(exc: BaseException) -> bool:
 def disk_full_line(exc: BaseException, folders: Iterable[str | Path]) -> str | None:
     """One line when ``exc`` came from a full disk (the error says so, or one of ``folders``, those the
     run writes, has less than :data:`FULL_BELOW_BYTES` free); None for any other failure."""
-    local = [Path(f) for f in folders if f and "://" not in str(f)]
-    full = [(f, free) for f in local if (free := free_bytes(f)) is not None and free < FULL_BELOW_BYTES]
+    free = {Path(f): free_bytes(f) for f in folders if f and "://" not in str(f)}
+    full = [(folder, left) for folder, left in free.items() if left is not None and left < FULL_BELOW_BYTES]
     if not full and not _says_full(exc):
         return None
-    where = full[0][0] if full else (local[0] if local else Path("."))
-    free = full[0][1] if full else free_bytes(where)
-    shown = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
+    where, left = full[0] if full else next(iter(free.items()), (Path("."), None))
+    shown = f"{left / 2**20:.1f} MiB free" if left is not None else "free space unknown"
     # a role worker's RemoteError: the remote type and message, without the remote traceback
     what = f"{getattr(exc, 'type_name', type(exc).__name__)}: {getattr(exc, 'message', str(exc))}"
     return f"the disk of {where} is full ({shown}; {' '.join(what.split())[:200]})"
