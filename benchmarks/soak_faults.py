@@ -12,6 +12,9 @@ between iterations). The kinds:
 - ``chromium-kill``: SIGKILL of every Chromium process under the loop; the browser tool starts a new
   one at its next fetch and logs one line (only where pages are rendered during training: a world
   built with ``prerender: false``).
+- ``engine-kill[:ROLE]``: SIGKILL of a served vLLM engine's process group (``served.launch``: the
+  server the run launched for ROLE, every role's without ROLE); the run's watchdog restarts it from the
+  current weights at the next failed request and logs one line.
 - ``disk-full``: the run folder's file system (a tmpfs of its own) filled by a ballast file; the run
   must stop in one line, and the soak frees the space and resumes it with ``--resume``.
 """
@@ -20,15 +23,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-__all__ = ["Fault", "WorkerProcesses", "fill_disk", "kill_chromium", "kill_tree", "parse_faults"]
+__all__ = ["Fault", "WorkerProcesses", "fill_disk", "kill_chromium", "kill_engines", "kill_tree", "parse_faults"]
 
-KINDS = ("loop-kill", "worker-kill", "redis-restart", "chromium-kill", "disk-full")
+KINDS = ("loop-kill", "worker-kill", "redis-restart", "chromium-kill", "engine-kill", "disk-full")
 
 
 @dataclass
@@ -52,6 +56,8 @@ def parse_faults(spec: str, roles: tuple[str, ...] = ("main", "sub")) -> list[Fa
             raise SystemExit(f"train_soak: bad fault {item!r}: expected KIND[:ARG]@ITERATION, KIND one of {', '.join(KINDS)}")
         if kind == "worker-kill" and arg not in roles:
             raise SystemExit(f"train_soak: bad fault {item!r}: worker-kill needs a role, one of {', '.join(roles)}")
+        if kind == "engine-kill" and arg and arg not in roles:
+            raise SystemExit(f"train_soak: bad fault {item!r}: engine-kill takes a role, one of {', '.join(roles)}")
         faults.append(Fault(kind, arg, int(after)))
     return sorted(faults, key=lambda f: f.after)
 
@@ -98,6 +104,27 @@ def kill_chromium(loop: psutil.Process) -> list[int]:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGKILL)
     return [proc.pid for proc in victims]
+
+
+def kill_engines(loop: psutil.Process, role: str = "") -> list[int]:
+    """SIGKILL the process group of each vLLM server under ``loop`` (``role``'s only: the one whose
+    command names the role's served folder, ``<run>/served/<role>``, or its log ``vllm-<role>.log``);
+    the group leaders' pids. The server starts in a session of its own, so its engine core goes too."""
+    from mgrpo_algo.policies.vllm_server import ENTRY_POINT
+
+    leaders = []
+    for _, proc in named_descendants(loop):
+        with contextlib.suppress(psutil.Error):
+            cmdline = proc.cmdline()
+            if ENTRY_POINT not in cmdline or os.getpgid(proc.pid) != proc.pid:
+                continue
+            if role and not any(arg.rstrip("/").endswith(f"/served/{role}") for arg in cmdline):
+                continue
+            leaders.append(proc.pid)
+    for pid in leaders:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+    return leaders
 
 
 def fill_disk(folder: Path, name: str = "ballast") -> tuple[Path, int]:

@@ -46,7 +46,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS, report  # noqa: E402
 from soak_common import growth, plot_samples, tree_sample  # noqa: E402
-from soak_faults import Fault, WorkerProcesses, fill_disk, kill_chromium, kill_tree, parse_faults  # noqa: E402
+from soak_faults import (  # noqa: E402
+    Fault,
+    WorkerProcesses,
+    fill_disk,
+    kill_chromium,
+    kill_engines,
+    kill_tree,
+    parse_faults,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from redis_server import RedisServer  # noqa: E402  (the tests' loopback redis-server, restartable)
@@ -117,6 +125,12 @@ def fire(fault: Fault, ctx: Context, proc: psutil.Process, workers: WorkerProces
         victims = kill_chromium(proc)
         event["done"] = (f"{len(victims)} Chromium processes SIGKILLed; the browser tool starts a new one when next needed"
                          if victims else "no Chromium process was running (pages prerendered?)")
+        event["pids"] = victims
+    elif fault.kind == "engine-kill":
+        victims = kill_engines(proc, fault.arg)
+        which = f"the {fault.arg} role's" if fault.arg else "every"
+        event["done"] = (f"{which} vLLM server SIGKILLed (process groups {victims}); the run restarts it at its next request"
+                         if victims else f"no vLLM server of {fault.arg or 'any role'} under the loop (served.launch?)")
         event["pids"] = victims
     elif fault.kind == "disk-full":
         ballast, size = fill_disk(ctx.disk)
@@ -263,7 +277,7 @@ def log_tail(log: Path, lines: int = 40) -> str:
 
 def restart_lines(log: Path) -> list[dict[str, Any]]:
     """The loop's own one-line reports of worker restarts and store outages, from its log."""
-    keep = (" worker died during ", "redis at ", " is full (", "Chromium is gone")
+    keep = (" worker died during ", "redis at ", " is full (", "Chromium is gone", ": the vLLM server at ")
     return [{"logged": line.strip()} for line in log.read_text(errors="replace").splitlines()
             if any(k in line for k in keep)]
 
