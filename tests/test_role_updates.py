@@ -129,7 +129,7 @@ def _kept_advantages(run_dir, role="sub"):
 
 
 def _sample(sequence):
-    return (sequence.input_ids, sequence.loss_mask, sequence.advantage, sequence.token_advantages, sequence.weight,
+    return (sequence.input_ids, sequence.loss_mask, sequence.advantage, sequence.token_advantages,
             sequence.sampled_logprobs)
 
 
