@@ -37,6 +37,7 @@ from mgrpo_algo.policies.models import build_tiny_model, train_tokenizer
 from mgrpo_algo.training.roles import RoleWorker
 from mgrpo_env.rewards import paid_sub_reward
 from mgrpo_env.rollout import PolicyRequest
+from mgrpo_env.turn_requests import TurnSender
 
 SEED = 3
 K = 2  # rollouts per query; 2 queries
@@ -67,6 +68,7 @@ def _act(worker, iteration, agents):
     """``agents``: [(episode, agent name)]; each acts TURNS turns. Returns {(episode, agent): (the
     extras of its turns, the states its requests carried)}, copied (what a restart reads from disk)."""
     worker.begin_collect(iteration)
+    sender = TurnSender()  # the loop's side: only each chat's new messages cross
     chats = {a: [{"role": "system", "content": "you are an agent"}] for a in agents}
     seen = {a: ([], []) for a in agents}
     for turn in range(TURNS):
@@ -77,7 +79,8 @@ def _act(worker, iteration, agents):
             observation = f"iteration {iteration} turn {turn}: " + ("hello", "world", "x")[episode * (iteration + 1) % 3]
             chats[(episode, agent)].append({"role": "user", "content": observation})
             requests.append(PolicyRequest(episode, agent, worker.role, observation, list(chats[(episode, agent)]), None))
-        texts = worker.act(iteration, requests)  # text only: the token ids stay in the worker
+        texts = worker.act(iteration, sender.compact(requests))  # text only: the token ids stay in the worker
+        sender.answered(requests)
         for request, text in zip(requests, texts, strict=True):
             chats[(request.episode, request.agent)].append({"role": "assistant", "content": text})
             kept = worker.trajectories.history(iteration, request.episode, request.agent)[-1]

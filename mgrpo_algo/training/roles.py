@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from mgrpo_env.roles import check_role
+from mgrpo_env.turn_requests import ChatKeeper, TurnRequest
 
 from ..core.scoring import MainSlot, SubFact, SubScoring, SubSlot
 from .role_eval import RoleEvaluation
@@ -115,6 +116,7 @@ class RoleWorker:
         self.store_timeout_s = store_timeout_s
         self.state = WorkerState(self.files)
         self.trajectories = Trajectories(self.files, keep=keep_token_ids)
+        self.chats = ChatKeeper()  # each agent's chat while collecting (requests carry only what is new)
         self.learner: Any = None
         self.restored = False
         if train:
@@ -189,27 +191,31 @@ class RoleWorker:
         from ..core.seeding import policy_seed
 
         self.trajectories.discard(iteration)
+        self.chats.clear()
         if hasattr(self.policy, "reseed"):
             self.policy.reseed(policy_seed(self.seed, self.role, iteration))
         self._acts = 0
 
-    def act(self, iteration: int, requests: list[Any]) -> list[str]:
-        """The actions for ``requests`` (``PolicyRequest``s without token history: this worker holds it),
-        as text; the sampled token ids stay here."""
+    def act(self, iteration: int, turns: list[TurnRequest]) -> list[str]:
+        """The actions for ``turns`` (each carries only its agent's new messages: this worker keeps the
+        chats and the token history), as text; the sampled token ids stay here."""
         from ..core.scoring import anchor_state  # the one anchor-state function (scoring keys records by it)
 
         self.faults.hit("act", role=self.role, iteration=iteration, call=self._acts)
         self._acts += 1
-        for request in requests:
-            request.history = self.trajectories.history(iteration, request.episode, request.agent)
+        requests = [self.chats.expand(turn, self.trajectories.history(iteration, turn.episode, turn.agent))
+                    for turn in turns]
         responses = self.policy(requests)
         for request, response in zip(requests, responses, strict=True):
             self.trajectories.add(iteration, request.episode, request.agent, response.extra,
                                   anchor_state(request.messages))  # step-credit anchors
-        return [response.text for response in responses]
+        texts = [response.text for response in responses]
+        self.chats.answered(requests, texts)
+        return texts
 
     def release(self, episode: int, agent: str) -> None:
-        """An agent ended: its KV cache can go."""
+        """An agent ended: its chat and its KV cache can go."""
+        self.chats.release(episode, agent)
         if hasattr(self.policy, "release"):
             self.policy.release(episode, agent)
 
@@ -223,9 +229,9 @@ class RoleWorker:
         """An evaluation policy over the current model with the evaluation's settings and seed."""
         self.evaluation.begin(self._model(), seed, temperature, max_new_tokens)
 
-    def eval_act(self, requests: list[Any]) -> list[str]:
-        """Evaluation actions (token history kept by the evaluation, as ``act`` keeps it)."""
-        return self.evaluation.act(requests)
+    def eval_act(self, turns: list[TurnRequest]) -> list[str]:
+        """Evaluation actions (chats and token history kept by the evaluation, as ``act`` keeps them)."""
+        return self.evaluation.act(turns)
 
     def eval_release(self, episode: int, agent: str) -> None:
         self.evaluation.release(episode, agent)

@@ -11,7 +11,7 @@ pipe, a Ray actor): that is the placement's business, in one place here.
 
 Payloads are dataclasses (:class:`~mgrpo_algo.core.scoring.MainSlot`,
 :class:`~mgrpo_algo.core.scoring.SubFact`, :class:`~mgrpo_algo.core.scoring.SubScoring`, the env's
-``PolicyRequest``), pickled by a process or Ray placement, passed by reference in process; results
+``TurnRequest``: an agent's new messages only), pickled by a process or Ray placement, passed by reference in process; results
 are texts and metrics. Token ids never cross: the worker that sampled them keeps them.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from mgrpo_env.rollout import PolicyRequest
+from mgrpo_env.turn_requests import TurnRequest
 
 from ..core.scoring import MainSlot, SubFact, SubScoring
 from .roles import RoleWorker
@@ -34,13 +34,13 @@ class RoleService(Protocol):
 
     # -- collection ------------------------------------------------------------------------------
     def begin_collect(self, iteration: int) -> None: ...
-    def act(self, iteration: int, requests: list[PolicyRequest]) -> list[str]: ...
+    def act(self, iteration: int, turns: list[TurnRequest]) -> list[str]: ...
     def release(self, episode: int, agent: str) -> None: ...
     def commit(self, iteration: int) -> int: ...
 
     # -- evaluation ------------------------------------------------------------------------------
     def begin_eval(self, seed: int, temperature: float, max_new_tokens: int) -> None: ...
-    def eval_act(self, requests: list[PolicyRequest]) -> list[str]: ...
+    def eval_act(self, turns: list[TurnRequest]) -> list[str]: ...
     def eval_release(self, episode: int, agent: str) -> None: ...
 
     # -- updates ---------------------------------------------------------------------------------
@@ -75,8 +75,8 @@ class RoleClient:
     def begin_collect(self, iteration: int) -> None:
         return self._call(RoleWorker.begin_collect, iteration)
 
-    def act(self, iteration: int, requests: list[PolicyRequest]) -> list[str]:
-        return self._call(RoleWorker.act, iteration, requests)
+    def act(self, iteration: int, turns: list[TurnRequest]) -> list[str]:
+        return self._call(RoleWorker.act, iteration, turns)
 
     def release(self, episode: int, agent: str) -> None:
         return self._call(RoleWorker.release, episode, agent)
@@ -87,8 +87,8 @@ class RoleClient:
     def begin_eval(self, seed: int, temperature: float, max_new_tokens: int) -> None:
         return self._call(RoleWorker.begin_eval, seed, temperature, max_new_tokens)
 
-    def eval_act(self, requests: list[PolicyRequest]) -> list[str]:
-        return self._call(RoleWorker.eval_act, requests)
+    def eval_act(self, turns: list[TurnRequest]) -> list[str]:
+        return self._call(RoleWorker.eval_act, turns)
 
     def eval_release(self, episode: int, agent: str) -> None:
         return self._call(RoleWorker.eval_release, episode, agent)

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from mgrpo_env.episode import EpisodeRecord
 from mgrpo_env.rollout import PolicyRequest
+from mgrpo_env.turn_requests import TurnSender
 
 from ..core.config import MODES, TrainConfig
 from ..core.scoring import MainSlot, SubScoring, sub_facts, turn_credit
@@ -51,14 +52,21 @@ class WorkerPolicy:
     def __init__(self, worker: Any, iteration: int | None = None) -> None:
         self.worker = worker if isinstance(worker, RoleClient) else RoleClient(worker)
         self.iteration = iteration
+        self.sender = TurnSender()
 
     def __call__(self, requests: Sequence[PolicyRequest]) -> list[str]:
-        # the records hold no token ids here (the worker does), so a request's history is empty: sent as is
+        # only what is new crosses: each agent's new messages and its episode key (the worker keeps the
+        # chat and the token ids; the task and its gold answer stay here)
+        turns = self.sender.compact(requests)
         if self.iteration is None:
-            return self.worker.eval_act(list(requests))
-        return self.worker.act(self.iteration, list(requests))
+            texts = self.worker.eval_act(turns)
+        else:
+            texts = self.worker.act(self.iteration, turns)
+        self.sender.answered(requests)
+        return texts
 
     def release(self, episode: int, agent: str) -> None:
+        self.sender.release(episode, agent)
         if self.iteration is None:
             self.worker.eval_release(episode, agent)
         else:
