@@ -34,6 +34,7 @@ from .core import (
 )
 from .episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 from .protocol import (
+    FINAL_TAGS,
     ParsedAction,
     format_error,
     format_tool_response,
@@ -203,7 +204,7 @@ class Episode:
         if not parsed.ok:
             traj.format_errors += 1
             self._reply(agent, turn, format_error(parsed))
-        elif parsed.kind in ("answer", "result"):  # the role's final action (parse_action refuses the other)
+        elif parsed.kind == FINAL_TAGS[agent.role]:  # the role's final action (parse_action refuses the other's)
             traj.final = parsed.content
             self._end(agent, None)
             return

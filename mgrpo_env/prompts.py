@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from .roles import ROLE_TABLE
+
 __all__ = ["FINAL_TAGS", "PROMPT_STYLES", "system_prompt"]
 
-#: The final-action tag of each role.
-FINAL_TAGS: Mapping[str, str] = MappingProxyType({"main": "answer", "sub": "result", "single": "answer"})
+#: The final-action tag of each role: its ``RoleSpec.final_tag`` in the one role table.
+FINAL_TAGS: Mapping[str, str] = MappingProxyType({name: spec.final_tag for name, spec in ROLE_TABLE.items()})
 
 _ROLE_INTRO = {
     "main": (

@@ -16,7 +16,8 @@ __all__ = ["ROLE_TABLE", "ROLES", "RoleSpec", "check_role", "env_roles"]
 @dataclass(frozen=True)
 class RoleSpec:
     """One role: the env it acts in (a name of ``mgrpo_env.rollout.EPISODES``), the tag of the
-    action that ends its episode, and the offsets of its policies' seeds (``mgrpo_algo.core.seeding``)."""
+    action that ends its part (``prompts.FINAL_TAGS`` and the episode core read it), and the offsets
+    of its policies' seeds (``mgrpo_algo.core.seeding``)."""
 
     env: str
     final_tag: str
