@@ -19,7 +19,7 @@ APT_GET ?= apt-get
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIN)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,dist,lora,openenv]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,dist,lora,openenv,trl]'
 	touch $(STAMP)
 
 install: $(STAMP)

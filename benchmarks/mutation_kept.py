@@ -436,3 +436,75 @@ KEPT.update({
     **{_RP + f"history_means__mutmut_{n}": "float('NAN') is float('nan')" for n in (6, 9)},
     _RP + "markdown__mutmut_128": "backend_failure_line(None) with no failures: an empty mapping and None both read as none",
 })
+
+# issue 46: the imperfect teacher (mgrpo_env/teacher.py). Its decisions are checked on the env's runs
+# (tests/test_teacher.py) and on chats written by hand in the full profile (tests/test_teacher_chats.py).
+_TE = "mgrpo_env.teacher.xǁImperfectTeacherǁ"
+_BODY = ("the reply after an assistant message when the chat ends with that message: a policy is asked with the chat "
+         "ending in the observation it must answer (the env's messages, then the question or a tool response), so "
+         "every assistant message has its reply after it and this branch is never taken")
+KEPT.update({
+    _TE + "__init____mutmut_1": (
+        "the default seed 1 instead of 0: no caller uses the default (teacher_policies' seed is a required keyword, "
+        "the warm start's teacher stage passes cfg.seed * 1000 + draw), and any fixed default draws reproducibly"),
+    _TE + "_draw__mutmut_6": (
+        "p < 0 instead of p <= 0 for the early return: at p == 0 the draw u < p is false for every u >= 0, so the "
+        "return only saves the hash"),
+    _TE + "_draw__mutmut_18": (
+        "int.from_bytes without 'big': byteorder defaults to 'big' from Python 3.11, the interpreter of the venv "
+        "and of make test (on 3.10 the first draw would raise TypeError, loudly)"),
+    _TE + "_draw__mutmut_26": (
+        "u <= p instead of u < p: they differ only where the hash's 64-bit fraction equals p exactly; at p = 1 u is "
+        "below 1 always, and a rate in (0, 1) is hit exactly with chance 2^-53 per draw or less"),
+    _TE + "_single__mutmut_7": (
+        "the teacher's own walk also at every rate 0 (>= 0 instead of > 0): at rate 0 no draw is true and the walk "
+        "makes the oracle's decisions on every chat the teacher writes (pages visited in order, so its next page "
+        "len(pages) + 1 is the oracle's page + 1); tests/test_teacher.py::test_every_rate_zero_is_the_oracle "
+        "compares the two, and test_teacher_chats.py checks the walk against the oracle where nothing is drawn"),
+    _TE + "_single__mutmut_31": (
+        "'and' instead of 'or' in the loop's guard: the non-assistant messages then parsed (system prompt, question, "
+        "tool responses) hold no well-formed tool call, so parse_action names no tool and nothing happens; an "
+        "assistant message after the last hop would be the final answer, which ends the episode"),
+    _TE + "_single__mutmut_37": (
+        "h > len(order) instead of >=: an assistant message once every hop is read would be the final answer, which "
+        "ends the episode, so no such message is ever replayed"),
+    **{_TE + f"_single__mutmut_{n}": _BODY for n in (52, 58, 60, 61)},
+    _TE + "_single__mutmut_141": (
+        "page 2 instead of 1 where a visit result has no 'Page i of n' line: `not found` then decides the read "
+        "first, and page is read nowhere else (the next part is len(pages) + 1)"),
+    **{_TE + f"_single__mutmut_{n}": (
+        "the last hop read found as max over (chain, position) keys instead of by order.index: order lists the hops "
+        "chain by chain, position by position, i.e. in the keys' own tuple order, so both maxima are the same hop")
+       for n in (201, 203)},
+    **{_TE + f"_sub__mutmut_{n}": (
+        "split without maxsplit, or with 2: only the part before the first '\\nContext: ' is kept, the same text")
+       for n in (24, 34)},
+    _TE + "_sub__mutmut_25": (
+        "rsplit instead of split: they differ only where the delegation's context itself holds a line starting "
+        "'Context: ' (the env writes the header once); the teacher's main (the oracle's) passes no context at all, "
+        "and test_teacher_chats.py checks a sub-agent's mistakes with a context"),
+})
+
+# issue 46: the served engine's watchdog (mgrpo_algo/policies/vllm_server.py), checked on tests/fake_engine.py
+_VS = "mgrpo_algo.policies.vllm_server.x"
+KEPT.update({
+    **{_VS + f"__signal_name__mutmut_{n}": (
+        "code > 0 or code >= 1 instead of code >= 0 for the early return: an exit code 0 then goes on to "
+        "signal.Signals(0), which raises ValueError, suppressed: '' either way") for n in (3, 4)},
+    _VS + "ǁVLLMServerǁensure_up__mutmut_28": (
+        "the problem cut at 121 characters instead of 120 in the printed line: a length chosen for one readable "
+        "line, not a behaviour (the whole problem is kept in restarts; the tests check a short problem's line whole)"),
+    _VS + "ǁVLLMServerǁwait_ready__mutmut_7": (
+        "<= instead of < against the deadline: they differ only at the instant monotonic() equals it, one more "
+        "poll at most"),
+    _VS + "ǁVLLMServerǁwait_ready__mutmut_15": (
+        "timing only: each /health poll of a start waits 3 s instead of 2 s, so a server that accepts and never "
+        "answers is given up on up to 1 s later; test_a_wait_keeps_its_own_deadline... bounds it (< 10 s, which "
+        "the 30 s health_timeout_s would break), a 1 s difference is within the machine's noise"),
+    _VS + "ǁVLLMServerǁwait_ready__mutmut_22": (
+        "timing only: 1.5 s instead of 0.5 s between /health polls of a start, so a start is seen up to 1 s later; "
+        "the fake engine's own start time varies by as much on a shared machine, so no test can tell them apart"),
+})
+KEPT[_VS + "ǁVLLMServerǁhealthy__mutmut_4"] = (
+    "trust_env=None instead of False: httpx 0.29 only tests it for truth (`trust_env and ...` in _client.py and _config.py), so None reads the "
+    "environment's proxies no more than False does (True is killed by test_health_checks_ignore_a_proxy...)")

@@ -92,28 +92,28 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if failures:
             print(backend_failure_line(failures) + f" in iteration {metrics['iteration']}", flush=True)
 
+    # the folders whose file system a full disk would stop the run on (a URL storage is not a disk here)
+    written = [config.out_dir, config.placement.storage]
     try:
         trainer = Trainer(config, log=log)
     except ValueError as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        line = storage_failure(exc)
-        if line is None:
+        stop = _stop_line(exc, written)
+        if stop is None:
             raise
-        print(f"mgrpo: {line}; rerun once it can be reached", file=sys.stderr)
+        print(f"mgrpo: {stop[0]}; rerun once {stop[1]}", file=sys.stderr)
         return 1
     with trainer:
         first = trainer.iteration  # a resumed run starts after the iterations already committed
         try:
             history = trainer.run()
         except Exception as exc:
-            line, what = served_engine_failure(exc), "the server answers"
-            if line is None:
-                line, what = storage_failure(exc), "it can be reached"
-            if line is None:
+            stop = _stop_line(exc, written)
+            if stop is None:
                 raise
-            print(f"mgrpo: {line}; the iterations committed so far are kept: rerun with --resume once {what}",
+            print(f"mgrpo: {stop[0]}; the iterations committed so far are kept: rerun with --resume once {stop[1]}",
                   file=sys.stderr)
             return 1
     for writer in writers:
@@ -123,6 +123,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
     print(f"{done}; metrics in {config.out_dir}/metrics.jsonl, episodes in {config.out_dir}/episodes.jsonl, "
           f"TensorBoard in {config.out_dir}/tb")
     return 0
+
+
+def _stop_line(exc: BaseException, folders: Sequence[str]) -> tuple[str, str] | None:
+    """(one line for what stopped a run, what to wait for before rerunning) when ``exc`` is a failure
+    outside the run's own code: a full disk under ``folders``, a served engine, an unreachable
+    storage; None for anything else (a bug: its traceback is shown)."""
+    from .training.disk_full import disk_full_line
+
+    for line_of, what in ((lambda: disk_full_line(exc, folders), "space is freed"),
+                          (lambda: served_engine_failure(exc), "the server answers"),
+                          (lambda: storage_failure(exc), "it can be reached")):
+        line = line_of()
+        if line is not None:
+            return line, what
+    return None
 
 
 _ENGINE_ERRORS = ("PolicyError", "WeightSyncError", "VLLMServerError")

@@ -6,9 +6,11 @@ behaving as ``--mode`` says:
 - ``503``: everything 503, what vLLM's API server answers once its engine process died;
 - ``hang``: accepts the connection and never answers;
 - ``drop``: closes the connection without a reply;
-- ``crash``: exits with code 3 before listening (a server that dies while loading).
+- ``crash``: exits with code 3 before listening (a server that dies while loading), saying so on stderr.
 
-``--delay S`` waits S seconds before listening (a slow start). tests/test_vllm_watchdog.py runs it under
+``--delay S`` waits S seconds before listening (a slow start). At start it writes the engine variables
+:class:`~mgrpo_algo.policies.vllm_server.VLLMServer` sets (``VLLM_*``, ``MGRPO_FAKE_*``) to stderr, which the
+server's log file receives, as vLLM's own log lines. tests/test_vllm_watchdog.py runs it under
 :class:`mgrpo_algo.policies.vllm_server.VLLMServer` in place of vLLM's entry point.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,7 +31,10 @@ def main() -> None:
     p.add_argument("--ids", default="5,6,7")
     p.add_argument("--delay", type=float, default=0.0)
     args = p.parse_args()
+    shown = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith(("VLLM_", "MGRPO_FAKE_")))
+    print(f"fake engine: environment {' '.join(shown)}", file=sys.stderr, flush=True)
     if args.mode == "crash":
+        print("fake engine: RuntimeError while loading the model", file=sys.stderr, flush=True)
         sys.exit(3)
     time.sleep(args.delay)
     ids = [int(i) for i in args.ids.split(",")]

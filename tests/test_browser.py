@@ -275,3 +275,27 @@ def test_browser_loads_a_virtual_origin_through_the_mapping(route_server: RouteS
         with pytest.raises(ToolError) as info:  # the real origin itself is not allowed
             mapped.fetch(route_server.url("/page2"))
         assert info.value.kind == "policy"
+
+
+def test_a_killed_chromium_is_started_again_and_said_in_one_line(browser_policy: UrlPolicy, route_server: RouteServer,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """Chromium SIGKILLed between two fetches (an OOM killer, an operator): the next fetch starts a new
+    one, says so in one logged line, and renders as before."""
+    import signal
+
+    import psutil
+
+    fetcher = BrowserFetcher(browser_policy, executable_path=CHROMIUM, timeout_s=10, max_bytes=100_000)
+    try:
+        assert JS_TEXT in fetcher.fetch(route_server.url("/js")).text
+        chromium = [p for p in psutil.Process().children(recursive=True) if "chrom" in p.name()]
+        assert chromium, "no Chromium process under this one"
+        for proc in chromium:
+            proc.send_signal(signal.SIGKILL)
+        psutil.wait_procs(chromium, timeout=10)
+        result = fetcher.fetch(route_server.url("/js"))
+        assert result.via == "browser" and JS_TEXT in result.text
+        lines = [r.getMessage() for r in caplog.records if r.name == "mgrpo_tools.browser"]
+        assert lines == [f"mgrpo: Chromium is gone (crashed or killed); starting a new one for {CHROMIUM}"]
+    finally:
+        fetcher.close()

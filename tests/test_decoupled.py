@@ -100,7 +100,7 @@ def test_frozen_sub_only_the_main_learns(small_scenario, tmp_path):
 
 
 @pytest.mark.slow  # kills between iterations only; test_sigkill_at_every_point_... covers it and more, by value
-def test_sigkilled_role_server_resumes_without_losing_or_doubling(small_scenario, tmp_path):
+def test_sigkilled_role_server_resumes_without_losing_or_doubling(small_scenario, tmp_path, caplog):
     kills = []
 
     def kill_after_first(metrics):
@@ -118,6 +118,11 @@ def test_sigkilled_role_server_resumes_without_losing_or_doubling(small_scenario
     assert [r["role"] for r in trainer.restarts] == ["sub", "main"]
     assert all(r["status"]["restored"] for r in trainer.restarts)  # resumed from its checkpoint
     assert {r["status"]["pid"] for r in trainer.restarts}.isdisjoint({pid for _, pid in kills})
+    # each restart is one line a user sees: which worker, when, what was done
+    lines = [r.getMessage() for r in caplog.records if r.name == "mgrpo_algo.training.workers"]
+    assert len(lines) == 2 and all(" worker died during " in line and "restarted from its checkpoint" in line for line in lines)
+    assert lines[0].startswith("mgrpo: the sub worker died during begin_collect of iteration 1 (")
+    assert lines[1].startswith("mgrpo: the main worker died during begin_collect of iteration 2 (")
     assert status["main"]["last_applied"] == status["sub"]["last_applied"] == ITERATIONS - 1
     check_steps(status, history)
     check_store(f"sqlite:{tmp_path / 'faults' / 'stats.sqlite'}", ITERATIONS)

@@ -270,6 +270,26 @@ def test_serve_env_refuses_a_bad_limit_and_a_port_in_use(scenario, hierarchy_ser
         assert done.returncode == 2 and message in done.stderr
 
 
+def test_serve_env_config_serves_the_runs_env_its_prompts_limits_and_rewards(scenario, tmp_path):
+    """``--config`` serves the env a train config's runs use: here the demo's tiny profile (compact
+    prompts), its limits and its R_M weights [0, 1] (a well-formed wrong answer pays 0, not the paper's 0.1)."""
+    config = tmp_path / "run.yaml"
+    config.write_text("scenario: wiki-hops\n"
+                      f"scenario_kwargs: {{num_entities: 300, seed: 0, profile: tiny, data_dir: {scenario.data_dir}}}\n"
+                      "limits: {max_main_turns: 2, max_sub_turns: 3, max_delegations: 1}\nmain_weights: [0.0, 1.0]\n")
+    with ServeEnvProcess("--config", str(config), "--split", SPLIT, "--port", "0") as server, \
+            MGRPOEnvClient(server.url).sync() as env:
+        result = env.reset(seed=0)
+        assert result.observation.messages[0]["content"] == "Main agent. Tools: delegate, reason. End: <answer>."
+        result = env.step(AgentAction(agent="main_0", text="<answer>no such answer</answer>"))
+        assert result.done and result.observation.reward_components["main_0"]["format_ok"]
+        assert result.reward == 0.0
+        env.reset(seed=0)
+        env.step(AgentAction(agent="main_0", text="no tags"))
+        result = env.step(AgentAction(agent="main_0", text="no tags"))
+        assert result.done and result.observation.record["end_reason"] == "main_turn_limit"  # --config's limits
+
+
 def test_the_server_and_client_modules_load_neither_torch_nor_the_web_ui():
     """The env never imports torch; openenv-core's Gradio UI (8 of its 12 s of import) is left out."""
     code = ("import sys, mgrpo_env.openenv_server, mgrpo_env.openenv_client; "

@@ -193,6 +193,18 @@ def test_sigkill_of_the_child_is_seen_promptly(handles):
     assert handle.call("get") == 1 and handle.pid != old_pid
 
 
+def test_a_role_server_process_carries_its_name(handles):
+    """ps, top and pkill tell the role servers apart: the kernel's name of each is the handle's."""
+    first, second = toy(handles, "processes"), toy(handles, "processes")
+    for handle, name in ((first, "toy0"), (second, "toy1")):
+        with open(f"/proc/{handle.pid}/comm") as fh:
+            assert fh.read().strip() == name
+    long = spawn(EchoServer, {}, placement="processes", name="mgrpo-a-very-long-role-name")
+    handles.append(long)
+    with open(f"/proc/{long.pid}/comm") as fh:
+        assert fh.read().strip() == "mgrpo-a-very-lo"  # the kernel keeps 15 bytes
+
+
 def test_death_during_a_call_fails_the_call_promptly(handles, remote):
     handle = toy(handles, remote)
     future = handle.submit("sleep", 30)

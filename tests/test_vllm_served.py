@@ -168,8 +168,10 @@ def test_sync_lora_loads_and_swaps_adapters_at_run_time(vllm_server, tmp_path):
     served = []
     with WeightSync(vllm_server.url) as sync:
         for step in range(2):
-            if step:
-                _update(learner, prompt, served[-1][0])
+            if step:  # towards tokens the first adapter finds unlikely: its own greedy ids can sit at log p ~ -1e-4,
+                # where a step towards them barely moves anything (CI measured 5e-4 on an AVX2 machine)
+                _update(learner, prompt, policy.tokenizer.encode(" The press was founded in Lyon in 1850.",
+                                                                 add_special_tokens=False))
             policy.model = sync.sync_lora(learner.save_adapter(tmp_path / f"adapter-{step}"), "main-lora")
             ids, logprobs = _served(policy, prompt)
             positions = list(range(len(prompt), len(prompt) + len(ids)))

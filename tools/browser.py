@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import os
 import shutil
 import threading
@@ -46,6 +47,8 @@ from .fetch import FetchResult
 from .pinning import AsyncPinnedTransport
 from .render_cache import RenderCache
 from .url_policy import UrlPolicy
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["BrowserFetcher", "CHROMIUM_ARGS"]
 
@@ -283,6 +286,8 @@ class BrowserFetcher(RequestGuard):
             if self._playwright is None:
                 self._playwright = await async_playwright().start()
             self._spares.clear()  # contexts of a dead browser are useless
+            if self._browser is not None:  # it was running: it crashed or was killed
+                logger.warning("mgrpo: Chromium is gone (crashed or killed); starting a new one for %s", self.executable_path)
             self._browser = await self._playwright.chromium.launch(
                 executable_path=self.executable_path, args=list(self.launch_args), headless=True
             )

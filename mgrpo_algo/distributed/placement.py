@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -346,6 +347,7 @@ def _serve(conn: multiprocessing.connection.Connection, blob: bytes, env: dict[s
     """Child process main: build the object, then answer ``(request_id, kind, ...)`` until close/EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     os.environ.update(env)  # before the factory's module is imported
+    _name_this_process(multiprocessing.current_process().name.removeprefix("mgrpo-role:"))
     try:
         factory, kwargs = pickle.loads(blob)
         obj = factory(**kwargs)
@@ -365,6 +367,16 @@ def _serve(conn: multiprocessing.connection.Connection, blob: bytes, env: dict[s
             return
         if not _send(conn, (req_id, _invoke(obj, *rest))):
             return
+
+
+def _name_this_process(name: str) -> None:
+    """The kernel's name of this process (``/proc/PID/comm``; what ``ps -o comm``, ``top`` and
+    ``pkill`` show): the role server's name, e.g. ``mgrpo-main``, instead of ``python``, so an operator
+    can tell the role servers apart (their command lines are all multiprocessing's). Linux only;
+    the kernel keeps 15 bytes."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)  # 15: PR_SET_NAME
 
 
 def _send(conn: multiprocessing.connection.Connection, message: tuple) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import socket
 from typing import Any
@@ -30,6 +31,9 @@ def add_serve_env_parser(sub: Any) -> None:
     se.add_argument("--host", default="127.0.0.1",
                     help="address to bind (default 127.0.0.1, loopback only; 0.0.0.0 serves every interface)")
     se.add_argument("--port", type=int, default=8000, help="port to bind (0: a free one, printed on the ready line)")
+    se.add_argument("--config", default=None,
+                    help="a train config (YAML): serve the env its runs train on (scenario and its options, "
+                         "limits, rewards); --set and --limit override it")
     se.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a scenario option")
     se.add_argument("--limit", action="append", default=[], metavar="KEY=VALUE",
                     help="an episode limit (mgrpo_env.Limits field: max_main_turns=8, max_sub_turns=6, ...)")
@@ -45,13 +49,23 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
     from mgrpo_env.core import Limits
     from mgrpo_env.openenv_server import DEFAULT_MAX_SESSIONS, EnvSpec, create_app
 
-    from .cli_support import build_scenario_from_pairs, interrupt_on_stop_signals, scenario_kwargs
+    from .cli_support import interrupt_on_stop_signals, scenario_kwargs
+    from .eval_cli import build_scenario
 
+    env_kwargs: dict[str, Any] = {}
+    if args.config:  # the env a train config's runs train on; --set and --limit override it
+        from mgrpo_algo.core.config import load_config
+        from mgrpo_algo.training.trainer import env_options, reward_config
+
+        config = load_config(args.config)
+        scenario = build_scenario(config.scenario, {**config.scenario_kwargs, **scenario_kwargs(args.set)})
+        env_kwargs = env_options(config, reward_config(config, scenario))
+    else:
+        scenario = build_scenario(args.scenario, scenario_kwargs(args.set))
     try:
-        limits = Limits(**scenario_kwargs(args.limit))
+        limits = dataclasses.replace(env_kwargs.pop("limits", Limits()), **scenario_kwargs(args.limit))
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"mgrpo: bad --limit: {exc}") from None
-    scenario = build_scenario_from_pairs(args.scenario, args.set)
     # Bound before the world opens: a port in use is one line, not a traceback after a slow start.
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -61,13 +75,13 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
         sock.close()
         raise SystemExit(f"mgrpo: cannot bind {args.host}:{args.port}: {exc}") from None
     with sock, scenario.open() as world:
-        spec = EnvSpec(scenario, args.split, world, limits)
+        spec = EnvSpec(scenario, args.split, world, limits, env_kwargs)
         app = create_app(spec, single=args.single, max_sessions=args.max_sessions or DEFAULT_MAX_SESSIONS,
                          session_timeout_s=args.session_timeout)
         sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
         host, port = sock.getsockname()[:2]
         print(json.dumps({"url": f"http://{host}:{port}", "env": "single" if args.single else "hierarchy",
-                          "scenario": args.scenario, "split": args.split}), flush=True)
+                          "scenario": getattr(scenario, "name", args.scenario), "split": args.split}), flush=True)
         # uvicorn catches Ctrl-C and SIGTERM itself and shuts down gracefully (every connection closed,
         # so every session and its env); then it restores the handlers it found and raises the signal
         # again: ours turn it into KeyboardInterrupt, so the world below is closed too.

@@ -221,7 +221,8 @@ class VLLMServer:
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Block until ``GET /health`` answers 200; VLLMServerError (with the log's tail) if the process
         exits or the start takes longer than ``timeout_s`` (default ``start_timeout_s``)."""
-        deadline = time.monotonic() + (self.start_timeout_s if timeout_s is None else timeout_s)
+        limit_s = self.start_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
             if not self.alive():
                 code = None if self.proc is None else self.proc.returncode
@@ -234,7 +235,7 @@ class VLLMServer:
                 return
             time.sleep(0.5)
         raise VLLMServerError(f"{self.name}: the vLLM server did not answer /health within "
-                              f"{self.start_timeout_s:.0f} s{self._log_tail()}")
+                              f"{limit_s:g} s{self._log_tail()}")
 
     def healthy(self, timeout_s: float | None = None) -> bool:
         try:

@@ -22,6 +22,7 @@ checkpoint) guarantees that nothing is lost or applied twice (tested with kills 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -38,6 +39,8 @@ from ..distributed.placement import RoleServerDied, spawn
 from .roles import RoleWorker
 from .service import RoleClient
 from .storage import RunStorage
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -124,8 +127,12 @@ class RoleWorkers:
         t0 = time.perf_counter()
         self.handles[role].restart()
         status = self.clients[role].status()
+        recovery_s = time.perf_counter() - t0
         self.restarts.append({"role": role, "during": during, "iteration": self._iteration, "error": repr(error),
-                              "recovery_s": time.perf_counter() - t0, "status": status})
+                              "recovery_s": recovery_s, "status": status})
+        # one line a user sees (Python's last-resort handler prints warnings to stderr when none is set up)
+        logger.warning("mgrpo: the %s worker died during %s of iteration %d (%s); restarted from its checkpoint "
+                       "in %.1f s, %s asked again", role, during, self._iteration, error, recovery_s, during)
 
     def _call(self, role: str, call: Callable[[RoleClient], T], what: str) -> T:
         """``call(client)`` on ``role``'s worker; a worker that dies is restarted and asked again."""

@@ -1,0 +1,120 @@
+"""TRL's GRPOTrainer on the env (issue 42, part 2): the demo's start planner trained for 2 real
+GRPOTrainer steps through ``environment_factory``, the sub-agents the demo's frozen start sub model
+inside the environment class. The env is the OpenEnv server's own session class
+(``HierarchyEnvironment``) run in this process: ``tests/test_openenv.py`` shows an episode over the
+wire equals the in-process one, and a server process would cost this test half its time budget.
+
+Checked by value: the planner's weights moved and the sub-agents' did not; every episode TRL scored
+is replayed in process (``mgrpo_env.env``, the same task, the planner's sampled turns as TRL's tool
+mask delimits them, the sub-agents' turns as they were stepped) and the main reward the in-process
+env pays equals the reward TRL used; the ids TRL trained on are the ids the project's own policy
+builds for the same chat (``ChatPrompter``: the first prompt, and each env reply between turns).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "configs" / "demo.yaml"
+SPLIT = "stage1/train"  # one-hop questions: the start answers some, so groups disagree and the planner moves
+WEIGHTS = "[0.1, 0.9]"  # the paper's R_M: a well-formed wrong answer (0.1) differs from a malformed one (0)
+
+
+def planner_turns(ids: list[int], keep: list[int]) -> tuple[list[list[int]], list[list[int]]]:
+    """TRL's completion ids split by its tool mask: the planner's sampled turns (mask 1) and the ids
+    TRL put between them (mask 0)."""
+    runs: list[tuple[int, list[int]]] = []
+    for token, k in zip(ids, keep, strict=True):
+        if runs and runs[-1][0] == k:
+            runs[-1][1].append(token)
+        else:
+            runs.append((k, [token]))
+    return [r for k, r in runs if k], [r for k, r in runs if not k]
+
+
+def test_two_grpo_trainer_steps_train_the_planner_on_the_envs_rewards(small_scenario, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental in TRL 1.16
+    import torch
+    from safetensors.torch import load_file
+
+    import mgrpo_env
+    import mgrpo_scenarios
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.experiments.trl_env import frozen_sub_trainer, local_env_spec, split_task_ids
+    from mgrpo_algo.policies.hf_policy import ChatPrompter
+    from mgrpo_env.core import RewardConfig
+
+    # the demo's run (start models, learner, generation, limits) on the session's small world
+    config = load_config(str(DEMO), [
+        f"scenario_kwargs={{num_entities: 300, seed: 0, profile: tiny, data_dir: {small_scenario.data_dir}}}",
+        "questions_per_iteration=2", "group_size=4", f"main_weights={WEIGHTS}",
+    ])
+    scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
+    task_ids = split_task_ids(config, SPLIT)[:4]
+    with scenario.open() as world:
+        trainer = frozen_sub_trainer(local_env_spec(config, SPLIT, scenario, world), config, task_ids,
+                                     output_dir=str(tmp_path / "trl"), max_steps=2)
+        sub_model = trainer._environment_pool[None][0]._sub_policy.model
+        planner_start = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+
+        scored = []  # every episode TRL scored: its ids, the reward TRL used, the sub-agents' turns
+        generate_and_score = trainer._generate_and_score_completions
+
+        def capture(inputs):
+            out = generate_and_score(inputs)
+            rewards = list(trainer._logs["rewards"]["main_reward"])  # what TRL's advantages were computed from
+            for i, env in enumerate(trainer.environments):
+                n = int(out["completion_mask"][i].sum())
+                scored.append({"task_id": env.task_id, "reward": rewards[i], "subs": dict(env.sub_turns),
+                               "end": env.end, "ids": out["completion_ids"][i][:n].tolist(),
+                               "keep": out["tool_mask"][i][:n].tolist(),
+                               "prompt": out["prompt_ids"][i][out["prompt_mask"][i].bool()].tolist()})
+            return out
+
+        trainer._generate_and_score_completions = capture
+        trainer.train()
+
+        assert len(scored) == 2 * 2 * 4
+        # the planner moved, by value; the frozen sub model is the start's, bit for bit, and not the planner
+        assert [k for k, v in trainer.model.named_parameters() if not torch.equal(v, planner_start[k])], \
+            "no planner weight changed in two GRPOTrainer steps"
+        sub = trainer._environment_pool[None][0]._sub_policy.model
+        assert sub is sub_model and sub is not trainer.model
+        sub_state = sub.state_dict()
+        for name, value in load_file(str(Path(config.sub.model) / "model.safetensors")).items():
+            assert torch.equal(sub_state[name], value), name
+        assert len({s["reward"] for s in scored}) > 1  # groups disagreed: the steps had a signal
+
+        # every episode again in process with the same actions: the env's main reward is the one TRL used
+        tokenizer = trainer.processing_class
+        prompter = ChatPrompter(tokenizer)
+        env = mgrpo_env.env(scenario=scenario, split=SPLIT, world=world, limits=config.limits,
+                            rewards=RewardConfig(main_weights=tuple(config.main_weights)))
+        raw = env.unwrapped
+        finished = 0
+        for episode in scored:
+            turns, gaps = planner_turns(episode["ids"], episode["keep"])
+            texts = [tokenizer.decode(t, skip_special_tokens=False, clean_up_tokenization_spaces=False) for t in turns]
+            subs = {agent: list(actions) for agent, actions in episode["subs"].items()}
+            env.reset(options={"task_id": episode["task_id"]})
+            assert episode["prompt"] == prompter.first_prompt(raw.infos["main_0"]["messages"])
+            planner = iter(texts)
+            while not raw.record.end_reason:
+                agent = raw.agent_selection
+                text = next(planner, None) if agent == "main_0" else subs[agent].pop(0)
+                if text is None:
+                    break  # TRL ended the episode while the env waits for the planner
+                env.step(text)
+            # between two turns, TRL fed the ids the project's policy appends for the env's reply
+            replies = raw.trajectory("main_0").messages[3::2]
+            for turn, gap, reply in zip(turns, gaps, replies, strict=False):
+                assert gap == prompter.continuation(turn, [reply]), episode
+            if raw.record.end_reason:
+                finished += 1
+                assert episode["reward"] == pytest.approx(raw.record.rewards["main_0"]), episode
+            else:  # the env would go on: only after a malformed turn, which pays R_M = 0 whatever follows
+                assert raw.trajectory("main_0").format_errors > 0 and episode["reward"] == 0.0, episode
+        assert finished >= len(scored) // 2
