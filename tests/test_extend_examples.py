@@ -51,7 +51,7 @@ def test_new_policy_loss(env, tmp_path):
 def test_new_placement(env, tmp_path):
     out = run("new_placement.py", env, tmp_path)
     assert "role handles: {'main': 'timed', 'sub': 'timed'}" in out
-    assert "mgrpo-main     update_main" in out and "mgrpo-sub      update_sub" in out
+    assert "mgrpo-main     update " in out and "mgrpo-sub      update " in out
 
 
 def test_new_mode(env, tmp_path):

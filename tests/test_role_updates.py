@@ -27,7 +27,15 @@ from test_roles import _Recorder  # stands in for FaultPoints
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: F401
 
 from mgrpo_algo.core.config import GenerationConfig, LearnerConfig, RoleConfig
-from mgrpo_algo.core.scoring import MainSlot, RolloutKey, SubFact, SubScoring, anchor_state, score_sub_side
+from mgrpo_algo.core.scoring import (
+    MainSlot,
+    RoleBatch,
+    RolloutKey,
+    SubFact,
+    SubScoring,
+    anchor_state,
+    score_sub_side,
+)
 from mgrpo_algo.core.seeding import iteration_rngs
 from mgrpo_algo.core.sequences import slot_sequence
 from mgrpo_algo.distributed.placement import spawn
@@ -159,13 +167,13 @@ def test_sub_learner_applies_iteration_ts_slots_to_iteration_ts_sequences(tiny_m
     for t in range(ITERATIONS):
         expected[t] = _expected(t, _act(sub, t, agents))
         for it in published[t]:
-            main.update_main(it, _main_slots(it))
-        out = sub.update_sub(t, _facts(t), SCORING, staleness=staleness)
+            main.update(it, RoleBatch(slots=_main_slots(it)))
+        out = sub.update(t, RoleBatch(facts=_facts(t), scoring=SCORING, staleness=staleness))
         assert _kept_advantages(tmp_path) == {it: expected[it][0] for step in applies[:t + 1] for it in step}, t
         if applies[t]:
             assert (out["sub/applied_iteration"], out["sub/lag"]) == (applies[t][-1], t - applies[t][-1])
     for it in flushed:
-        main.update_main(it, _main_slots(it))
+        main.update(it, RoleBatch(slots=_main_slots(it)))
     out = sub.flush(ITERATIONS - 1)
     assert out.get("sub/applied_iteration") == (flushed[-1] if flushed else None)
     assert _kept_advantages(tmp_path) == {it: expected[it][0] for it in range(ITERATIONS)}  # A_S of iteration it, kept
@@ -196,8 +204,8 @@ def _train_main(worker, t):
     _act(worker, t, [(i, "main_0") for i in range(len(SUBS))])
     correct = _correct(t)
     advantages = [c - float(np.mean(correct)) + 0.25 * (i % 2) for i, c in enumerate(correct)]
-    metrics = worker.update_main(t, [MainSlot(RolloutKey(i, i // K, i % K), "main_0", c, a, c, True)
-                                     for i, (c, a) in enumerate(zip(correct, advantages, strict=True))])
+    metrics = worker.update(t, RoleBatch(slots=[MainSlot(RolloutKey(i, i // K, i % K), "main_0", c, a, c, True)
+                                     for i, (c, a) in enumerate(zip(correct, advantages, strict=True))]))
     assert metrics["main/skipped"] == 0.0
     return metrics
 
@@ -285,7 +293,7 @@ def test_a_shared_worker_scores_the_sub_side_and_updates_once_over_both_roles(ti
     worker.learner.update = lambda sequences: batches.append(len(sequences)) or update(sequences)
     scoring = replace(SCORING, sub_weights=(0.2, 0.3, 0.5), sub_format_gate=True)  # not the paper's: they must reach R_S
     facts, correct, slots = _facts(0), _correct(0), _main_slots(0)
-    metrics = worker.update_shared(0, slots, facts, scoring)
+    metrics = worker.update(0, RoleBatch(slots=slots, facts=facts, scoring=scoring))
     rewards = [[paid_sub_reward(f.format_ok, correct[i], f.expert, scoring.sub_weights, format_gate=True) for f in row]
                for i, row in enumerate(facts)]
     states = {(i, j): seen[(i, f.agent)][1] for i, row in enumerate(facts) for j, f in enumerate(row)}
@@ -299,8 +307,8 @@ def test_a_shared_worker_scores_the_sub_side_and_updates_once_over_both_roles(ti
     health = worker.store.get_health("main")["metrics"]
     assert "main/samples" in health and not any(k.startswith(("sub/", "align/")) for k in health)
     assert worker.store.done_iterations("main") == {0}
-    assert worker.update_shared(0, slots, facts, scoring)["main/replayed"] == 1.0 and batches == [len(slots) + len(expected)]
+    assert worker.update(0, RoleBatch(slots=slots, facts=facts, scoring=scoring))["main/replayed"] == 1.0 and batches == [len(slots) + len(expected)]
     worker.close()
     alone = RoleWorker("main", tiny_model, str(tmp_path / "alone"), "", spec=SPEC, seed=SEED, train=False)
     with pytest.raises(RuntimeError, match="^a shared-model worker reads the main statistics through the store: none is open$"):
-        alone.update_shared(0, slots, facts, scoring)
+        alone.update(0, RoleBatch(slots=slots, facts=facts, scoring=scoring))

@@ -35,6 +35,7 @@ __all__ = [
     "RolloutKey",
     "MainSlot",
     "SubSlot",
+    "RoleBatch",
     "alignment_width",
     "annotate_main",
     "annotate_sub",
@@ -207,6 +208,31 @@ class SubScoring:
             raise ValueError(f"outcome_groups must be one of {OUTCOME_GROUPS}, got {self.outcome_groups!r}")
 
 
+@dataclass(frozen=True)
+class RoleBatch:
+    """One iteration's update for one role worker (``RoleWorker.update``): what its side brings.
+
+    ``slots``: the side the loop scored (the root agent's :class:`MainSlot` s, whose statistics the
+    worker publishes). ``facts`` and ``scoring``: a side that scores itself (a called role's
+    :class:`SubFact` s per rollout and how to score them, from the main statistics in the store; it
+    lags them by ``staleness`` iterations at most). Both: one model plays both sides (the
+    shared-model baseline), one update over both."""
+
+    slots: list[MainSlot] | None = None
+    facts: list[list[SubFact]] | None = None
+    scoring: SubScoring | None = None
+    staleness: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.facts is None) != (self.scoring is None) or (self.slots is None and self.facts is None):
+            raise ValueError("a role's batch brings slots, or facts with their scoring, or both")
+
+    @property
+    def scores_itself(self) -> bool:
+        """The worker scores (part of) this batch from the store's main statistics."""
+        return self.facts is not None
+
+
 def rollout_keys(n: int, k: int) -> list[RolloutKey]:
     """The keys of ``n`` task-major rollouts in groups of ``k`` (rollout j of query q at q*k + j)."""
     if k < 1 or n % k:
@@ -344,11 +370,12 @@ def score_main_side(records: Sequence[EpisodeRecord], k: int, *, role: str = "ma
     return main, metrics
 
 
-def sub_facts(records: Sequence[EpisodeRecord]) -> list[list[SubFact]]:
-    """What the sub side knows of its own trajectories (:class:`SubFact`), per rollout in delegation order."""
+def sub_facts(records: Sequence[EpisodeRecord], role: str = "sub") -> list[list[SubFact]]:
+    """What a called role's side (``role``: the sub-agents, or a registered one) knows of its own
+    trajectories (:class:`SubFact`), per rollout in call order."""
     return [[SubFact(s.agent, bool(s.format_ok), s.expert, r.components.get(s.agent, {}).get("expert_source"),
                      len(s.turns), penalised_turns(s), _digest(s.task))
-             for s in r.subs] for r in records]
+             for s in r.subs if s.role == role] for r in records]
 
 
 def _digest(text: str | None) -> str:

@@ -22,10 +22,10 @@ The commit protocol, one for every placement, per iteration t:
 1. ``begin_collect(t)`` reseeds the policy with ``policy_seed(seed, role, t)`` and drops t's rollouts;
    ``act`` keeps each sampled turn's token ids (:class:`~mgrpo_algo.training.trajectories.Trajectories`,
    their one owner); ``commit(t)`` writes them to the worker's folder (atomic).
-2. ``update_main(t)`` publishes the statistics (idempotent), updates and checkpoints
-   ``checkpoints/iter-<t>`` (atomic rename; its ``learner.json`` carries ``last_applied = t``: the
-   worker's commit point), then records it in ``worker.json``. ``update_sub`` queues t and applies
-   the pending iterations whose statistics are complete.
+2. ``update(t, batch)`` with the main side's slots publishes the statistics (idempotent), updates
+   and checkpoints ``checkpoints/iter-<t>`` (atomic rename; its ``learner.json`` carries
+   ``last_applied = t``: the worker's commit point), then records it in ``worker.json``; with a
+   called role's facts it queues t and applies the pending iterations whose statistics are complete.
 3. The loop writes ``loop_state.json`` (the run's commit point), then ``committed(t)`` prunes the
    checkpoints older than the newest one at or before t.
 
@@ -47,7 +47,7 @@ from typing import Any
 from mgrpo_env.roles import check_role
 from mgrpo_env.turn_requests import ChatKeeper, TurnRequest
 
-from ..core.scoring import MainSlot, SubFact, SubScoring, SubSlot
+from ..core.scoring import MainSlot, RoleBatch, SubFact, SubScoring, SubSlot
 from .role_eval import RoleEvaluation
 from .storage import RunStorage
 from .trajectories import Trajectories, trajectory_key
@@ -238,9 +238,25 @@ class RoleWorker:
 
     # -- updates ----------------------------------------------------------------------------------
 
-    def update_main(self, iteration: int, slots: list[MainSlot]) -> dict[str, float]:
-        """Publish the main statistics of ``iteration`` (query, rollout, correct, format, R_M) and update
-        on ``slots`` (the iteration's scored main side, one per rollout)."""
+    def update(self, iteration: int, batch: RoleBatch) -> dict[str, float]:
+        """This role's update of ``iteration``: the one update of every role
+        (:class:`~mgrpo_algo.core.scoring.RoleBatch`).
+
+        A batch of ``slots`` (the side the loop scored: the main or single agent) is published to the
+        store (query, rollout, correct, format, R_M), then learned from. A batch of ``facts`` (a called
+        role, which scores itself) is queued, and every pending iteration whose main statistics are in
+        the store is applied (``batch.staleness`` 0: wait for this one; n > 0: wait only for iterations
+        older than ``iteration - n``); its A_S are kept in ``advantages/<t>.json``. Both (one model
+        plays both sides): published, read back, scored and learned in one update. Returns the metrics
+        (of the last iteration applied)."""
+        if batch.slots is not None and batch.scores_itself:
+            return self._update_shared(iteration, batch.slots, batch.facts, batch.scoring)
+        if batch.slots is not None:
+            return self._update_scored(iteration, batch.slots)
+        return self._update_self_scored(iteration, batch.facts, batch.scoring, batch.staleness)
+
+    def _update_scored(self, iteration: int, slots: list[MainSlot]) -> dict[str, float]:
+        """Publish the main statistics of ``iteration`` and update on ``slots`` (one per rollout)."""
         if iteration <= self.state.last_applied:
             return self._replayed(iteration)
         if self.store is not None:  # first: the sub side may be waiting for it
@@ -263,16 +279,11 @@ class RoleWorker:
         self.store.put_main_stats(iteration, [MainStat(s.key.query, s.key.rollout, float(s.correct), bool(s.format_ok),
                                                        float(s.reward)) for s in slots])
 
-    def update_sub(self, iteration: int, facts: list[list[SubFact]], scoring: SubScoring, *,
-                   staleness: int = 0) -> dict[str, float]:
-        """Queue ``iteration`` and apply every pending iteration whose main statistics are in the store.
-
-        ``facts``: what this side knows of its own trajectories, per rollout
-        (:func:`mgrpo_algo.core.scoring.sub_facts`); ``scoring``: how to score them. ``staleness`` 0
-        (synchronized): wait for this iteration's statistics and apply it now; n > 0 (stale): apply what
-        is complete and wait only for iterations older than ``iteration - n``. Returns the metrics of
-        the last iteration applied; each applied iteration's A_S are kept in ``advantages/<t>.json``.
-        """
+    def _update_self_scored(self, iteration: int, facts: list[list[SubFact]], scoring: SubScoring,
+                            staleness: int) -> dict[str, float]:
+        """Queue ``iteration`` (``facts``: what this side knows of its own trajectories, per rollout,
+        :func:`mgrpo_algo.core.scoring.sub_facts`) and apply every pending iteration whose main
+        statistics are in the store."""
         if iteration > self.state.last_applied:
             self.state.pending[str(iteration)] = {"facts": [[asdict(f) for f in row] for row in facts],
                                                   "scoring": asdict(scoring)}
@@ -293,8 +304,8 @@ class RoleWorker:
                     raise
                 break  # stale mode: not in yet; later iterations cannot be either (main publishes in order)
             metrics = self._apply_sub(it, facts, scoring, [s.correct for s in stats])
-            metrics["sub/applied_iteration"] = float(it)
-            metrics["sub/lag"] = float(iteration - it)
+            metrics[f"{self.role}/applied_iteration"] = float(it)
+            metrics[f"{self.role}/lag"] = float(iteration - it)
         return metrics
 
     def flush(self, last_iteration: int) -> dict[str, float]:
@@ -334,13 +345,12 @@ class RoleWorker:
             for s in slots])
         return slots, metrics
 
-    def update_shared(self, iteration: int, slots: list[MainSlot], facts: list[list[SubFact]],
-                      scoring: SubScoring) -> dict[str, float]:
+    def _update_shared(self, iteration: int, slots: list[MainSlot], facts: list[list[SubFact]],
+                       scoring: SubScoring) -> dict[str, float]:
         """Both roles of a mode whose sub-agents are played by this (main) worker's model
         (``ModeSpec.shares``, the shared-model baseline): the main statistics are published and read back
-        from the store as the sub side reads them, the sub side is scored as :meth:`update_sub` scores
-        it, and one learner update runs over the main and the sub sequences together; one commit.
-        Returns what :meth:`update_main` and :meth:`update_sub` return together."""
+        from the store as the sub side reads them, the sub side is scored as a called role scores
+        itself, and one learner update runs over the main and the sub sequences together; one commit."""
         if iteration <= self.state.last_applied:
             return self._replayed(iteration)
         if self.store is None:

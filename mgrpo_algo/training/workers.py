@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,10 +33,10 @@ from mgrpo_env.rollout import PolicyRequest
 from mgrpo_env.turn_requests import TurnSender
 
 from ..core.config import MODES, TrainConfig
-from ..core.scoring import MainSlot, SubScoring, sub_facts, turn_credit
+from ..core.scoring import MainSlot, RoleBatch, SubScoring, sub_facts, turn_credit
 from ..distributed.placement import RoleServerDied, spawn
 from .roles import RoleWorker
-from .service import RoleClient
+from .service import RoleClient, RoleService
 from .storage import RunStorage
 
 logger = logging.getLogger(__name__)
@@ -163,42 +162,42 @@ class RoleWorkers:
         raise RuntimeError(f"collection of iteration {iteration} kept failing")
 
     def update(self, iteration: int, slots: list[MainSlot], records: list[EpisodeRecord], d: int) -> dict[str, float]:
-        """Each worker's update of ``iteration`` (the sub side scores itself and keeps its A_S): the metrics."""
-        main_role = next(iter(self.handles))  # "main" or "single"
+        """Each worker's update of ``iteration``: the root role (main or single) gets the slots the loop
+        scored, every called role (sub, and any registered one) its own facts, and scores itself and keeps
+        its A_S. Returns the metrics, the root's first, then the called roles' in the mode's order."""
+        root = self.mode.roles[0]
         if self.mode.shares:  # one model plays every role: one update over all of them (the shared-model baseline)
-            facts, scoring = sub_facts(records), self._sub_scoring(d)
-            return dict(self._call(main_role, lambda c: c.update_shared(iteration, slots, facts, scoring), "update_shared"))
-        # per role: the method's name (for the restart log), the call, and the same call on the handle's thread
-        calls: dict[str, tuple[str, Callable[[RoleClient], Any], Callable[[RoleClient], Future]]] = {
-            main_role: ("update_main", lambda c: c.update_main(iteration, slots),
-                        lambda c: c.submit_update_main(iteration, slots))}
-        if "sub" in self.handles:
-            scoring = self._sub_scoring(d)
-            facts, lag = sub_facts(records), self.staleness
-            calls["sub"] = ("update_sub", lambda c: c.update_sub(iteration, facts, scoring, staleness=lag),
-                            lambda c: c.submit_update_sub(iteration, facts, scoring, staleness=lag))
+            (shared, _), = self.mode.shares
+            batch = RoleBatch(slots=slots, facts=sub_facts(records, shared), scoring=self._sub_scoring(d))
+            return dict(self._call(root, lambda c: c.update(iteration, batch), "update"))
+        batches = {root: RoleBatch(slots=slots)}
+        for role in self.called:
+            batches[role] = RoleBatch(facts=sub_facts(records, role), scoring=self._sub_scoring(d), staleness=self.staleness)
         results: dict[str, dict[str, Any]] = {}
         if self.staleness == 0:
-            # synchronized: both at once; the sub worker waits in the store for this iteration's statistics
-            futures = {role: submit(self.clients[role]) for role, (_, _, submit) in calls.items()}
+            # synchronized: all at once; a called role's worker waits in the store for this iteration's statistics
+            futures = {role: self.clients[role].submit(RoleService.update, iteration, batch) for role, batch in batches.items()}
             for role, future in futures.items():
                 try:
                     results[role] = future.result()
                 except RoleServerDied as exc:
                     self._restart(role, "update", exc)
-                    name, call, _ = calls[role]
-                    results[role] = self._call(role, call, name)
+                    results[role] = self._call(role, lambda c, b=batches[role]: c.update(iteration, b), "update")
         else:
-            for role in ("sub", main_role):  # the sub side applies what is complete before main publishes t
-                name, call, _ = calls[role]
-                results[role] = self._call(role, call, name)
+            for role in (*self.called, root):  # a called side applies what is complete before main publishes t
+                results[role] = self._call(role, lambda c, b=batches[role]: c.update(iteration, b), "update")
         metrics: dict[str, float] = {}
-        for role in calls:  # main first, then sub: the order the metrics always had
+        for role in batches:  # the root first, then the called roles: the order the metrics always had
             metrics.update(results[role])
         return metrics
 
+    @property
+    def called(self) -> tuple[str, ...]:
+        """The roles with a worker of their own that the root agent calls (they score themselves)."""
+        return tuple(role for role in self.handles if role != self.mode.roles[0])
+
     def _sub_scoring(self, d: int) -> SubScoring:
-        """How the sub side scores an iteration of width ``d``."""
+        """How a called side scores an iteration of width ``d``."""
         cfg = self.config
         return SubScoring(cfg.group_size, d, cfg.align_strategy, cfg.step_advantage_weight, tuple(cfg.sub_weights),
                           cfg.sub_estimator, cfg.sub_format_gate, turn_credit(cfg), cfg.sub_outcome_groups)
@@ -214,9 +213,11 @@ class RoleWorkers:
                 self._call(role, lambda c: c.end_stage(stage_index), "end_stage")
 
     def finish(self, last_iteration: int) -> dict[str, Any]:
-        if self.staleness and "sub" in self.handles and last_iteration >= 0:
-            return self._call("sub", lambda c: c.flush(last_iteration), "flush")
-        return {}
+        metrics: dict[str, Any] = {}
+        if self.staleness and last_iteration >= 0:  # a stale run's last iterations of every called role
+            for role in self.called:
+                metrics.update(self._call(role, lambda c: c.flush(last_iteration), "flush"))
+        return metrics
 
     def placement_metrics(self) -> dict[str, float]:
         return {"restarts": float(len(self.restarts))}
