@@ -59,6 +59,7 @@ from .core import Limits, RewardConfig
 from .episode import AgentTrajectory, EpisodeRecord, Turn
 from .episode_core import Episode, render_line, show
 from .protocol import require_text
+from .roles import called_roles, env_roles
 from .spaces import action_space, observation_space
 
 __all__ = ["MGRPOEnv", "env", "raw_env"]
@@ -91,12 +92,14 @@ class MGRPOEnv(AECEnv):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.render_mode = render_mode
         limits = limits or Limits(**limit_kwargs)
-        self.possible_agents = [MAIN] + [f"sub_{i}" for i in range(limits.max_delegations)]
+        # every role of the hierarchy (a registered one included): the main agent, then each called role's agents
+        called = called_roles(env_roles("hierarchy"))
+        role_of = {MAIN: "main", **{f"{role}_{i}": role for role in called for i in range(limits.max_delegations)}}
+        self.possible_agents = list(role_of)
         obs_space = observation_space(limits.max_observation_chars)
-        main_space = action_space(limits.max_action_chars, "main")
-        sub_space = action_space(limits.max_action_chars, "sub")
+        spaces = {role: action_space(limits.max_action_chars, role) for role in ("main", *called)}
         self.observation_spaces = {a: obs_space for a in self.possible_agents}
-        self.action_spaces = {a: (main_space if a == MAIN else sub_space) for a in self.possible_agents}
+        self.action_spaces = {a: spaces[role] for a, role in role_of.items()}
         # sub-agents' spaces are not reached by seed_test's seeding (they are not alive at reset): the
         # episode seeds them all from its np_random
         self.core = Episode("hierarchy", scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world,

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from gymnasium.utils import seeding
@@ -42,7 +43,7 @@ from .protocol import (
     role_tools,
     system_prompt,
 )
-from .roles import env_roles
+from .roles import ROLE_TABLE, env_roles
 from .spaces import sanitize
 
 __all__ = ["KINDS", "Agent", "Episode", "EpisodeKind", "render_line", "show"]
@@ -117,6 +118,7 @@ class Episode:
         max_observation_chars: int | None = None,
         on_observation: Callable[[str], None] | None = None,
         seed_spaces: Sequence[Any] = (),
+        roles: Sequence[str] | None = None,
         **limit_kwargs: Any,
     ) -> None:
         if limits is not None and limit_kwargs:
@@ -141,9 +143,26 @@ class Episode:
         self.np_random_seed: int | None = None
         self.on_observation = on_observation
         self.seed_spaces = list(seed_spaces)
+        #: The roles this episode plays (``roles``: a run's, e.g. its mode's; default every role of the env).
+        self.roles = tuple(self.kind.roles if roles is None else [r for r in self.kind.roles if r in roles])
+        #: The root agent's call tools: tool name -> the roles it starts (those with a ``takes`` rule first).
+        self.callees: dict[str, list[str]] = {}
+        for role in self.roles:
+            spec = ROLE_TABLE[role]
+            if spec.called_by and self.kind.delegates:
+                self.callees.setdefault(spec.called_by, []).append(role)
+        for names in self.callees.values():
+            names.sort(key=lambda role: ROLE_TABLE[role].takes is None)
         style = getattr(self.scenario, "prompt_style", "full")  # a scenario's profile may ask for compact prompts
-        # each role's tool set: the run's choice (``tools``: role -> names), else the scenario's
-        self.tools_of = {role: role_tools(self.scenario, role, (tools or {}).get(role)) for role in self.kind.roles}
+        # each role's tool set: the run's choice (``tools``: role -> names), else the scenario's; the root
+        # agent also holds the call tool of a registered role it may call
+        self.tools_of = {role: role_tools(self.scenario, role, (tools or {}).get(role)) for role in self.roles}
+        calls = {ROLE_TABLE[r].called_by: ROLE_TABLE[r].call_tool for rs in self.callees.values() for r in rs
+                 if ROLE_TABLE[r].call_tool is not None}
+        root_tools = self.tools_of[self.kind.root]
+        if any(name not in root_tools for name in calls):
+            self.tools_of[self.kind.root] = MappingProxyType({**root_tools, **{n: t for n, t in calls.items()
+                                                                                if n not in root_tools}})
         self.prompts = {role: system_prompt(role, specs, style) for role, specs in self.tools_of.items()}
         self.record: EpisodeRecord | None = None
         self.agents: dict[str, Agent] = {}
@@ -208,9 +227,9 @@ class Episode:
             traj.final = parsed.content
             self._end(agent, None)
             return
-        elif parsed.tool_name == "delegate" and self.kind.delegates and agent.role == self.kind.root:
+        elif parsed.tool_name in self.callees and agent.role == self.kind.root:
             if self._delegate(agent, turn, parsed):
-                return  # the sub-agent acts next; the main agent's turn ends when it reports
+                return  # the called agent acts next; the main agent's turn ends when it reports
         else:
             self._reply(agent, turn, self._run_tool(agent, parsed, turn))
         if len(traj.turns) >= agent.max_turns:
@@ -230,19 +249,24 @@ class Episode:
         return format_tool_response(out)
 
     def _delegate(self, main: Agent, turn: Turn, parsed: ParsedAction) -> bool:
-        """Start a sub-agent on the delegated subtask (True), or refuse past the limit (False: a tool error)."""
-        n = len(self.record.subs)
+        """Start an agent of the called role on the delegated subtask (True), or refuse past the limit
+        (False: a tool error). ``max_delegations`` bounds the calls of each call tool per episode."""
+        tool = parsed.tool_name
+        n = sum(1 for s in self.record.subs if s.role in self.callees[tool])
         if n >= self.limits.max_delegations:
             error = f"limit: all {self.limits.max_delegations} delegations of this episode are used; answer now."
-            turn.tool_call = ToolCall("delegate", dict(parsed.arguments), ok=False, error=error)
-            self._reply(main, turn, format_tool_response(f"Error (delegate): {error}"))
+            turn.tool_call = ToolCall(tool, dict(parsed.arguments), ok=False, error=error)
+            self._reply(main, turn, format_tool_response(f"Error ({tool}): {error}"))
             return False
+        role = next(r for r in self.callees[tool] if ROLE_TABLE[r].takes is None or ROLE_TABLE[r].takes(n, parsed.arguments))
+        spec = ROLE_TABLE[role]
         task, context = str(parsed.arguments.get("task", "")), parsed.arguments.get("context")
-        name = f"sub_{n}"
+        name = f"{role}_{sum(1 for s in self.record.subs if s.role == role)}"
         context_text = str(context) if context is not None else None
         first = f"Subtask: {task}" + (f"\nContext: {context_text}" if context_text else "")
-        sub = self._start(name, "sub", first, {}, self.limits.max_sub_turns, task=task, context=context_text)
-        turn.tool_call = ToolCall("delegate", {"task": task, "context": context_text}, ok=True, meta={"agent": name})
+        max_turns = self.limits.max_sub_turns if spec.max_turns is None else spec.max_turns
+        sub = self._start(name, role, first, {}, max_turns, task=task, context=context_text)
+        turn.tool_call = ToolCall(tool, {"task": task, "context": context_text}, ok=True, meta={"agent": name})
         self.record.subs.append(sub.traj)
         sub.tools = self.world.make_tools()
         main.pending = turn
@@ -293,8 +317,8 @@ class Episode:
         for sub in record.subs:
             sub.format_ok = sub.final is not None and sub.format_errors == 0
             sub.expert, source = self._expert(sub)
-            sub.reward = reward_fns.paid_sub_reward(sub.format_ok, correct, sub.expert, self.reward_config.sub_weights,
-                                                    format_gate=self.reward_config.sub_format_gate)
+            sub.reward = ROLE_TABLE[sub.role].reward(sub.format_ok, correct, sub.expert, self.reward_config.sub_weights,
+                                                     format_gate=self.reward_config.sub_format_gate)
             components[sub.agent] = {
                 "format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert,
                 "expert_source": source, "reward": sub.reward,

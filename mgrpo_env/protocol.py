@@ -44,6 +44,7 @@ from mgrpo_tools import schemas as tool_schemas
 from mgrpo_tools.registry import Registry, UnknownName
 
 from .prompts import FINAL_TAGS, PROMPT_STYLES, system_prompt
+from .roles import ROLE_TABLE
 from .schema_checks import check_arguments, signature
 
 __all__ = [
@@ -195,8 +196,9 @@ ALL_TOOLS = TOOLS
 #: own tools (``mgrpo_env.core.WorldHandle.make_tools``). The built-in tools have none here (delegate
 #: and reason are the env's, the web tools the world's).
 TOOL_FACTORIES: Registry[Callable[[Any], Any]] = Registry("tool factory")
-_DEFAULT_ROLE_TOOLS = {"main": tuple(MAIN_TOOLS), "sub": tuple(SUB_TOOLS), "single": tuple(SINGLE_TOOLS)}
-#: Each role's tool names unless a scenario declares its own (``Scenario.role_tools``).
+_DEFAULT_ROLE_TOOLS = {name: spec.tools for name, spec in ROLE_TABLE.items()}  # main, sub, single: their specs'
+#: Each built-in role's tool names unless a scenario declares its own (``Scenario.role_tools``); a
+#: registered role's are its spec's ``tools``.
 DEFAULT_ROLE_TOOLS: Mapping[str, tuple[str, ...]] = MappingProxyType(_DEFAULT_ROLE_TOOLS)
 
 
@@ -229,7 +231,8 @@ def role_tools(scenario: Any, role: str, names: Sequence[str] | None = None) -> 
     scenario's ``role_tools`` mapping (role -> tool names) when it declares one, else
     :data:`DEFAULT_ROLE_TOOLS`; an unknown name raises ValueError (:func:`check_tool_names`)."""
     if names is None:
-        names = dict(getattr(scenario, "role_tools", None) or DEFAULT_ROLE_TOOLS).get(role, DEFAULT_ROLE_TOOLS[role])
+        default = DEFAULT_ROLE_TOOLS.get(role) or ROLE_TABLE[role].tools
+        names = dict(getattr(scenario, "role_tools", None) or DEFAULT_ROLE_TOOLS).get(role, default)
     check_tool_names(role, names, where=f"scenario {getattr(scenario, 'name', scenario)!r}: role {role!r}")
     return MappingProxyType({n: ALL_TOOLS[n] for n in names})
 

@@ -25,6 +25,7 @@ from mgrpo_scenarios import Scenario, Task
 from .episode import EpisodeRecord
 from .episode_core import KINDS, Episode, EpisodeKind
 from .protocol import require_text
+from .roles import ROLES
 
 __all__ = ["PolicyRequest", "PolicyResponse", "Policy", "CollectStats", "EPISODES", "collect"]
 
@@ -96,8 +97,8 @@ class _Rollout:
     selected agent asked in turn; the agents are released together once the episode is over."""
 
     def __init__(self, kind: str, scenario: Scenario, tasks: Sequence[Task], task: Task, world: Any, seed: int,
-                 env_kwargs: Mapping[str, Any]) -> None:
-        self.episode = Episode(kind, scenario, split="", world=world, tasks=tasks, **dict(env_kwargs))
+                 env_kwargs: Mapping[str, Any], roles: Sequence[str]) -> None:
+        self.episode = Episode(kind, scenario, split="", world=world, tasks=tasks, roles=roles, **dict(env_kwargs))
         self.episode.reset(seed=seed, options={"task": task})
         self.released = False
 
@@ -156,7 +157,8 @@ def collect(
         scenario: the scenario (verifier and task source).
         tasks: the B questions of this batch.
         k: rollouts per question (the group size of GRPO).
-        policies: one per role of ``env``: {"main", "sub"} for the hierarchy, {"single"} for the single agent.
+        policies: one per role of ``env``: {"main", "sub"} for the hierarchy, {"single"} for the single agent;
+            a registered role of the env (``mgrpo_env.roles.register_role``) plays when it has one.
         world: an open world shared by all episodes (``with scenario.open() as world``).
         seed: episode i resets with ``seed + i``.
         max_workers: threads stepping envs (tool calls) at once.
@@ -170,12 +172,14 @@ def collect(
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     kind = EPISODES[env]
-    missing = set(kind.roles) - set(policies)
+    builtin = [role for role in kind.roles if role in ROLES]  # a registered role plays when it has a policy
+    missing = set(builtin) - set(policies)
     if missing:
-        raise ValueError(f"policies needs the roles {' and '.join(kind.roles)}; missing {sorted(missing)}")
+        raise ValueError(f"policies needs the roles {' and '.join(builtin)}; missing {sorted(missing)}")
+    roles = tuple(role for role in kind.roles if role in policies)
     stats = stats if stats is not None else CollectStats()
     started = time.perf_counter()
-    episodes = [_Rollout(env, scenario, tasks, tasks[i // k], world, seed + i, env_kwargs or {})
+    episodes = [_Rollout(env, scenario, tasks, tasks[i // k], world, seed + i, env_kwargs or {}, roles)
                 for i in range(len(tasks) * k)]
     records: list[EpisodeRecord | None] = [None] * len(episodes)
     active = list(range(len(episodes)))

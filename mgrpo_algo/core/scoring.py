@@ -200,6 +200,8 @@ class SubScoring:
     sub_format_gate: bool = False
     credit: TurnCredit = field(default_factory=TurnCredit)
     outcome_groups: str = "query"
+    role: str = "sub"
+    """The called role whose side this is (``mgrpo_env.roles``): its reward and its metrics' prefix."""
 
     def __post_init__(self) -> None:
         if isinstance(self.credit, Mapping):  # a queued iteration read back from worker.json
@@ -398,14 +400,15 @@ def score_sub_side(
     facts: Sequence[Sequence[SubFact]], rewards: Sequence[Sequence[float]], k: int, d: int, *,
     strategy: str, rng: np.random.Generator, step_weight: float = 0.0,
     states: Mapping[tuple[int, int], Sequence[Any]] | None = None, estimator: str = "grpo_pooled_masked",
-    credit: TurnCredit | None = None, outcome_groups: str = "query",
+    credit: TurnCredit | None = None, outcome_groups: str = "query", role: str = "sub",
 ) -> tuple[list[SubSlot], dict[str, float]]:
     """The sub side: each rollout's sub-agents (``facts``, :func:`sub_facts`; their R_S ``rewards``)
     aligned to ``d`` slots, A_S pooled per query; with ``step_weight`` w > 0 each turn also gets w x
     its step advantage over all the query's sub-agents (``states[(rollout index, sub)]``: the turn
     states, :func:`turn_states`). ``credit`` (:class:`TurnCredit`) adds its per-turn terms (a report's
     success is its expert score); ``outcome_groups`` "subtask" standardises A_S per delegated subtask
-    (:func:`_subtask_groups`). Run by the sub worker on R_S it computed from the store's statistics."""
+    (:func:`_subtask_groups`). Run by the sub worker (or any called ``role``'s: its metrics carry the
+    role's name, its alignment figures ``<role>/align/``) on R_S it computed from the store's statistics."""
     credit = credit or TurnCredit()
     if outcome_groups not in OUTCOME_GROUPS:
         raise ValueError(f"outcome_groups must be one of {OUTCOME_GROUPS}, got {outcome_groups!r}")
@@ -425,16 +428,17 @@ def score_sub_side(
     sub = [SubSlot(key, s, i, facts[key.index][i].agent, reward, a, turns(key.index, i, a))
            for (key, s, i, reward), a in zip(placed, a_sub, strict=True)]
     subs = [f for row in facts for f in row]
+    align_prefix = "align" if role == "sub" else f"{role}/align"
     metrics = {
-        "sub/reward_mean": align_stats.pop("reward_mean"),
-        "sub/expert_mean": float(np.mean([f.expert or 0.0 for f in subs])) if subs else 0.0,
-        "sub/format_ok": float(np.mean([f.format_ok for f in subs])) if subs else 0.0,
-        "sub/penalised_turns": float(np.mean([len(f.penalised_turns) / max(1, f.turns) for f in subs])) if subs else 0.0,
-        **{f"align/{name}": value for name, value in align_stats.items()},
+        f"{role}/reward_mean": align_stats.pop("reward_mean"),
+        f"{role}/expert_mean": float(np.mean([f.expert or 0.0 for f in subs])) if subs else 0.0,
+        f"{role}/format_ok": float(np.mean([f.format_ok for f in subs])) if subs else 0.0,
+        f"{role}/penalised_turns": float(np.mean([len(f.penalised_turns) / max(1, f.turns) for f in subs])) if subs else 0.0,
+        **{f"{align_prefix}/{name}": value for name, value in align_stats.items()},
     }
     sources = [f.expert_source for f in subs if f.expert_source is not None]
     if sources:
-        metrics["sub/expert_disabled"] = sources.count("none") / len(sources)
+        metrics[f"{role}/expert_disabled"] = sources.count("none") / len(sources)
     return sub, metrics
 
 

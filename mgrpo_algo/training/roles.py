@@ -8,7 +8,7 @@ No gradient and no trajectory crosses between roles. What crosses is the paper's
 the shared store (:mod:`mgrpo_algo.distributed.store`): the main worker publishes per rollout (query,
 rollout, correctness, format flag, R_M); the sub worker waits for them (synchronized) or lags behind
 them (stale(n)), computes R_S of its own trajectories from them
-(:func:`mgrpo_env.rewards.paid_sub_reward`, the env's own rule), aligns them and computes A_S
+(its role spec's ``reward``, the env's own rule: :func:`mgrpo_env.rewards.paid_sub_reward`), aligns them and computes A_S
 (:func:`mgrpo_algo.core.scoring.score_sub_side`) and keeps them: ``advantages/<t>.json`` in its
 folder (the loop is not handed A_S back; ``mgrpo view`` joins them to the episode records).
 
@@ -44,7 +44,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from mgrpo_env.roles import check_role
+from mgrpo_env.roles import ROLE_TABLE, check_role
 from mgrpo_env.turn_requests import ChatKeeper, TurnRequest
 
 from ..core.scoring import MainSlot, RoleBatch, SubFact, SubScoring, SubSlot
@@ -325,12 +325,11 @@ class RoleWorker:
                    ) -> tuple[list[SubSlot], dict[str, Any]]:
         """The sub side's slots of ``iteration`` (R_S from ``correct``, aligned, A_S pooled) and its
         scoring metrics; the slots are written to ``advantages/<t>.json`` (atomic, idempotent)."""
-        from mgrpo_env.rewards import paid_sub_reward
-
         from ..core.scoring import score_sub_side
         from ..core.seeding import iteration_rngs
 
-        rewards = [[paid_sub_reward(f.format_ok, correct[i], f.expert, scoring.sub_weights, format_gate=scoring.sub_format_gate)
+        paid = ROLE_TABLE[scoring.role].reward  # the called role's pay, the function the env paid it with
+        rewards = [[paid(f.format_ok, correct[i], f.expert, scoring.sub_weights, format_gate=scoring.sub_format_gate)
                     for f in row] for i, row in enumerate(facts)]
         states = None
         if scoring.step_weight:
@@ -339,7 +338,7 @@ class RoleWorker:
         rng = iteration_rngs(self.seed, iteration)[1]  # the alignment draws of (seed, iteration), as everywhere
         slots, metrics = score_sub_side(facts, rewards, scoring.k, scoring.d, strategy=scoring.strategy, rng=rng,
                                         step_weight=scoring.step_weight, states=states, estimator=scoring.estimator,
-                                        credit=scoring.credit, outcome_groups=scoring.outcome_groups)
+                                        credit=scoring.credit, outcome_groups=scoring.outcome_groups, role=scoring.role)
         self.files.write_json(f"advantages/{iteration}.json", [
             {"index": s.key.index, "agent": s.agent, "slot": s.slot, "reward": s.reward, "advantage": s.advantage}
             for s in slots])

@@ -94,7 +94,7 @@ class RoleWorkers:
         for role in mode.workers:
             kwargs = {
                 "role": role, "model": paths[role], "run_dir": str(out), "store": store if not mode.single else "",
-                "spec": getattr(config, role), "seed": config.seed, "torch_threads": config.torch_threads,
+                "spec": config.role(role), "seed": config.seed, "torch_threads": config.torch_threads,
                 "train": role in mode.trained, "keep_token_ids": config.keep_token_ids,
             }
             if placement.storage:  # the default ("": the run folder) passes nothing new
@@ -168,11 +168,12 @@ class RoleWorkers:
         root = self.mode.roles[0]
         if self.mode.shares:  # one model plays every role: one update over all of them (the shared-model baseline)
             (shared, _), = self.mode.shares
-            batch = RoleBatch(slots=slots, facts=sub_facts(records, shared), scoring=self._sub_scoring(d))
+            batch = RoleBatch(slots=slots, facts=sub_facts(records, shared), scoring=self._sub_scoring(d, shared))
             return dict(self._call(root, lambda c: c.update(iteration, batch), "update"))
         batches = {root: RoleBatch(slots=slots)}
         for role in self.called:
-            batches[role] = RoleBatch(facts=sub_facts(records, role), scoring=self._sub_scoring(d), staleness=self.staleness)
+            batches[role] = RoleBatch(facts=sub_facts(records, role), scoring=self._sub_scoring(d, role),
+                                      staleness=self.staleness)
         results: dict[str, dict[str, Any]] = {}
         if self.staleness == 0:
             # synchronized: all at once; a called role's worker waits in the store for this iteration's statistics
@@ -196,11 +197,11 @@ class RoleWorkers:
         """The roles with a worker of their own that the root agent calls (they score themselves)."""
         return tuple(role for role in self.handles if role != self.mode.roles[0])
 
-    def _sub_scoring(self, d: int) -> SubScoring:
-        """How a called side scores an iteration of width ``d``."""
+    def _sub_scoring(self, d: int, role: str) -> SubScoring:
+        """How the called ``role``'s side scores an iteration of width ``d``."""
         cfg = self.config
         return SubScoring(cfg.group_size, d, cfg.align_strategy, cfg.step_advantage_weight, tuple(cfg.sub_weights),
-                          cfg.sub_estimator, cfg.sub_format_gate, turn_credit(cfg), cfg.sub_outcome_groups)
+                          cfg.sub_estimator, cfg.sub_format_gate, turn_credit(cfg), cfg.sub_outcome_groups, role)
 
     def committed(self, iteration: int) -> None:
         """The loop committed ``iteration``: the workers prune their older checkpoints."""
