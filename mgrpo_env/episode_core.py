@@ -36,6 +36,7 @@ from .core import (
 from .episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 from .protocol import (
     FINAL_TAGS,
+    TOOL_FACTORIES,
     ParsedAction,
     format_error,
     format_tool_response,
@@ -186,10 +187,18 @@ class Episode:
         self.finished = False
         self.record = EpisodeRecord(episode_id=uuid.uuid4().hex[:12], task=self.task.to_dict(), seed=seed)
         root = self.kind.root
-        tools = {} if self.kind.delegates else self.world.make_tools()  # the main agent's tools: delegation only
+        tools = self._root_tools()
         self.record.main = self._start(f"{root}_0", root, self.task.question, tools, self.max_turns).traj
         self.started = time.perf_counter()
         return self.selected
+
+    def _root_tools(self) -> dict[str, Any]:
+        """The root agent's tool instances: the single agent's are the world's; the main agent runs the
+        env's own (delegation, answered by the episode) and any registered tool its tool set names."""
+        if not self.kind.delegates:
+            return self.world.make_tools()
+        registered = [name for name in self.tools_of[self.kind.root] if name in TOOL_FACTORIES]
+        return {name: TOOL_FACTORIES.get(name)(self.world.world) for name in registered}
 
     def _start(self, name: str, role: str, first_message: str, tools: Mapping[str, Any], max_turns: int,
                task: str | None = None, context: str | None = None) -> Agent:

@@ -207,13 +207,13 @@ def register_tool(spec: ToolSpec, factory: Callable[[Any], Any], *, roles: Colle
     every call), ``factory(world) -> Tool`` (a fresh instance per agent, called with the running
     world) and the roles whose default tool set gets it (a scenario's own ``role_tools`` may name it
     too). A duplicate name raises ValueError. Register before an env is built."""
-    unknown = [r for r in roles if r not in ("sub", "single")]  # the roles that run world tools
+    unknown = [r for r in roles if r not in ROLE_TABLE]
     if unknown:
-        raise ValueError(f"tool {spec.name!r}: roles {unknown} run no world tool; a registered tool is for sub or single")
+        raise ValueError(f"tool {spec.name!r}: roles {unknown} are not roles of {tuple(ROLE_TABLE)}")
     TOOLS.add(spec.name, spec)
     TOOL_FACTORIES.add(spec.name, factory)
     for role in roles:
-        _DEFAULT_ROLE_TOOLS[role] = (*_DEFAULT_ROLE_TOOLS[role], spec.name)
+        _DEFAULT_ROLE_TOOLS[role] = (*(_DEFAULT_ROLE_TOOLS.get(role) or ROLE_TABLE[role].tools), spec.name)
     return spec
 
 
@@ -239,8 +239,8 @@ def role_tools(scenario: Any, role: str, names: Sequence[str] | None = None) -> 
 
 def check_tool_names(role: str, names: Sequence[str], *, where: str) -> None:
     """``names`` as ``role``'s tool set: every name registered (:data:`TOOLS`), no name twice, and the
-    main agent only the tools the hierarchy env runs itself (:data:`MAIN_TOOLS`: it has no world
-    tools of its own). ValueError naming ``where`` and the valid names otherwise."""
+    main agent only the tools the hierarchy env runs itself (:data:`MAIN_TOOLS`) and registered
+    ones (:func:`register_tool` with ``roles=("main",)``): no world tool of its own. ValueError naming ``where`` and the valid names otherwise."""
     if isinstance(names, str) or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{where}: a list of tool names, got {names!r}")
     for name in names:
@@ -250,9 +250,9 @@ def check_tool_names(role: str, names: Sequence[str], *, where: str) -> None:
             raise ValueError(f"{where}: {exc}") from None
     if len(set(names)) != len(names):
         raise ValueError(f"{where}: a tool named twice in {list(names)}")
-    if role == "main" and any(n not in MAIN_TOOLS for n in names):
-        raise ValueError(f"{where}: the main agent runs only the env's own tools ({', '.join(MAIN_TOOLS)}); "
-                         f"got {list(names)} (world tools are the sub-agents')")
+    if role == "main" and any(n not in MAIN_TOOLS and n not in TOOL_FACTORIES for n in names):
+        raise ValueError(f"{where}: the main agent runs only the env's own tools ({', '.join(MAIN_TOOLS)}) and "
+                         f"registered ones; got {list(names)} (world tools are the sub-agents')")
 
 
 # --------------------------------------------------------------------------- parsing

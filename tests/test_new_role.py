@@ -89,3 +89,38 @@ def test_a_role_needs_a_new_name_and_its_call_tool():
         register_role("checker", RoleSpec(env="hierarchy", final_tag="result", sample_seed=3, eval_seed=4,
                                           called_by="check"))
     assert "checker" not in ROLE_TABLE
+
+
+def test_a_main_agent_tool_is_one_registration(small_scenario, small_world):
+    """``register_tool(..., roles=("main",))``: the main agent is shown the tool, may name it in a run's
+    ``tools``, and the episode runs it (a world tool stays the sub-agents')."""
+    from mgrpo_env.protocol import check_tool_names, register_tool, unregister_tool
+    from mgrpo_tools.base import BaseTool, require_str
+
+    class CountWords(BaseTool):
+        name = "count_words"
+        description = "Count the words of a text."
+        parameters = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"],
+                      "additionalProperties": False}
+
+        def run(self, arguments):
+            return str(len(require_str(arguments, "text").split()))
+
+    register_tool(ToolSpec(CountWords.name, CountWords.description, CountWords.parameters), lambda world: CountWords(),
+                  roles=("main",))
+    try:
+        check_tool_names("main", ["delegate", "count_words"], where="tools.main")
+        with pytest.raises(ValueError, match="world tools are the sub-agents'"):
+            check_tool_names("main", ["delegate", "search"], where="tools.main")
+        env = mgrpo_env.env(scenario=small_scenario, world=small_world, seed=0, split="stage2/test")
+        try:
+            env.reset(seed=1)
+            assert '"name": "count_words"' in env.unwrapped.trajectory("main_0").messages[0]["content"]
+            env.step(call("count_words", text="one two three"))
+            assert env.agent_selection == "main_0"
+            assert env.observe("main_0")["text"] == "<tool_response>\n3\n</tool_response>"
+            assert env.unwrapped.last_turn("main_0").tool_call.ok
+        finally:
+            env.close()
+    finally:
+        unregister_tool("count_words")

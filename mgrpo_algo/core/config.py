@@ -261,7 +261,7 @@ class TrainConfig:
     tools: dict[str, list[str]] = field(default_factory=dict)
     """Each role's tools by name, e.g. ``{main: [delegate], sub: [search, visit]}`` (the names in
     ``mgrpo_env.protocol.TOOLS``, a registered tool's included; the main agent only ``delegate`` and
-    ``reason``, the env's own). A role not named keeps the scenario's set (default: main delegate,
+    ``reason``, the env's own, and tools registered for it). A role not named keeps the scenario's set (default: main delegate,
     reason; sub and single search, visit, click). Checked when the config loads; the envs of training
     and evaluation get it, and so do the warm start's demonstrations (``mgrpo warm-start`` with the same
     config shows its start models these tools; a prebuilt start model saw its own warm start's tools:
