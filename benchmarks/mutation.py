@@ -118,7 +118,8 @@ BEFORE = {
 SCOPE = {
     # the recovery path: commit / read back / discard, the update guards, pending and lag, the checkpoint order
     "mgrpo_algo/training/roles.py": {f"RoleWorker.{m}" for m in (
-        "commit", "update_main", "update_sub", "_apply_pending", "flush", "_apply_sub", "_score_sub", "update_shared",
+        "commit", "update", "_update_scored", "_update_self_scored", "_apply_pending", "flush", "_apply_sub", "_score_sub",
+        "_update_shared",
         "_learn_scored", "_replayed", "_publish_main", "_applied", "_published", "rollback", "committed")} | {"_queued"},
     # the worker's sampled tokens: commit / read back / discard / retire / roll back (issue 33's split)
     "mgrpo_algo/training/trajectories.py": {f"Trajectories.{m}" for m in (
