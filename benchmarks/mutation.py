@@ -54,7 +54,7 @@ TARGETS = {
     "mgrpo_algo/experiments/compare.py": 0.90,
     "mgrpo_env/aec.py": 0.90,
     "mgrpo_env/core.py": 0.90,
-    # issue 33: the episode core both envs share (the turn record, the tool call, the answer's pay) came out of aec.py
+    # issue 33: the episode core both envs share came out of aec.py; issue 43: it holds the one turn loop
     "mgrpo_env/episode_core.py": 0.90,
     "mgrpo_algo/policies/kv_cache.py": 0.90,
     # issue 34: the speed code (the decode step, the decode loop, the learner's shared prefix, log-probs and
@@ -118,7 +118,8 @@ BEFORE = {
 SCOPE = {
     # the recovery path: commit / read back / discard, the update guards, pending and lag, the checkpoint order
     "mgrpo_algo/training/roles.py": {f"RoleWorker.{m}" for m in (
-        "commit", "update_main", "update_sub", "_apply_pending", "flush", "_apply_sub", "_score_sub", "update_shared",
+        "commit", "update", "_update_scored", "_update_self_scored", "_apply_pending", "flush", "_apply_sub", "_score_sub",
+        "_update_shared",
         "_learn_scored", "_replayed", "_publish_main", "_applied", "_published", "rollback", "committed")} | {"_queued"},
     # the worker's sampled tokens: commit / read back / discard / retire / roll back (issue 33's split)
     "mgrpo_algo/training/trajectories.py": {f"Trajectories.{m}" for m in (
@@ -127,10 +128,12 @@ SCOPE = {
         "aggregate", "log_scalars", "_start_name", "evaluation_policies", "evaluate_policies", "eval_figures", "greedy_em",
         "_evaluate", "_full_evaluation", "_warm_record", "run_compare", "_train_and_evaluate", "_intervals",
         "_trained_policies", "_reproduce"},
-    "mgrpo_env/aec.py": {f"MGRPOEnv.{m}" for m in (
-        "_step_main", "_delegate", "_step_sub", "_return_to_main", "_expert", "_finish")},
+    # issue 43: the turn loop, the delegation, the limits and the pay live in the episode core; the AEC env
+    # keeps PettingZoo's tables in step with it
+    "mgrpo_env/aec.py": {f"MGRPOEnv.{m}" for m in ("reset", "_observed", "step", "_paid")},
     "mgrpo_env/core.py": {"call_tool", "safe_verify"},
-    "mgrpo_env/episode_core.py": {"record_turn", "reply", "run_tool", "pay_answer", "close_record"},
+    "mgrpo_env/episode_core.py": {f"Episode.{m}" for m in (
+        "reset", "_start", "_observe", "act", "_reply", "_run_tool", "_delegate", "_end", "_expert", "_finish")},
     # issue 46: the watchdog (health, start / wait, the restart decision), not the command line, the weights
     # written for the engine nor stop's signal escalation (a real engine's process group)
     "mgrpo_algo/policies/vllm_server.py": {f"VLLMServer.{m}" for m in (

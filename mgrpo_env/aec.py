@@ -37,57 +37,37 @@ Arguments:
     rewards (RewardConfig), render_mode ("ansi" or "human"), tools (role -> tool names: the run's
     choice of each role's tools, checked by ``protocol.check_tool_names``; default the scenario's).
 
+Implementation:
+    A thin adapter: the episode (reset, seeding, the turn loop, limits, pay) is
+    :class:`mgrpo_env.episode_core.Episode`; this class keeps PettingZoo's tables in step with it.
+
 Version history:
     v0: first release.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
 
 from mgrpo_scenarios import Scenario, Task
 
-from . import rewards as reward_fns
-from .core import (
-    Limits,
-    RewardConfig,
-    pick_task,
-)
-from .episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
-from .episode_core import (
-    EpisodeSource,
-    close_record,
-    pay_answer,
-    record_turn,
-    render_line,
-    reply,
-    run_tool,
-    show,
-)
-from .protocol import (
-    format_error,
-    format_tool_response,
-    parse_action,
-    require_text,
-    role_tools,
-    system_prompt,
-)
-from .roles import env_roles
-from .spaces import action_space, observation_space, sanitize
+from .core import Limits, RewardConfig
+from .episode import AgentTrajectory, EpisodeRecord, Turn
+from .episode_core import Episode, render_line, show
+from .protocol import require_text
+from .roles import called_roles, env_roles
+from .spaces import action_space, observation_space
 
 __all__ = ["MGRPOEnv", "env", "raw_env"]
 
 MAIN = "main_0"
 
 
-class MGRPOEnv(EpisodeSource, AECEnv):
+class MGRPOEnv(AECEnv):
     metadata = {"name": "mgrpo_v0", "render_modes": ["ansi", "human"], "is_parallelizable": False}
 
     def __init__(
@@ -108,22 +88,25 @@ class MGRPOEnv(EpisodeSource, AECEnv):
         super().__init__()
         if limits is not None and limit_kwargs:
             raise ValueError("pass either limits=Limits(...) or limit keywords, not both")
-        self.limits = limits or Limits(**limit_kwargs)
-        self.reward_config = rewards or RewardConfig()
-        self._setup_episodes(scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
-                       render_mode=render_mode)
-
-        self.possible_agents = [MAIN] + [f"sub_{i}" for i in range(self.limits.max_delegations)]
-        obs_space = observation_space(self.limits.max_observation_chars)
-        main_space = action_space(self.limits.max_action_chars, "main")
-        sub_space = action_space(self.limits.max_action_chars, "sub")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.render_mode = render_mode
+        limits = limits or Limits(**limit_kwargs)
+        # every role of the hierarchy (a registered one included): the main agent, then each called role's agents
+        called = called_roles(env_roles("hierarchy"))
+        role_of = {MAIN: "main", **{f"{role}_{i}": role for role in called for i in range(limits.max_delegations)}}
+        self.possible_agents = list(role_of)
+        obs_space = observation_space(limits.max_observation_chars)
+        spaces = {role: action_space(limits.max_action_chars, role) for role in ("main", *called)}
         self.observation_spaces = {a: obs_space for a in self.possible_agents}
-        self.action_spaces = {a: (main_space if a == MAIN else sub_space) for a in self.possible_agents}
-        style = getattr(self.scenario, "prompt_style", "full")  # a scenario's profile may ask for compact prompts
-        # each role's tool set: the run's choice (``tools``: role -> names), else the scenario's
-        self._tools_of = {role: role_tools(self.scenario, role, (tools or {}).get(role)) for role in env_roles("hierarchy")}
-        self._prompts = {role: system_prompt(role, specs, style) for role, specs in self._tools_of.items()}
-        self.record: EpisodeRecord | None = None
+        self.action_spaces = {a: spaces[role] for a, role in role_of.items()}
+        # sub-agents' spaces are not reached by seed_test's seeding (they are not alive at reset): the
+        # episode seeds them all from its np_random
+        self.core = Episode("hierarchy", scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world,
+                            tasks=tasks, limits=limits, rewards=rewards, tools=tools,
+                            on_observation=self._observed, seed_spaces=list(self.action_spaces.values()))
+        self.scenario, self.split, self.limits, self.reward_config = (self.core.scenario, self.core.split,
+                                                                      self.core.limits, self.core.reward_config)
 
     # -- PettingZoo API -------------------------------------------------------------------------
 
@@ -134,34 +117,26 @@ class MGRPOEnv(EpisodeSource, AECEnv):
         return self.action_spaces[agent]
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        if seed is None and not self._seeded:
-            seed = self._default_seed
-        if seed is not None or not self._seeded:
-            self.np_random, self.np_random_seed = seeding.np_random(seed)
-            self._seeded = True
-            # sub-agents' spaces are not reached by seed_test's seeding (they are not alive at reset)
-            for space in {id(s): s for s in self.action_spaces.values()}.values():
-                space.seed(int(self.np_random.integers(2**31)))
-        self._task = pick_task(self._tasks, self.np_random, options or {}, self.split)
-        self.agents = [MAIN]
-        self.rewards = {MAIN: 0.0}
-        self._cumulative_rewards = {MAIN: 0.0}
-        self.terminations = {MAIN: False}
-        self.truncations = {MAIN: False}
-        self._trajectories: dict[str, AgentTrajectory] = {}
-        self._tools: dict[str, dict[str, Any]] = {}
-        self._observations: dict[str, str] = {}
+        self.agents = []
+        self.rewards, self._cumulative_rewards, self.terminations, self.truncations = {}, {}, {}, {}
         self.infos = {}
-        self.record = EpisodeRecord(
-            episode_id=uuid.uuid4().hex[:12], task=self._task.to_dict(), seed=seed
-        )
-        self._started = time.perf_counter()
-        main = self._start_agent(MAIN, "main", self._task.question)
-        self.record.main = main
+        self.core.reset(seed, options)
+        self.np_random, self.np_random_seed = self.core.np_random, self.core.np_random_seed
         self.agent_selection = MAIN
 
+    def _observed(self, agent: str) -> None:
+        """The episode changed ``agent``'s observation: a new agent joins the tables; its info is current."""
+        if agent not in self.rewards:
+            self.agents.append(agent)
+            for table, value in ((self.rewards, 0.0), (self._cumulative_rewards, 0.0), (self.terminations, False),
+                                 (self.truncations, False)):
+                table[agent] = value
+        traj = self.core.agents[agent].traj
+        self.infos[agent] = {"role": traj.role, "turn": len(traj.turns), "task_id": self.core.task.id,
+                             "messages": traj.messages}
+
     def observe(self, agent: str) -> dict[str, str]:
-        return {"text": self._observations[agent]}
+        return {"text": self.core.agents[agent].observation}
 
     def step(self, action: str | None) -> None:
         agent = self.agent_selection
@@ -169,14 +144,25 @@ class MGRPOEnv(EpisodeSource, AECEnv):
             self._was_dead_step(action)
             return
         self._cumulative_rewards[agent] = 0.0
-        text = require_text(action, agent)
-        if agent == MAIN:
-            self._step_main(text)
+        self.core.act(require_text(action, agent))
+        if self.core.finished:
+            self._paid()
         else:
-            self._step_sub(agent, text)
+            self.agent_selection = self.core.selected.name
         self._accumulate_rewards()
         if self.render_mode == "human":
             self.render()
+
+    def _paid(self) -> None:
+        """The episode ended: every agent gets its reward and is done."""
+        record = self.core.record
+        done = self.truncations if record.final_answer is None else self.terminations
+        for agent in self.agents:
+            self.rewards[agent] = record.components[agent]["reward"]
+            done[agent] = True
+            self.infos[agent] = {**self.infos.get(agent, {}), "reward_components": record.components[agent],
+                                 "end_reason": record.end_reason}
+        self.agent_selection = self.agents[0]
 
     def render(self) -> str | None:
         """The selected agent's last turn as one line: returned for ``render_mode="ansi"``, printed
@@ -184,155 +170,30 @@ class MGRPOEnv(EpisodeSource, AECEnv):
         render mode."""
         if self.render_mode is None:
             return None
-        agent = self.agent_selection
-        return show(self.render_mode, render_line(agent, self._trajectories.get(agent), self._observations.get(agent, "")))
+        agent = self.core.agents.get(self.agent_selection)
+        return show(self.render_mode, render_line(self.agent_selection, agent and agent.traj,
+                                                  agent.observation if agent else ""))
 
     def close(self) -> None:
-        self._world.close()
+        self.core.close()
+
+    @property
+    def record(self) -> EpisodeRecord | None:
+        """The current episode's record."""
+        return self.core.record
 
     @property
     def task(self) -> Task:
         """The current episode's task."""
-        return self._task
+        return self.core.task
 
     def trajectory(self, agent: str) -> AgentTrajectory:
         """``agent``'s trajectory in the current episode (turns, messages, flags)."""
-        return self._trajectories[agent]
+        return self.core.agents[agent].traj
 
     def last_turn(self, agent: str) -> Turn:
         """The latest turn of ``agent`` in this episode (to attach policy extras such as token ids)."""
-        return self._trajectories[agent].turns[-1]
-
-    # -- the hierarchy --------------------------------------------------------------------------
-
-    def _start_agent(self, agent: str, role: str, first_message: str, task: str | None = None, context: str | None = None) -> AgentTrajectory:
-        traj = AgentTrajectory(agent=agent, role=role, task=task, context=context)
-        traj.messages.append({"role": "system", "content": self._prompts[role]})
-        traj.messages.append({"role": "user", "content": first_message})
-        self._trajectories[agent] = traj
-        self._set_observation(agent, first_message)
-        return traj
-
-    def _set_observation(self, agent: str, text: str) -> None:
-        self._observations[agent] = sanitize(text, self.limits.max_observation_chars)
-        traj = self._trajectories[agent]
-        self.infos[agent] = {
-            "role": traj.role,
-            "turn": len(traj.turns),
-            "task_id": self._task.id,
-            "messages": traj.messages,
-        }
-
-    def _reply(self, agent: str, turn: Turn, observation: str) -> None:
-        """Give ``agent`` its next observation (also appended to its chat)."""
-        reply(self._trajectories[agent], turn, observation)
-        self._set_observation(agent, observation)
-
-    def _step_main(self, text: str) -> None:
-        traj = self._trajectories[MAIN]
-        parsed = parse_action(text, role="main", allowed_tools=self._tools_of["main"], max_chars=self.limits.max_action_chars)
-        turn = record_turn(traj, text, parsed)
-        if not parsed.ok:
-            traj.format_errors += 1
-            self._reply(MAIN, turn, format_error(parsed))
-        elif parsed.kind == "answer":
-            traj.final = parsed.content
-            self._finish(end_reason="answer")
-            return
-        elif parsed.tool_name == "delegate":
-            n = len(self.record.subs)
-            if n >= self.limits.max_delegations:
-                error = f"limit: all {self.limits.max_delegations} delegations of this episode are used; answer now."
-                turn.tool_call = ToolCall("delegate", dict(parsed.arguments), ok=False, error=error)
-                self._reply(MAIN, turn, format_tool_response(f"Error (delegate): {error}"))
-            else:
-                self._delegate(turn, n, str(parsed.arguments.get("task", "")), parsed.arguments.get("context"))
-                return
-        else:  # a tool the main agent may name but that this env does not run (e.g. reason without a reasoner)
-            self._reply(MAIN, turn, run_tool(self.record, {}, parsed, turn))
-        if len(traj.turns) >= self.limits.max_main_turns:
-            traj.truncated = True
-            self._finish(end_reason="main_turn_limit")
-
-    def _delegate(self, turn: Turn, n: int, task: str, context: Any) -> None:
-        name = f"sub_{n}"
-        context_text = str(context) if context is not None else None
-        first = f"Subtask: {task}" + (f"\nContext: {context_text}" if context_text else "")
-        sub = self._start_agent(name, "sub", first, task=task, context=context_text)
-        turn.tool_call = ToolCall("delegate", {"task": task, "context": context_text}, ok=True, meta={"agent": name})
-        self.record.subs.append(sub)
-        self._tools[name] = self._world.make_tools()
-        self.agents.append(name)
-        for table, value in ((self.rewards, 0.0), (self._cumulative_rewards, 0.0), (self.terminations, False), (self.truncations, False)):
-            table[name] = value
-        self._pending_delegate = turn
-        self.agent_selection = name
-
-    def _step_sub(self, agent: str, text: str) -> None:
-        traj = self._trajectories[agent]
-        parsed = parse_action(text, role="sub", allowed_tools=self._tools_of["sub"], max_chars=self.limits.max_action_chars)
-        turn = record_turn(traj, text, parsed)
-        if not parsed.ok:
-            traj.format_errors += 1
-            self._reply(agent, turn, format_error(parsed))
-        elif parsed.kind == "result":
-            traj.final = parsed.content
-            self._return_to_main(parsed.content)
-            return
-        else:
-            self._reply(agent, turn, run_tool(self.record, self._tools[agent], parsed, turn))
-        if len(traj.turns) >= self.limits.max_sub_turns:
-            traj.truncated = True
-            self._return_to_main(
-                None, note=f"The sub-agent stopped at its limit of {self.limits.max_sub_turns} turns without a result."
-            )
-
-    def _return_to_main(self, result: str | None, note: str = "") -> None:
-        main_turn = self._pending_delegate
-        self._reply(MAIN, main_turn, format_tool_response(result if result is not None else note))
-        self.agent_selection = MAIN
-        main = self._trajectories[MAIN]
-        if len(main.turns) >= self.limits.max_main_turns:
-            main.truncated = True
-            self._finish(end_reason="main_turn_limit")
-
-    def _expert(self, sub: AgentTrajectory) -> tuple[float | None, str]:
-        """(r_expert, where it came from). No report scores 0; no scorer or a scorer with nothing to
-        judge by gives None, which drops the term (b3 = 0, :func:`~mgrpo_env.rewards.paid_sub_reward`)."""
-        scorer = self.reward_config.expert
-        if scorer is None:
-            return None, "none"
-        if sub.final is None:
-            return 0.0, "no_result"
-        value = scorer(self._task, sub.task or "", sub.final)
-        if value is None:
-            return None, "none"
-        return float(value), getattr(scorer, "source", "custom")
-
-    def _finish(self, end_reason: str) -> None:
-        """Score the episode, pay every agent, and mark all of them done."""
-        record = self.record
-        main = self._trajectories[MAIN]
-        answer = main.final
-        verdict, correct, paid = pay_answer(self.scenario, self._task, main, self.reward_config.main_weights)
-        components: dict[str, Any] = {MAIN: paid}
-        for sub in record.subs:
-            sub.format_ok = sub.final is not None and sub.format_errors == 0
-            sub.expert, source = self._expert(sub)
-            sub.reward = reward_fns.paid_sub_reward(sub.format_ok, correct, sub.expert, self.reward_config.sub_weights,
-                                                    format_gate=self.reward_config.sub_format_gate)
-            components[sub.agent] = {
-                "format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert,
-                "expert_source": source, "reward": sub.reward,
-            }
-        close_record(record, answer, verdict, correct, truncated=answer is None, end_reason=end_reason,
-                     components=components, started=self._started)
-        done = self.truncations if answer is None else self.terminations
-        for agent in self.agents:
-            self.rewards[agent] = components[agent]["reward"]
-            done[agent] = True
-            self.infos[agent] = {**self.infos.get(agent, {}), "reward_components": components[agent], "end_reason": end_reason}
-        self.agent_selection = self.agents[0]
+        return self.core.agents[agent].traj.turns[-1]
 
 
 def raw_env(**kwargs: Any) -> MGRPOEnv:

@@ -111,7 +111,7 @@ class AlignmentStats:
         num_zero: rollouts with d_k == 0 (all their slots masked).
         num_duplicated_slots: slots filled by a copy of a sub-trajectory already in a slot.
         num_dropped: sub-trajectories left out (d_k > d).
-        num_masked_slots: slots that are None (weight 0).
+        num_masked_slots: slots that are None (no sample goes to the learner).
     """
 
     num_rollouts: int

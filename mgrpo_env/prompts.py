@@ -1,36 +1,32 @@
-"""The agents' system prompts: the role, the protocol, and the tools with their JSON schemas."""
+"""The agents' system prompts: the role (its spec's words, ``mgrpo_env.roles``), the protocol, and the tools
+with their JSON schemas."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from types import MappingProxyType
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+from .roles import ROLE_TABLE
 
 __all__ = ["FINAL_TAGS", "PROMPT_STYLES", "system_prompt"]
 
-#: The final-action tag of each role.
-FINAL_TAGS: Mapping[str, str] = MappingProxyType({"main": "answer", "sub": "result", "single": "answer"})
+class _FinalTags(Mapping[str, str]):
+    """Each role's final-action tag: its ``RoleSpec.final_tag``, read live (a registered role's too)."""
 
-_ROLE_INTRO = {
-    "main": (
-        "You are the main agent of a research team. Plan, delegate subtasks to sub-agents with the "
-        "delegate tool, combine their reports, and give the final answer."
-    ),
-    "sub": (
-        "You are a sub-agent of a research team. Carry out the subtask you were given with the web "
-        "tools, then report what you found to the main agent."
-    ),
-    "single": "You are a research agent. Answer the question with the web tools.",
-}
-_FINAL_TEXT = {
-    "main": "<answer>the final answer, short</answer>",
-    "sub": "<result>your report: the facts found, with their sources</result>",
-    "single": "<answer>the final answer, short</answer>",
-}
+    def __getitem__(self, role: str) -> str:
+        return ROLE_TABLE[role].final_tag
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(ROLE_TABLE)
+
+    def __len__(self) -> int:
+        return len(ROLE_TABLE)
 
 
-_COMPACT_INTRO = {"main": "Main agent.", "sub": "Sub-agent.", "single": "Research agent."}
+#: The final-action tag of each role: its ``RoleSpec.final_tag`` in the one role table.
+FINAL_TAGS: Mapping[str, str] = _FinalTags()
+
 #: System prompt styles: ``full`` (the protocol and the tools' JSON schemas, for real LLMs) and
 #: ``compact`` (a few dozen tokens: the role, the tools' signatures and the final tag, for tiny models).
 PROMPT_STYLES = ("full", "compact")
@@ -51,15 +47,15 @@ def system_prompt(role: str, tools: Mapping[str, Any], style: str = "full") -> s
     if style == "compact":
         final = FINAL_TAGS[role]
         names = ", ".join(spec.name for spec in tools.values()) or "none"
-        return f"{_COMPACT_INTRO[role]} Tools: {names}. End: <{final}>."
+        return f"{ROLE_TABLE[role].compact_intro} Tools: {names}. End: <{final}>."
     tool_lines = [json.dumps(_spec_json(spec), ensure_ascii=False) for spec in tools.values()]
     return "\n".join(
         [
-            _ROLE_INTRO[role],
+            ROLE_TABLE[role].intro,
             "",
             "Each turn, first think inside <think>...</think>, then write exactly one of:",
             '- a tool call: <tool_call>{"name": "<tool name>", "arguments": {<arguments>}}</tool_call>',
-            f"- {_FINAL_TEXT[role]}",
+            f"- {ROLE_TABLE[role].final_text}",
             "Tool outputs come back inside <tool_response>...</tool_response>. A malformed turn gets an "
             "error message instead.",
             "",

@@ -44,6 +44,7 @@ from mgrpo_tools import schemas as tool_schemas
 from mgrpo_tools.registry import Registry, UnknownName
 
 from .prompts import FINAL_TAGS, PROMPT_STYLES, system_prompt
+from .roles import ROLE_TABLE
 from .schema_checks import check_arguments, signature
 
 __all__ = [
@@ -195,8 +196,9 @@ ALL_TOOLS = TOOLS
 #: own tools (``mgrpo_env.core.WorldHandle.make_tools``). The built-in tools have none here (delegate
 #: and reason are the env's, the web tools the world's).
 TOOL_FACTORIES: Registry[Callable[[Any], Any]] = Registry("tool factory")
-_DEFAULT_ROLE_TOOLS = {"main": tuple(MAIN_TOOLS), "sub": tuple(SUB_TOOLS), "single": tuple(SINGLE_TOOLS)}
-#: Each role's tool names unless a scenario declares its own (``Scenario.role_tools``).
+_DEFAULT_ROLE_TOOLS = {name: spec.tools for name, spec in ROLE_TABLE.items()}  # main, sub, single: their specs'
+#: Each built-in role's tool names unless a scenario declares its own (``Scenario.role_tools``); a
+#: registered role's are its spec's ``tools``.
 DEFAULT_ROLE_TOOLS: Mapping[str, tuple[str, ...]] = MappingProxyType(_DEFAULT_ROLE_TOOLS)
 
 
@@ -205,13 +207,13 @@ def register_tool(spec: ToolSpec, factory: Callable[[Any], Any], *, roles: Colle
     every call), ``factory(world) -> Tool`` (a fresh instance per agent, called with the running
     world) and the roles whose default tool set gets it (a scenario's own ``role_tools`` may name it
     too). A duplicate name raises ValueError. Register before an env is built."""
-    unknown = [r for r in roles if r not in ("sub", "single")]  # the roles that run world tools
+    unknown = [r for r in roles if r not in ROLE_TABLE]
     if unknown:
-        raise ValueError(f"tool {spec.name!r}: roles {unknown} run no world tool; a registered tool is for sub or single")
+        raise ValueError(f"tool {spec.name!r}: roles {unknown} are not roles of {tuple(ROLE_TABLE)}")
     TOOLS.add(spec.name, spec)
     TOOL_FACTORIES.add(spec.name, factory)
     for role in roles:
-        _DEFAULT_ROLE_TOOLS[role] = (*_DEFAULT_ROLE_TOOLS[role], spec.name)
+        _DEFAULT_ROLE_TOOLS[role] = (*(_DEFAULT_ROLE_TOOLS.get(role) or ROLE_TABLE[role].tools), spec.name)
     return spec
 
 
@@ -229,15 +231,16 @@ def role_tools(scenario: Any, role: str, names: Sequence[str] | None = None) -> 
     scenario's ``role_tools`` mapping (role -> tool names) when it declares one, else
     :data:`DEFAULT_ROLE_TOOLS`; an unknown name raises ValueError (:func:`check_tool_names`)."""
     if names is None:
-        names = dict(getattr(scenario, "role_tools", None) or DEFAULT_ROLE_TOOLS).get(role, DEFAULT_ROLE_TOOLS[role])
+        default = DEFAULT_ROLE_TOOLS.get(role) or ROLE_TABLE[role].tools
+        names = dict(getattr(scenario, "role_tools", None) or DEFAULT_ROLE_TOOLS).get(role, default)
     check_tool_names(role, names, where=f"scenario {getattr(scenario, 'name', scenario)!r}: role {role!r}")
     return MappingProxyType({n: ALL_TOOLS[n] for n in names})
 
 
 def check_tool_names(role: str, names: Sequence[str], *, where: str) -> None:
     """``names`` as ``role``'s tool set: every name registered (:data:`TOOLS`), no name twice, and the
-    main agent only the tools the hierarchy env runs itself (:data:`MAIN_TOOLS`: it has no world
-    tools of its own). ValueError naming ``where`` and the valid names otherwise."""
+    main agent only the tools the hierarchy env runs itself (:data:`MAIN_TOOLS`) and registered
+    ones (:func:`register_tool` with ``roles=("main",)``): no world tool of its own. ValueError naming ``where`` and the valid names otherwise."""
     if isinstance(names, str) or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{where}: a list of tool names, got {names!r}")
     for name in names:
@@ -247,9 +250,9 @@ def check_tool_names(role: str, names: Sequence[str], *, where: str) -> None:
             raise ValueError(f"{where}: {exc}") from None
     if len(set(names)) != len(names):
         raise ValueError(f"{where}: a tool named twice in {list(names)}")
-    if role == "main" and any(n not in MAIN_TOOLS for n in names):
-        raise ValueError(f"{where}: the main agent runs only the env's own tools ({', '.join(MAIN_TOOLS)}); "
-                         f"got {list(names)} (world tools are the sub-agents')")
+    if role == "main" and any(n not in MAIN_TOOLS and n not in TOOL_FACTORIES for n in names):
+        raise ValueError(f"{where}: the main agent runs only the env's own tools ({', '.join(MAIN_TOOLS)}) and "
+                         f"registered ones; got {list(names)} (world tools are the sub-agents')")
 
 
 # --------------------------------------------------------------------------- parsing

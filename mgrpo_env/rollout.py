@@ -1,7 +1,7 @@
 """Batched rollout collection: B questions x K rollouts, run concurrently.
 
-Many env instances run at once, the hierarchy's AEC env or the single agent's Gymnasium env (one
-loop for both: :data:`EPISODES`). At each round every unfinished episode has exactly one selected
+Many episodes run at once, of the hierarchy or of the single agent, each the one episode core
+(:class:`~mgrpo_env.episode_core.Episode`) that the AEC and Gymnasium envs adapt (:data:`EPISODES`). At each round every unfinished episode has exactly one selected
 agent; the requests of the same role are gathered into one call of that role's policy (so one
 LLM forward serves many episodes), then the envs step in a thread pool, so tool calls of
 different episodes overlap.
@@ -22,9 +22,10 @@ from typing import Any, Protocol
 
 from mgrpo_scenarios import Scenario, Task
 
-from .aec import MGRPOEnv
 from .episode import EpisodeRecord
-from .roles import env_roles
+from .episode_core import KINDS, Episode, EpisodeKind
+from .protocol import require_text
+from .roles import ROLES
 
 __all__ = ["PolicyRequest", "PolicyResponse", "Policy", "CollectStats", "EPISODES", "collect"]
 
@@ -40,7 +41,8 @@ class PolicyRequest:
         observation: the text the agent must read now.
         messages: the agent's whole chat so far (system prompt first).
         task: the episode's task. Learned policies must not read it; scripted oracles do (a "cheat"
-            channel, as BrowserGym's oracles have), which is why it is here.
+            channel, as BrowserGym's oracles have), which is why it is here. None past the worker
+            boundary (:mod:`mgrpo_env.turn_requests`: the gold answer never leaves the env's process).
         history: the ``extra`` dicts this policy attached to the agent's earlier turns, oldest first
             (an LLM policy keeps its exact prompt and sampled token ids there, so the next prompt is
             built from those ids and never from a re-tokenisation of the text).
@@ -51,7 +53,7 @@ class PolicyRequest:
     role: str
     observation: str
     messages: list[dict[str, str]]
-    task: Task
+    task: Task | None
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -90,88 +92,48 @@ class CollectStats:
     by_role_requests: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
-class _HierarchyEpisode:
-    """One rollout of the hierarchy: the AEC env, its selected agent asked in turn."""
+class _Rollout:
+    """One rollout: the one episode core (:class:`~mgrpo_env.episode_core.Episode`) of its kind, its
+    selected agent asked in turn; the agents are released together once the episode is over."""
 
-    roles = env_roles("hierarchy")
-
-    def __init__(self, scenario: Scenario, tasks: Sequence[Task], task: Task, world: Any, seed: int,
-                 env_kwargs: Mapping[str, Any]) -> None:
-        self.env = MGRPOEnv(scenario, split="", world=world, tasks=tasks, **dict(env_kwargs))
-        self.env.reset(seed=seed, options={"task": task})
-
-    def next_agent(self, release: Callable[[str, str], None]) -> tuple[str, str] | None:
-        """(agent, role) that acts now, or None once the episode is over; finished agents are retired."""
-        env = self.env
-        while env.agents and (env.terminations[env.agent_selection] or env.truncations[env.agent_selection]):
-            ended = env.agent_selection
-            role = env.infos[ended]["role"]
-            env.step(None)  # pay and retire finished agents
-            release(role, ended)
-        if not env.agents:
-            return None
-        return env.agent_selection, env.infos[env.agent_selection]["role"]
-
-    def request(self, episode: int, agent: str, role: str) -> PolicyRequest:
-        env = self.env
-        turns = env.trajectory(agent).turns
-        return PolicyRequest(episode, agent, role, env.observe(agent)["text"], env.infos[agent]["messages"], env.task,
-                             [t.extra for t in turns])
-
-    def act(self, agent: str, response: PolicyResponse) -> None:
-        self.env.step(response.text)
-        if response.extra:
-            self.env.last_turn(agent).extra.update(response.extra)
-
-    @property
-    def record(self) -> EpisodeRecord:
-        return self.env.record
-
-    def close(self) -> None:
-        self.env.close()  # the shared world stays open: it belongs to the caller
-
-
-class _SingleEpisode:
-    """One rollout of the single-agent baseline: the Gymnasium env, one agent ``single_0``."""
-
-    roles = env_roles("single")
-
-    def __init__(self, scenario: Scenario, tasks: Sequence[Task], task: Task, world: Any, seed: int,
-                 env_kwargs: Mapping[str, Any]) -> None:
-        from .single import SingleAgentEnv
-
-        self.env = SingleAgentEnv(scenario, split="", world=world, tasks=tasks, **dict(env_kwargs))
-        obs, _ = self.env.reset(seed=seed, options={"task": task})
-        self.observation, self.done, self.released = obs["text"], False, False
+    def __init__(self, kind: str, scenario: Scenario, tasks: Sequence[Task], task: Task, world: Any, seed: int,
+                 env_kwargs: Mapping[str, Any], roles: Sequence[str]) -> None:
+        self.episode = Episode(kind, scenario, split="", world=world, tasks=tasks, roles=roles, **dict(env_kwargs))
+        self.episode.reset(seed=seed, options={"task": task})
+        self.released = False
 
     def next_agent(self, release: Callable[[str, str], None]) -> tuple[str, str] | None:
-        if not self.done:
-            return "single_0", "single"
+        """(agent, role) that acts now, or None once the episode is over (every agent released then,
+        in the order they started)."""
+        episode = self.episode
+        if not episode.finished:
+            return episode.selected.name, episode.selected.role
         if not self.released:
-            release("single", "single_0")
+            for agent in episode.agents.values():
+                release(agent.role, agent.name)
             self.released = True
         return None
 
-    def request(self, episode: int, agent: str, role: str) -> PolicyRequest:
-        main = self.env.record.main
-        return PolicyRequest(episode, agent, role, self.observation, main.messages, self.env.task, [t.extra for t in main.turns])
+    def request(self, index: int, agent: str, role: str) -> PolicyRequest:
+        state = self.episode.agents[agent]
+        return PolicyRequest(index, agent, role, state.observation, state.traj.messages, self.episode.task,
+                             [t.extra for t in state.traj.turns])
 
     def act(self, agent: str, response: PolicyResponse) -> None:
-        obs, _, terminated, truncated, _ = self.env.step(response.text)
+        self.episode.act(require_text(response.text, agent))
         if response.extra:
-            self.env.record.main.turns[-1].extra.update(response.extra)
-        self.observation, self.done = obs["text"], terminated or truncated
+            self.episode.agents[agent].traj.turns[-1].extra.update(response.extra)
 
     @property
     def record(self) -> EpisodeRecord:
-        return self.env.record
+        return self.episode.record
 
     def close(self) -> None:
-        self.env.close()
+        self.episode.close()  # the shared world stays open: it belongs to the caller
 
 
-#: The env each kind of episode runs in: the hierarchy (AEC) or the single agent (Gymnasium).
-EPISODES: dict[str, Any] = {"hierarchy": _HierarchyEpisode, "single": _SingleEpisode}
+#: The kinds of episode a collection runs (each with its ``roles``): the hierarchy or the single agent.
+EPISODES: dict[str, EpisodeKind] = KINDS
 
 
 def collect(
@@ -195,26 +157,30 @@ def collect(
         scenario: the scenario (verifier and task source).
         tasks: the B questions of this batch.
         k: rollouts per question (the group size of GRPO).
-        policies: one per role of ``env``: {"main", "sub"} for the hierarchy, {"single"} for the single agent.
+        policies: one per role of ``env``: {"main", "sub"} for the hierarchy, {"single"} for the single agent;
+            a registered role of the env (``mgrpo_env.roles.register_role``) plays when it has one.
         world: an open world shared by all episodes (``with scenario.open() as world``).
         seed: episode i resets with ``seed + i``.
         max_workers: threads stepping envs (tool calls) at once.
-        env_kwargs: limits and reward settings of the env (:class:`MGRPOEnv`, ``SingleAgentEnv``).
+        env_kwargs: limits, reward settings and tools of the episode (:class:`~mgrpo_env.episode_core.Episode`).
         stats: filled with timings when given.
         on_round: called with (finished episodes, total) after each round (progress bars).
         on_episode: called with each record as soon as its episode ends (an evaluation appends it to
             its JSONL, so an interrupted run keeps what it finished).
-        env: "hierarchy" (the AEC env) or "single" (the single-agent Gymnasium env): :data:`EPISODES`.
+        env: "hierarchy" or "single": the kind of episode (:data:`EPISODES`).
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     kind = EPISODES[env]
-    missing = set(kind.roles) - set(policies)
+    builtin = [role for role in kind.roles if role in ROLES]  # a registered role plays when it has a policy
+    missing = set(builtin) - set(policies)
     if missing:
-        raise ValueError(f"policies needs the roles {' and '.join(kind.roles)}; missing {sorted(missing)}")
+        raise ValueError(f"policies needs the roles {' and '.join(builtin)}; missing {sorted(missing)}")
+    roles = tuple(role for role in kind.roles if role in policies)
     stats = stats if stats is not None else CollectStats()
     started = time.perf_counter()
-    episodes = [kind(scenario, tasks, tasks[i // k], world, seed + i, env_kwargs or {}) for i in range(len(tasks) * k)]
+    episodes = [_Rollout(env, scenario, tasks, tasks[i // k], world, seed + i, env_kwargs or {}, roles)
+                for i in range(len(tasks) * k)]
     records: list[EpisodeRecord | None] = [None] * len(episodes)
     active = list(range(len(episodes)))
     with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:

@@ -34,14 +34,16 @@ Registration:
     ``gymnasium.make("mgrpo/WikiHops-v0", **kwargs)`` (registered on ``import mgrpo_env``) builds this
     env on the ``wiki-hops`` scenario; ``scenario=`` names another.
 
+Implementation:
+    A thin adapter over :class:`mgrpo_env.episode_core.Episode` (reset, seeding, the turn loop,
+    the limit, the pay), which the AEC env and the batched collection run too.
+
 Version history:
     v0: first release.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,35 +51,18 @@ import gymnasium as gym
 
 from mgrpo_scenarios import Scenario, Task
 
-from .core import (
-    Limits,
-    RewardConfig,
-    pick_task,
-)
-from .episode import AgentTrajectory, EpisodeRecord
-from .episode_core import (
-    EpisodeSource,
-    close_record,
-    pay_answer,
-    record_turn,
-    render_line,
-    reply,
-    run_tool,
-    show,
-)
-from .protocol import (
-    format_error,
-    parse_action,
-    require_text,
-    role_tools,
-    system_prompt,
-)
-from .spaces import action_space, observation_space, sanitize
+from .core import Limits, RewardConfig
+from .episode import EpisodeRecord
+from .episode_core import Episode, render_line, show
+from .protocol import require_text
+from .spaces import action_space, observation_space
 
 __all__ = ["SingleAgentEnv", "single_agent_env"]
 
+AGENT = "single_0"
 
-class SingleAgentEnv(EpisodeSource, gym.Env):
+
+class SingleAgentEnv(gym.Env):
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
     def __init__(
@@ -97,93 +82,66 @@ class SingleAgentEnv(EpisodeSource, gym.Env):
         render_mode: str | None = None,
         tools: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.render_mode = render_mode
         # the hierarchy's Limits object: its single_agent_turns and character limits; keywords override
-        self.limits = limits if limits is not None else Limits()
-        max_turns = self.limits.single_agent_turns if max_turns is None else max_turns
-        max_action_chars = self.limits.max_action_chars if max_action_chars is None else max_action_chars
-        max_observation_chars = self.limits.max_observation_chars if max_observation_chars is None else max_observation_chars
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self._setup_episodes(scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world, tasks=tasks,
-                       render_mode=render_mode)
-        self.max_turns = max_turns
-        self.max_action_chars = max_action_chars
-        self.max_observation_chars = max_observation_chars
-        self.reward_config = rewards or RewardConfig()
-        self.observation_space = observation_space(max_observation_chars)
-        self.action_space = action_space(max_action_chars, "single")
-        # the run's choice (``tools["single"]``), else the scenario's set (default: the sub-agent's)
-        self._tools_spec = role_tools(self.scenario, "single", (tools or {}).get("single"))
-        self._prompt = system_prompt("single", self._tools_spec, getattr(self.scenario, "prompt_style", "full"))
-        self.record: EpisodeRecord | None = None
+        self.core = Episode("single", scenario, split, seed=seed, scenario_kwargs=scenario_kwargs, world=world,
+                            tasks=tasks, limits=limits, rewards=rewards, tools=tools, max_turns=max_turns,
+                            max_action_chars=max_action_chars, max_observation_chars=max_observation_chars)
+        core = self.core
+        self.scenario, self.split, self.limits, self.reward_config = core.scenario, core.split, core.limits, core.reward_config
+        self.max_turns, self.max_action_chars, self.max_observation_chars = (core.max_turns, core.max_action_chars,
+                                                                             core.max_observation_chars)
+        self.observation_space = observation_space(self.max_observation_chars)
+        self.action_space = action_space(self.max_action_chars, "single")
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, str], dict[str, Any]]:
-        if seed is None and not self._seeded:
-            seed = self._default_seed
-        super().reset(seed=seed)
-        self._seeded = True
-        self._task = pick_task(self._tasks, self.np_random, options or {}, self.split)
-        self._traj = AgentTrajectory(agent="single_0", role="single")
-        self._traj.messages += [{"role": "system", "content": self._prompt}, {"role": "user", "content": self._task.question}]
-        self._tools = self._world.make_tools()
-        self.record = EpisodeRecord(episode_id=uuid.uuid4().hex[:12], task=self._task.to_dict(), seed=seed, main=self._traj)
-        self._started = time.perf_counter()
-        self._obs = sanitize(self._task.question, self.max_observation_chars)
+        self.core.reset(seed, options)
+        self._np_random, self._np_random_seed = self.core.np_random, self.core.np_random_seed
         if self.render_mode == "human":
             self.render()
-        return {"text": self._obs}, self._info()
+        return self._observation(), self._info()
+
+    def _observation(self) -> dict[str, str]:
+        return {"text": self.core.agents[AGENT].observation}
 
     def _info(self, **extra: Any) -> dict[str, Any]:
-        return {"task_id": self._task.id, "turn": len(self._traj.turns), "messages": self._traj.messages, **extra}
+        traj = self.core.record.main
+        return {"task_id": self.core.task.id, "turn": len(traj.turns), "messages": traj.messages, **extra}
 
     def step(self, action: str) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
-        out = self._step(action)
+        self.core.act(require_text(action, "the single agent"))
+        if self.core.finished:
+            record = self.core.record
+            terminated = record.end_reason == "answer"
+            out = (self._observation(), record.main.reward, terminated, not terminated,
+                   self._info(reward_components=record.components[AGENT]))
+        else:
+            out = (self._observation(), 0.0, False, False, self._info())
         if self.render_mode == "human":
             self.render()
         return out
 
-    def _step(self, action: str) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
-        text = require_text(action, "the single agent")
-        traj = self._traj
-        parsed = parse_action(text, role="single", allowed_tools=self._tools_spec, max_chars=self.max_action_chars)
-        turn = record_turn(traj, text, parsed)
-        if parsed.kind == "answer":
-            traj.final = parsed.content
-            return {"text": self._obs}, *self._finish(terminated=True)
-        if not parsed.ok:
-            traj.format_errors += 1
-            observation = format_error(parsed)
-        else:
-            observation = run_tool(self.record, self._tools, parsed, turn)
-        reply(traj, turn, observation)
-        self._obs = sanitize(observation, self.max_observation_chars)
-        if len(traj.turns) >= self.max_turns:
-            traj.truncated = True
-            return {"text": self._obs}, *self._finish(terminated=False)
-        return {"text": self._obs}, 0.0, False, False, self._info()
-
-    def _finish(self, terminated: bool) -> tuple[float, bool, bool, dict[str, Any]]:
-        traj = self._traj
-        verdict, correct, components = pay_answer(self.scenario, self._task, traj, self.reward_config.main_weights)
-        close_record(self.record, traj.final, verdict, correct, truncated=not terminated,
-                     end_reason="answer" if terminated else "turn_limit", components={traj.agent: components},
-                     started=self._started)
-        return traj.reward, terminated, not terminated, self._info(reward_components=components)
+    @property
+    def record(self) -> EpisodeRecord | None:
+        """The current episode's record (its ``main`` is the single agent's trajectory)."""
+        return self.core.record
 
     @property
     def task(self) -> Task:
         """The current episode's task."""
-        return self._task
+        return self.core.task
 
     def render(self) -> str | None:
         """The last turn as one line: returned for ``render_mode="ansi"``, printed (and None returned)
         for ``"human"`` (which ``reset`` and ``step`` also do by themselves); None otherwise."""
         if self.render_mode is None:
             return None
-        return show(self.render_mode, render_line("single_0", self._traj, self._obs))
+        return show(self.render_mode, render_line(AGENT, self.core.record.main, self.core.agents[AGENT].observation))
 
     def close(self) -> None:
-        self._world.close()
+        self.core.close()
 
 
 def single_agent_env(scenario: str | Scenario = "wiki-hops", split: str = "stage2", **kwargs: Any) -> SingleAgentEnv:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from .roles import ROLES
+from .roles import ROLE_TABLE
 
 __all__ = ["CHARSET", "sanitize", "observation_space", "action_space", "ProtocolText"]
 
@@ -94,13 +94,14 @@ class ProtocolText(UnicodeText):
 
     Args:
         max_length: the action character limit.
-        role: "main", "sub" or "single" (which grammar ``sample`` draws from).
+        role: a role of ``mgrpo_env.roles.ROLE_TABLE`` (which grammar ``sample`` draws from: the main
+            agent's, or a tool user's ending with its final tag).
         protocol_share: share of samples that are well-formed actions.
     """
 
     def __init__(self, max_length: int, role: str, protocol_share: float = 0.5, seed: int | None = None) -> None:
-        if role not in ROLES:
-            raise ValueError(f"role must be main, sub or single, got {role!r}")
+        if role not in ROLE_TABLE:
+            raise ValueError(f"role must be one of {tuple(ROLE_TABLE)}, got {role!r}")
         super().__init__(max_length=max_length, min_length=0, charset=CHARSET, seed=seed)
         self.role = role
         self.protocol_share = protocol_share
@@ -132,6 +133,6 @@ class ProtocolText(UnicodeText):
             elif r < 0.65:
                 action = self._call("click", {"link": int(self.np_random.integers(1, 5))})
             else:
-                tag = "answer" if self.role == "single" else "result"
+                tag = ROLE_TABLE[self.role].final_tag
                 action = f"<think>ok</think><{tag}>{self._words(2)}</{tag}>"
         return action[: self.max_length]

@@ -1,4 +1,5 @@
-"""Scenario registry: built-ins, ``register()`` at run time, and the ``mgrpo.scenarios`` entry points.
+"""The scenarios, on the project's one :class:`~mgrpo_tools.registry.Registry`: built-ins and plug-ins
+from the ``mgrpo.scenarios`` entry points, and ``register()`` at run time.
 
 A third-party package adds a scenario by declaring, in its pyproject::
 
@@ -14,51 +15,54 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
+from mgrpo_tools.registry import Registry, UnknownName
+
 from .base import Scenario
 
-__all__ = ["register", "get", "names", "ENTRY_POINT_GROUP"]
+__all__ = ["SCENARIOS", "register", "get", "names", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "mgrpo.scenarios"
 
-_factories: dict[str, Callable[..., Scenario]] = {}
+#: Every scenario factory by name (the entry points are added on first look-up).
+SCENARIOS: Registry[Callable[..., Scenario]] = Registry("scenario")
+
+#: Plug-ins whose entry point failed to load: name -> the error (a broken plug-in must not hide the others).
+_broken: dict[str, str] = {}
 
 
 def register(name: str, factory: Callable[..., Scenario], *, overwrite: bool = False) -> None:
-    """Register ``factory`` under ``name``. A duplicate name raises unless ``overwrite``."""
-    if not name or not isinstance(name, str):
-        raise ValueError("a scenario name must be a non-empty string")
-    if name in _factories and not overwrite and _factories[name] is not factory:
-        raise ValueError(f"scenario {name!r} is already registered")
-    _factories[name] = factory
+    """Register ``factory`` under ``name``. A duplicate name raises unless ``overwrite`` (registering
+    the same factory twice is allowed)."""
+    if name in SCENARIOS and (overwrite or SCENARIOS.get(name) is factory):
+        SCENARIOS.unregister(name)
+    SCENARIOS.add(name, factory)
 
 
 def _load_entry_points() -> None:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _factories:
+        if ep.name in SCENARIOS:
             continue
         try:
-            _factories[ep.name] = ep.load()
+            SCENARIOS.add(ep.name, ep.load())
         except Exception as exc:  # a broken plug-in must not hide the others
             _broken[ep.name] = f"{type(exc).__name__}: {exc}"
-
-
-_broken: dict[str, str] = {}
 
 
 def names() -> list[str]:
     """Names of every available scenario, sorted."""
     _load_entry_points()
-    return sorted(_factories)
+    return sorted(SCENARIOS.names())
 
 
 def get(name: str, **kwargs: Any) -> Scenario:
     """Build the scenario registered as ``name`` with ``kwargs``.
 
     Raises:
-        KeyError: unknown name; the message lists the valid ones (and any plug-in that failed to load).
+        UnknownName (a KeyError): unknown name; the message lists the valid ones (and any plug-in that
+            failed to load).
     """
     _load_entry_points()
-    if name not in _factories:
+    if name not in SCENARIOS:
         hint = f"; plug-ins that failed to load: {_broken}" if _broken else ""
-        raise KeyError(f"unknown scenario {name!r}; available: {', '.join(sorted(_factories)) or 'none'}{hint}")
-    return _factories[name](**kwargs)
+        raise UnknownName(f"unknown scenario {name!r}; available: {', '.join(names()) or 'none'}{hint}")
+    return SCENARIOS.get(name)(**kwargs)

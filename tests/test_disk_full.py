@@ -39,7 +39,7 @@ def test_disk_full_line_reads_the_error_chain_and_the_free_space(tmp_path):
     except RuntimeError as exc:
         assert exc.__cause__ is None and disk_full_line(exc, plenty) is not None  # found on __context__
     # a role worker in another process sends the type's name and the message only
-    remote = RemoteError("mgrpo-main", "update_main", "OSError", "[Errno 28] No space left on device", "Traceback ...")
+    remote = RemoteError("mgrpo-main", "update", "OSError", "[Errno 28] No space left on device", "Traceback ...")
     line = disk_full_line(remote, plenty)
     assert line is not None and line.endswith("; OSError: [Errno 28] No space left on device)")
     # a URL storage is no local disk: it is not looked at

@@ -303,6 +303,18 @@ def test_delegations_are_recorded_with_the_sub_agent_they_started(make_env, smal
     assert calls[1].arguments == {"task": "second"}  # the refused call is recorded with what was asked
 
 
+
+def test_a_refused_delegation_on_the_last_turn_ends_the_episode(make_env, small_scenario):
+    """The refused call is a turn like any tool call: on the main agent's last turn it truncates."""
+    env = make_env(max_delegations=1, max_main_turns=2)
+    env.reset(seed=1, options={"task": first_chain_task(small_scenario)})
+    env.step(call("delegate", task="first"))
+    env.step("<result>r</result>")
+    env.step(call("delegate", task="second"))  # over the limit, and the main agent's second turn
+    record = env.unwrapped.record
+    assert record.end_reason == "main_turn_limit" and record.truncated and record.main.truncated
+    assert all(env.truncations.values()) and len(record.main.turns) == 2
+
 # -- reward edge cases, by hand-computed values (issue 22) ------------------------------------------------
 # Non-paper weights, all distinct, so that a weight taken from the wrong place changes a reward.
 A = (0.25, 0.75)  # a1, a2

@@ -31,7 +31,7 @@ def run(name: str, env: dict[str, str], out: Path, timeout: float = 240) -> str:
 def test_every_example_is_one_file_that_imports_the_package_only():
     files = sorted(p.name for p in EXTEND.iterdir() if p.suffix == ".py")
     assert files == ["new_estimator.py", "new_mode.py", "new_mode_shared_model.py", "new_placement.py",
-                     "new_policy_loss.py", "new_tool.py"]
+                     "new_policy_loss.py", "new_role.py", "new_tool.py"]
     for name in files:  # registered through the public registries, nothing patched
         text = (EXTEND / name).read_text()
         assert "monkeypatch" not in text and "setattr(" not in text, name
@@ -51,7 +51,28 @@ def test_new_policy_loss(env, tmp_path):
 def test_new_placement(env, tmp_path):
     out = run("new_placement.py", env, tmp_path)
     assert "role handles: {'main': 'timed', 'sub': 'timed'}" in out
-    assert "mgrpo-main     update_main" in out and "mgrpo-sub      update_sub" in out
+    assert "mgrpo-main     update " in out and "mgrpo-sub      update " in out
+
+
+def test_new_role(env, tmp_path):
+    """A third role (a reader sub-agent with its own model) is called by the main agent and trained by
+    M-GRPO with its own learner: its worker scored its own agents only, with group-relative A_S."""
+    import json
+
+    out = run("new_role.py", env, tmp_path, timeout=400)
+    assert "called agents: ['reader', 'sub']" in out
+    assert "roles whose learner stepped: ['main', 'reader', 'sub']" in out
+    assert "reader advantages kept per iteration: {0: " in out and ", 1: " in out
+    kept = [json.loads(p.read_text()) for p in sorted((tmp_path / "run" / "workers" / "reader" / "advantages").glob("*.json"))]
+    rows = [row for rows in kept for row in rows]
+    assert rows and all(row["agent"].startswith("reader_") for row in rows)  # its own agents, none of the sub's
+    assert any(row["advantage"] != 0 for row in rows)  # its rewards varied within a group
+    for t, iteration in enumerate(kept):  # A_S pooled per query over the reader's own slots: they sum to 0
+        for query in {row["index"] // 4 for row in iteration}:
+            pooled = [row["advantage"] for row in iteration if row["index"] // 4 == query]
+            assert abs(sum(pooled)) < 1e-6 * max(1, len(pooled)), (t, query, pooled)
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert all("reader/reward_mean" in m and "sub/reward_mean" in m for m in metrics)  # each side under its name
 
 
 def test_new_mode(env, tmp_path):

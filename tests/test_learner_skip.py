@@ -36,8 +36,7 @@ def sequences(advantages: list[float], seed: int = 0) -> list[TokenSequence]:
         mask = [0] * prompt + [1] * (length - prompt)
         if i % 3 == 0:
             mask[prompt + 3: prompt + 6] = [0, 0, 0]  # a tool response in the middle
-        out.append(TokenSequence([rng.randrange(VOCAB) for _ in range(length)], mask, advantage=adv, role="main",
-                                 weight=2.0 if i % 4 == 1 else 1.0))
+        out.append(TokenSequence([rng.randrange(VOCAB) for _ in range(length)], mask, advantage=adv, role="main"))
     return out
 
 

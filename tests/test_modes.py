@@ -74,9 +74,9 @@ def test_a_tool_schema_lives_once_and_a_scenario_declares_each_roles_tools(small
 
     scenario = NoClick()
     env = MGRPOEnv(scenario, "stage2/test", world=small_world)
-    assert ClickTool.description not in env._prompts["sub"] and SearchTool.description in env._prompts["sub"]
+    assert ClickTool.description not in env.core.prompts["sub"] and SearchTool.description in env.core.prompts["sub"]
     assert not parse_action('<tool_call>{"name": "click", "arguments": {"link": 1}}</tool_call>', role="sub",
-                            allowed_tools=env._tools_of["sub"]).ok
+                            allowed_tools=env.core.tools_of["sub"]).ok
     with pytest.raises(ValueError, match="role 'sub': unknown tool 'teleport'; valid: .*search"):
         role_tools(type("Bad", (), {"role_tools": {"sub": ("teleport",)}})(), "sub")
 

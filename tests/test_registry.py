@@ -156,8 +156,8 @@ def test_a_registered_tool_is_shown_checked_and_built_for_its_roles():
         def make_tools(self):
             return {"search": "the world's own"}
 
-    with pytest.raises(ValueError, match="run no world tool"):
-        register_tool(spec, factory, roles=("main",))
+    with pytest.raises(ValueError, match="are not roles of"):
+        register_tool(spec, factory, roles=("nobody",))
     assert "test-echo" not in TOOLS
     register_tool(spec, factory, roles=("sub",))
     try:
@@ -189,15 +189,15 @@ def test_a_runs_tool_choice_reaches_the_prompts_and_the_argument_check(small_sce
     config = load_config(None, ["tools={main: [delegate], sub: [search, visit]}"])
     env = MGRPOEnv(small_scenario, "stage2/test", world=small_world, tools=config.tools)
     default = MGRPOEnv(small_scenario, "stage2/test", world=small_world)
-    assert list(env._tools_of["main"]) == ["delegate"] and list(env._tools_of["sub"]) == ["search", "visit"]
-    assert list(default._tools_of["main"]) == ["delegate", "reason"]
-    assert "reason" not in env._prompts["main"] and "reason" in default._prompts["main"]
+    assert list(env.core.tools_of["main"]) == ["delegate"] and list(env.core.tools_of["sub"]) == ["search", "visit"]
+    assert list(default.core.tools_of["main"]) == ["delegate", "reason"]
+    assert "reason" not in env.core.prompts["main"] and "reason" in default.core.prompts["main"]
     call = '<think>t</think><tool_call>{"name": "reason", "arguments": {"problem": "p"}}</tool_call>'
-    assert parse_action(call, role="main", allowed_tools=default._tools_of["main"]).ok
-    refused = parse_action(call, role="main", allowed_tools=env._tools_of["main"])
+    assert parse_action(call, role="main", allowed_tools=default.core.tools_of["main"]).ok
+    refused = parse_action(call, role="main", allowed_tools=env.core.tools_of["main"])
     assert not refused.ok and "reason" in refused.error
     single = SingleAgentEnv(small_scenario, "stage2/test", world=small_world, tools=config.tools)
-    assert list(single._tools_spec) == ["search", "visit", "click"]  # "single" not named: the scenario's set
+    assert list(single.core.tools_of["single"]) == ["search", "visit", "click"]  # "single" not named: the scenario's set
     register_tool(ToolSpec("test-noop", "Nothing.", {"type": "object", "properties": {}}), lambda world: None)
     try:
         assert load_config(None, ["tools={sub: [search, test-noop]}"]).tools == {"sub": ["search", "test-noop"]}

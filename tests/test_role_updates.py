@@ -27,7 +27,15 @@ from test_roles import _Recorder  # stands in for FaultPoints
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: F401
 
 from mgrpo_algo.core.config import GenerationConfig, LearnerConfig, RoleConfig
-from mgrpo_algo.core.scoring import MainSlot, RolloutKey, SubFact, SubScoring, anchor_state, score_sub_side
+from mgrpo_algo.core.scoring import (
+    MainSlot,
+    RoleBatch,
+    RolloutKey,
+    SubFact,
+    SubScoring,
+    anchor_state,
+    score_sub_side,
+)
 from mgrpo_algo.core.seeding import iteration_rngs
 from mgrpo_algo.core.sequences import slot_sequence
 from mgrpo_algo.distributed.placement import spawn
@@ -37,6 +45,7 @@ from mgrpo_algo.policies.models import build_tiny_model, train_tokenizer
 from mgrpo_algo.training.roles import RoleWorker
 from mgrpo_env.rewards import paid_sub_reward
 from mgrpo_env.rollout import PolicyRequest
+from mgrpo_env.turn_requests import TurnSender
 
 SEED = 3
 K = 2  # rollouts per query; 2 queries
@@ -67,6 +76,7 @@ def _act(worker, iteration, agents):
     """``agents``: [(episode, agent name)]; each acts TURNS turns. Returns {(episode, agent): (the
     extras of its turns, the states its requests carried)}, copied (what a restart reads from disk)."""
     worker.begin_collect(iteration)
+    sender = TurnSender()  # the loop's side: only each chat's new messages cross
     chats = {a: [{"role": "system", "content": "you are an agent"}] for a in agents}
     seen = {a: ([], []) for a in agents}
     for turn in range(TURNS):
@@ -77,7 +87,8 @@ def _act(worker, iteration, agents):
             observation = f"iteration {iteration} turn {turn}: " + ("hello", "world", "x")[episode * (iteration + 1) % 3]
             chats[(episode, agent)].append({"role": "user", "content": observation})
             requests.append(PolicyRequest(episode, agent, worker.role, observation, list(chats[(episode, agent)]), None))
-        texts = worker.act(iteration, requests)  # text only: the token ids stay in the worker
+        texts = worker.act(iteration, sender.compact(requests))  # text only: the token ids stay in the worker
+        sender.answered(requests)
         for request, text in zip(requests, texts, strict=True):
             chats[(request.episode, request.agent)].append({"role": "assistant", "content": text})
             kept = worker.trajectories.history(iteration, request.episode, request.agent)[-1]
@@ -129,7 +140,7 @@ def _kept_advantages(run_dir, role="sub"):
 
 
 def _sample(sequence):
-    return (sequence.input_ids, sequence.loss_mask, sequence.advantage, sequence.token_advantages, sequence.weight,
+    return (sequence.input_ids, sequence.loss_mask, sequence.advantage, sequence.token_advantages,
             sequence.sampled_logprobs)
 
 
@@ -156,13 +167,13 @@ def test_sub_learner_applies_iteration_ts_slots_to_iteration_ts_sequences(tiny_m
     for t in range(ITERATIONS):
         expected[t] = _expected(t, _act(sub, t, agents))
         for it in published[t]:
-            main.update_main(it, _main_slots(it))
-        out = sub.update_sub(t, _facts(t), SCORING, staleness=staleness)
+            main.update(it, RoleBatch(slots=_main_slots(it)))
+        out = sub.update(t, RoleBatch(facts=_facts(t), scoring=SCORING, staleness=staleness))
         assert _kept_advantages(tmp_path) == {it: expected[it][0] for step in applies[:t + 1] for it in step}, t
         if applies[t]:
             assert (out["sub/applied_iteration"], out["sub/lag"]) == (applies[t][-1], t - applies[t][-1])
     for it in flushed:
-        main.update_main(it, _main_slots(it))
+        main.update(it, RoleBatch(slots=_main_slots(it)))
     out = sub.flush(ITERATIONS - 1)
     assert out.get("sub/applied_iteration") == (flushed[-1] if flushed else None)
     assert _kept_advantages(tmp_path) == {it: expected[it][0] for it in range(ITERATIONS)}  # A_S of iteration it, kept
@@ -193,8 +204,8 @@ def _train_main(worker, t):
     _act(worker, t, [(i, "main_0") for i in range(len(SUBS))])
     correct = _correct(t)
     advantages = [c - float(np.mean(correct)) + 0.25 * (i % 2) for i, c in enumerate(correct)]
-    metrics = worker.update_main(t, [MainSlot(RolloutKey(i, i // K, i % K), "main_0", c, a, c, True)
-                                     for i, (c, a) in enumerate(zip(correct, advantages, strict=True))])
+    metrics = worker.update(t, RoleBatch(slots=[MainSlot(RolloutKey(i, i // K, i % K), "main_0", c, a, c, True)
+                                     for i, (c, a) in enumerate(zip(correct, advantages, strict=True))]))
     assert metrics["main/skipped"] == 0.0
     return metrics
 
@@ -282,7 +293,7 @@ def test_a_shared_worker_scores_the_sub_side_and_updates_once_over_both_roles(ti
     worker.learner.update = lambda sequences: batches.append(len(sequences)) or update(sequences)
     scoring = replace(SCORING, sub_weights=(0.2, 0.3, 0.5), sub_format_gate=True)  # not the paper's: they must reach R_S
     facts, correct, slots = _facts(0), _correct(0), _main_slots(0)
-    metrics = worker.update_shared(0, slots, facts, scoring)
+    metrics = worker.update(0, RoleBatch(slots=slots, facts=facts, scoring=scoring))
     rewards = [[paid_sub_reward(f.format_ok, correct[i], f.expert, scoring.sub_weights, format_gate=True) for f in row]
                for i, row in enumerate(facts)]
     states = {(i, j): seen[(i, f.agent)][1] for i, row in enumerate(facts) for j, f in enumerate(row)}
@@ -296,8 +307,8 @@ def test_a_shared_worker_scores_the_sub_side_and_updates_once_over_both_roles(ti
     health = worker.store.get_health("main")["metrics"]
     assert "main/samples" in health and not any(k.startswith(("sub/", "align/")) for k in health)
     assert worker.store.done_iterations("main") == {0}
-    assert worker.update_shared(0, slots, facts, scoring)["main/replayed"] == 1.0 and batches == [len(slots) + len(expected)]
+    assert worker.update(0, RoleBatch(slots=slots, facts=facts, scoring=scoring))["main/replayed"] == 1.0 and batches == [len(slots) + len(expected)]
     worker.close()
     alone = RoleWorker("main", tiny_model, str(tmp_path / "alone"), "", spec=SPEC, seed=SEED, train=False)
     with pytest.raises(RuntimeError, match="^a shared-model worker reads the main statistics through the store: none is open$"):
-        alone.update_shared(0, slots, facts, scoring)
+        alone.update(0, RoleBatch(slots=slots, facts=facts, scoring=scoring))

@@ -18,7 +18,7 @@ import pytest
 # mutation run (make mutation) forks once per mutant after collecting this module.
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: F401
 
-from mgrpo_algo.core.scoring import MainSlot, RolloutKey, SubFact, SubScoring
+from mgrpo_algo.core.scoring import MainSlot, RoleBatch, RolloutKey, SubFact, SubScoring
 from mgrpo_algo.distributed.store import MainStat, StoreTimeout, open_store
 from mgrpo_algo.learning.learner import RoleLearner  # noqa: F401  (RoleWorker imports these lazily)
 from mgrpo_algo.policies.hf_policy import TransformersPolicy  # noqa: F401
@@ -62,25 +62,25 @@ def _main_slots(correct=(1.0, 0.0)):
 
 def test_update_main_publishes_then_applies_once(tiny_model, tmp_path):
     main = _server(tiny_model, tmp_path, "main")
-    metrics = main.update_main(0, _main_slots())
+    metrics = main.update(0, RoleBatch(slots=_main_slots()))
     assert main.state.last_applied == 0 and metrics["main/store_bytes_written"] > 0
     store = open_store(f"sqlite:{tmp_path / 'stats.db'}")
     expected = [MainStat(0, 0, 1.0, True, 1.0), MainStat(0, 1, 0.0, False, 0.0)]  # R_M travels too
     assert store.get_main_stats(0, expected=2, timeout_s=0) == expected
     assert store.done_iterations("main") == {0} and store.get_health("main")["step"] == 0
     # a replay (different values even) is a no-op: nothing re-published, nothing re-applied
-    replay = main.update_main(0, _main_slots((0.0, 1.0)))
+    replay = main.update(0, RoleBatch(slots=_main_slots((0.0, 1.0))))
     # the metrics it recorded for 0, flagged as a replay (the store's byte counters are cumulative: they move)
     assert _steady(replay) == {**_steady(metrics), "main/replayed": 1.0}
     assert isinstance(metrics["main/store_bytes_read"], float)
     assert store.get_main_stats(0, expected=2, timeout_s=0) == expected
-    main.update_main(1, _main_slots())
-    assert _steady(main.update_main(0, _main_slots())) == {"main/replayed": 1.0}  # older than the last: no metrics kept
+    main.update(1, RoleBatch(slots=_main_slots()))
+    assert _steady(main.update(0, RoleBatch(slots=_main_slots()))) == {"main/replayed": 1.0}  # older than the last: no metrics kept
     main.close()
     # a restarted server reads its state back and still refuses to apply 0 or 1 again
     again = _server(tiny_model, tmp_path, "main")
     assert again.status()["last_applied"] == 1 and again.status()["pending"] == []
-    assert again.update_main(1, _main_slots((0.0, 1.0)))["main/replayed"] == 1.0
+    assert again.update(1, RoleBatch(slots=_main_slots((0.0, 1.0))))["main/replayed"] == 1.0
     assert store.get_main_stats(1, expected=2, timeout_s=0) == expected
     again.close()
     store.close()
@@ -89,13 +89,13 @@ def test_update_main_publishes_then_applies_once(tiny_model, tmp_path):
 def test_synchronized_sub_waits_for_the_main_statistics(tiny_model, tmp_path):
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
     with pytest.raises(StoreTimeout):
-        sub.update_sub(0, NO_SUBS, SCORING)
+        sub.update(0, RoleBatch(facts=NO_SUBS, scoring=SCORING))
     assert sub.state.last_applied == -1 and sub.status()["pending"] == [0]  # kept for the retry
-    main.update_main(0, _main_slots())
-    metrics = sub.update_sub(0, NO_SUBS, SCORING)
+    main.update(0, RoleBatch(slots=_main_slots()))
+    metrics = sub.update(0, RoleBatch(facts=NO_SUBS, scoring=SCORING))
     assert metrics["sub/applied_iteration"] == 0.0 and metrics["sub/lag"] == 0.0
     assert sub.state.last_applied == 0 and sub.status()["pending"] == []
-    assert sub.update_sub(0, NO_SUBS, SCORING) == {}  # applied already: not queued again
+    assert sub.update(0, RoleBatch(facts=NO_SUBS, scoring=SCORING)) == {}  # applied already: not queued again
     assert sub.store.done_iterations("sub") == {0}
     main.close()
     sub.close()
@@ -103,15 +103,15 @@ def test_synchronized_sub_waits_for_the_main_statistics(tiny_model, tmp_path):
 
 def test_stale_sub_lags_behind_by_at_most_n(tiny_model, tmp_path):
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
-    assert sub.update_sub(0, NO_SUBS, SCORING, staleness=1) == {}  # main 0 not in yet: no wait, nothing applied
+    assert sub.update(0, RoleBatch(facts=NO_SUBS, scoring=SCORING, staleness=1)) == {}  # main 0 not in yet: no wait, nothing applied
     assert sub.status()["pending"] == [0]
     with pytest.raises(StoreTimeout):  # iteration 1 may lag by 1, so 0 must be applied now: wait, time out
-        sub.update_sub(1, NO_SUBS, SCORING, staleness=1)
-    main.update_main(0, _main_slots())
-    metrics = sub.update_sub(1, NO_SUBS, SCORING, staleness=1)  # applies 0 (lag 1); 1 is not in yet
+        sub.update(1, RoleBatch(facts=NO_SUBS, scoring=SCORING, staleness=1))
+    main.update(0, RoleBatch(slots=_main_slots()))
+    metrics = sub.update(1, RoleBatch(facts=NO_SUBS, scoring=SCORING, staleness=1))  # applies 0 (lag 1); 1 is not in yet
     assert (metrics["sub/applied_iteration"], metrics["sub/lag"]) == (0.0, 1.0)
     assert sub.state.last_applied == 0 and sub.status()["pending"] == [1]
-    main.update_main(1, _main_slots())
+    main.update(1, RoleBatch(slots=_main_slots()))
     metrics = sub.flush(1)
     assert (metrics["sub/applied_iteration"], metrics["sub/lag"]) == (1.0, 0.0)
     assert sub.status()["pending"] == [] and sub.store.done_iterations("sub") == {0, 1}
@@ -121,8 +121,8 @@ def test_stale_sub_lags_behind_by_at_most_n(tiny_model, tmp_path):
 
 def test_pending_iteration_already_applied_is_dropped(tiny_model, tmp_path):
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
-    main.update_main(0, _main_slots())
-    sub.update_sub(0, NO_SUBS, SCORING)
+    main.update(0, RoleBatch(slots=_main_slots()))
+    sub.update(0, RoleBatch(facts=NO_SUBS, scoring=SCORING))
     sub.state.pending["0"] = {"facts": NO_SUBS, "scoring": asdict(SCORING)}  # e.g. a state written before a crash
     metrics = sub.flush(0)
     assert "sub/store_bytes_written" not in metrics  # not applied again
@@ -136,15 +136,15 @@ def test_trained_server_checkpoints_before_recording_and_resumes(tiny_model, tmp
     assert not main.restored
     assert main.commit(0) == 0  # nothing was acted: an empty committed buffer
     with pytest.raises(RuntimeError, match="no committed rollouts for iteration 1"):
-        main.update_main(1, [])
-    metrics = main.update_main(0, [])  # an empty batch: the learner reports it skipped, no step
+        main.update(1, RoleBatch(slots=[]))
+    metrics = main.update(0, RoleBatch(slots=[]))  # an empty batch: the learner reports it skipped, no step
     assert metrics["main/skipped"] == 1.0
     assert (_ck(tmp_path, "main", 0) / "learner.json").exists()
     assert not (tmp_path / "ck" / "workers" / "main" / "buffers" / "0.json").exists()  # applied: the buffer is gone
     main.close()
     again = _server(tiny_model, tmp_path, "main", train=True)
     assert again.restored and again.status()["last_applied"] == 0
-    assert again.update_main(0, [])["main/replayed"] == 1.0
+    assert again.update(0, RoleBatch(slots=[]))["main/replayed"] == 1.0
     again.close()
 
 
@@ -175,7 +175,7 @@ def test_waits_only_for_what_must_be_applied(tiny_model, tmp_path):
     assert sub.flush(0) == {}  # a fresh server: nothing pending
     sub.store_timeout_s = 3.0
     t = time.monotonic()
-    assert sub.update_sub(0, NO_SUBS, SCORING, staleness=1) == {}  # may lag: does not wait at all
+    assert sub.update(0, RoleBatch(facts=NO_SUBS, scoring=SCORING, staleness=1)) == {}  # may lag: does not wait at all
     assert time.monotonic() - t < 0.9
     sub.store_timeout_s = 0.5
     t = time.monotonic()
@@ -187,9 +187,9 @@ def test_waits_only_for_what_must_be_applied(tiny_model, tmp_path):
 
 def test_trained_sub_applies_its_slots(tiny_model, tmp_path):
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub", train=True)
-    main.update_main(0, _main_slots())
+    main.update(0, RoleBatch(slots=_main_slots()))
     sub.commit(0)
-    metrics = sub.update_sub(0, NO_SUBS, SCORING)
+    metrics = sub.update(0, RoleBatch(facts=NO_SUBS, scoring=SCORING))
     assert metrics["sub/skipped"] == 1.0 and metrics["sub/applied_iteration"] == 0.0
     assert (_ck(tmp_path, "sub", 0) / "learner.json").exists()
     main.close()
@@ -201,7 +201,7 @@ def test_checkpoint_is_the_commit_point_when_worker_json_lags(tiny_model, tmp_pa
     last_applied and the metrics from the checkpoint, and drops the pending entry it already applied."""
     main = _server(tiny_model, tmp_path, "main", train=True)
     main.commit(0)
-    applied = main.update_main(0, [])
+    applied = main.update(0, RoleBatch(slots=[]))
     main.close()
     state_file = tmp_path / "ck" / "workers" / "main" / "worker.json"
     state_file.write_text(json.dumps({"last_applied": -1, "metrics": {}, "pending": {"0": {}, "1": {}}}))  # one behind
@@ -209,7 +209,7 @@ def test_checkpoint_is_the_commit_point_when_worker_json_lags(tiny_model, tmp_pa
     assert extra == {"last_applied": 0, "metrics": {"0": _steady(applied)}}
     again = _server(tiny_model, tmp_path, "main", train=True)
     assert again.status()["last_applied"] == 0 and again.status()["pending"] == [1]
-    assert _steady(again.update_main(0, [])) == {**_steady(applied), "main/replayed": 1.0}  # not applied twice
+    assert _steady(again.update(0, RoleBatch(slots=[]))) == {**_steady(applied), "main/replayed": 1.0}  # not applied twice
     again.close()
 
 
@@ -227,16 +227,16 @@ def test_fault_points_are_passed_where_the_crash_tests_kill(tiny_model, tmp_path
     main = _server(tiny_model, tmp_path / "a", "main", train=True)
     main.faults = _Recorder()
     main.commit(0)
-    main.update_main(0, [])
+    main.update(0, RoleBatch(slots=[]))
     where = {"role": "main", "iteration": 0}
     assert main.faults.hits == [("after_store_write", where), ("after_update", where), ("after_checkpoint", where)]
     main.close()
     publisher = _server(tiny_model, tmp_path / "b", "main")  # the sub's iteration needs 2 main statistics
-    publisher.update_main(0, _main_slots())
+    publisher.update(0, RoleBatch(slots=_main_slots()))
     sub = _server(tiny_model, tmp_path / "b", "sub", train=True)
     sub.faults = _Recorder()
     sub.commit(0)
-    sub.update_sub(0, NO_SUBS, SCORING)
+    sub.update(0, RoleBatch(facts=NO_SUBS, scoring=SCORING))
     where = {"role": "sub", "iteration": 0}
     assert sub.faults.hits == [("after_update", where), ("after_checkpoint", where)]
     publisher.close()
@@ -249,10 +249,10 @@ def test_sub_worker_scores_its_trajectories_from_the_store(tiny_model, tmp_path)
     import numpy as np
 
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
-    main.update_main(0, _main_slots((1.0, 0.0)))  # rollout 0 answered correctly, rollout 1 did not
+    main.update(0, RoleBatch(slots=_main_slots((1.0, 0.0))))  # rollout 0 answered correctly, rollout 1 did not
     facts = [[SubFact("sub_0", True, 0.5, "hops"), SubFact("sub_1", False, 1.0, "hops")],
              [SubFact("sub_0", True, None, "none")]]
-    metrics = sub.update_sub(0, facts, replace(SCORING, d=2))
+    metrics = sub.update(0, RoleBatch(facts=facts, scoring=replace(SCORING, d=2)))
     rewards = [0.1 + 0.4 * 1.0 + 0.5 * 0.5, 0.0, 0.1 + 0.4 * 0.0, 0.1]  # rollout 1's sub fills both of its slots
     assert metrics["sub/reward_mean"] == pytest.approx(np.mean(rewards))
     assert metrics["sub/expert_disabled"] == pytest.approx(1 / 3) and metrics["sub/expert_mean"] == pytest.approx(0.5)
@@ -275,7 +275,7 @@ def test_rollback_returns_to_the_loops_commit_and_committed_prunes(tiny_model, t
     main = _server(tiny_model, tmp_path, "main", train=True)
     for it in range(3):
         main.commit(it)
-        main.update_main(it, [])
+        main.update(it, RoleBatch(slots=[]))
     assert [p.name for p in main.state.checkpoints()] == ["iter-0", "iter-1", "iter-2"]
     main.committed(1)
     assert [p.name for p in main.state.checkpoints()] == ["iter-1", "iter-2"]  # iter-2 is not committed yet
@@ -305,17 +305,17 @@ def test_the_learner_shuffles_with_the_run_seed_unless_its_own_is_set(tiny_model
 
 def test_the_sub_sides_health_carries_the_learners_figures_not_the_scoring_ones(tiny_model, tmp_path):
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub", train=True)
-    main.update_main(0, _main_slots())
+    main.update(0, RoleBatch(slots=_main_slots()))
     sub.commit(0)
-    metrics = sub.update_sub(0, NO_SUBS, SCORING)
+    metrics = sub.update(0, RoleBatch(facts=NO_SUBS, scoring=SCORING))
     assert "sub/reward_mean" in metrics and "align/num_masked_slots" in metrics  # logged ...
     health = sub.store.get_health("sub")["metrics"]
     assert health["sub/skipped"] == 1.0  # ... the learner's figures published ...
     assert not any(k in health for k in ("sub/reward_mean", "align/num_masked_slots", "sub/expert_mean"))  # ... not those
-    main.update_main(1, _main_slots())
+    main.update(1, RoleBatch(slots=_main_slots()))
     sub.commit(1)
     with pytest.raises(ValueError, match="unknown advantage estimator 'nope'"):  # the scoring's own estimator
-        sub.update_sub(1, NO_SUBS, replace(SCORING, estimator="nope"))
+        sub.update(1, RoleBatch(facts=NO_SUBS, scoring=replace(SCORING, estimator="nope")))
     main.close()
     sub.close()
 
@@ -324,8 +324,8 @@ def test_rollback_drops_later_advantages_and_trajectories_and_names_the_role(tin
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
     folder = tmp_path / "ck" / "workers" / "sub"
     for it in (0, 1):
-        main.update_main(it, _main_slots())
-        sub.update_sub(it, NO_SUBS, SCORING)
+        main.update(it, RoleBatch(slots=_main_slots()))
+        sub.update(it, RoleBatch(facts=NO_SUBS, scoring=SCORING))
     sub.trajectories.add(2, 0, "sub_0", {"completion_ids": [1]}, "s")
     sub.commit(2)  # collected, never applied
     assert sorted(p.name for p in (folder / "advantages").iterdir()) == ["0.json", "1.json"]
@@ -334,7 +334,7 @@ def test_rollback_drops_later_advantages_and_trajectories_and_names_the_role(tin
     assert not (folder / "buffers" / "2.json").exists() and 2 not in sub.trajectories._open
     trained = _server(tiny_model, tmp_path / "t", "main", train=True)
     trained.commit(0)
-    trained.update_main(0, [])
+    trained.update(0, RoleBatch(slots=[]))
     with pytest.raises(ValueError, match="^main worker: no checkpoint at or before iteration -1"):
         trained.rollback(-1)
     main.close()
@@ -347,5 +347,5 @@ def test_a_served_roles_weight_push_is_in_the_iterations_metrics(tiny_model, tmp
     main.sync = object()  # a served engine: after the checkpoint, the weights are pushed to it
     main._push_weights = lambda: {"main/weight_sync_s": 1.5}
     main.commit(0)
-    assert main.update_main(0, [])["main/weight_sync_s"] == 1.5
+    assert main.update(0, RoleBatch(slots=[]))["main/weight_sync_s"] == 1.5
     main.close()

@@ -4,9 +4,12 @@ the placements."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 from pathlib import Path
+
+import pytest
 
 from mgrpo_algo.training.roles import RoleWorker
 from mgrpo_algo.training.service import RoleClient, RoleService
@@ -56,10 +59,19 @@ def test_the_client_forwards_every_method_to_the_worker_method_of_its_name():
         assert handle.calls == [("call", name, args, kwargs)], name
     handle = _Recorder()
     client = RoleClient(handle)
-    client.submit_update_main(3, ["slot"])
-    client.submit_update_sub(3, ["facts"], {"k": 2}, staleness=1)
-    assert handle.calls == [("submit", "update_main", (3, ["slot"]), {}),
-                            ("submit", "update_sub", (3, ["facts"], {"k": 2}), {"staleness": 1})]
+    client.submit(RoleService.update, 3, "batch")
+    assert handle.calls == [("submit", "update", (3, "batch"), {})]
+    with pytest.raises(ValueError, match="not a RoleService method"):
+        client.submit(RoleWorker._applied, 3)  # a worker's own helper is not on the boundary
+
+
+def test_the_client_is_derived_from_the_protocol_not_written_again():
+    """A method the Protocol gains is a method of the client at once, with the Protocol's signature."""
+    assert _public(RoleClient) == _public(RoleService) | {"submit"}
+    for name in _public(RoleService):
+        assert inspect.signature(getattr(RoleClient, name)) == inspect.signature(getattr(RoleService, name)), name
+    source = inspect.getsource(importlib.import_module("mgrpo_algo.training.service"))
+    assert "def update(self" in source and source.count("def update(") == 1  # declared once: in the Protocol
 
 
 def test_no_string_named_call_crosses_the_worker_boundary():

@@ -8,7 +8,7 @@ server). Registering the class under a name in ``PLACEMENTS`` makes that name a 
 ``placement.kind`` (checked when the config loads); the iteration loop, the workers, the scoring and
 the commit protocol do not change.
 
-This one extends the local handle: each call to a worker (``act``, ``update_main``, ``commit``, ...)
+This one extends the local handle: each call to a worker (``act``, ``update``, ``commit``, ...)
 is timed, which shows where an iteration's time goes per role. This file is the whole change. It
 trains one short iteration of the oracle clone's tiny models with ``placement.kind=timed``
 and prints the table.

@@ -261,7 +261,7 @@ class TrainConfig:
     tools: dict[str, list[str]] = field(default_factory=dict)
     """Each role's tools by name, e.g. ``{main: [delegate], sub: [search, visit]}`` (the names in
     ``mgrpo_env.protocol.TOOLS``, a registered tool's included; the main agent only ``delegate`` and
-    ``reason``, the env's own). A role not named keeps the scenario's set (default: main delegate,
+    ``reason``, the env's own, and tools registered for it). A role not named keeps the scenario's set (default: main delegate,
     reason; sub and single search, visit, click). Checked when the config loads; the envs of training
     and evaluation get it, and so do the warm start's demonstrations (``mgrpo warm-start`` with the same
     config shows its start models these tools; a prebuilt start model saw its own warm start's tools:
@@ -281,6 +281,11 @@ class TrainConfig:
     main: RoleConfig = field(default_factory=RoleConfig)
     sub: RoleConfig = field(default_factory=RoleConfig)
     single: RoleConfig = field(default_factory=RoleConfig)
+    roles: dict[str, RoleConfig] = field(default_factory=dict)
+    """The table of every other role's section, by name: a role registered with
+    ``mgrpo_env.roles.register_role`` (e.g. ``{verifier: {model: ..., learner: {lr: ...}}}``), read
+    like ``main``/``sub``/``single`` through :meth:`role`. A name must be registered before the config
+    loads, and not a built-in role (those keep their own sections)."""
     out_dir: str = "runs/train"
     """The run folder: metrics.jsonl, episodes.jsonl, checkpoints/, final/, tb/ (a used one is refused)."""
     seed: int = 0
@@ -332,21 +337,34 @@ class TrainConfig:
                f"must be one of {EXPERT_REFERENCES}, got {self.expert_reference!r}")
         _check(self.torch_threads >= 1, "torch_threads", "must be >= 1")
         from mgrpo_env.protocol import check_tool_names
+        from mgrpo_env.roles import ROLE_TABLE
 
+        for role in self.roles:
+            _check(role in ROLE_TABLE and role not in ROLES, "roles",
+                   f"names registered roles other than {ROLES} (registered: {tuple(ROLE_TABLE)}), got {role!r}")
         for role, names in self.tools.items():
-            _check(role in ROLES, "tools", f"names roles of {ROLES}, got {role!r}")
+            _check(role in ROLE_TABLE, "tools", f"names roles of {tuple(ROLE_TABLE)}, got {role!r}")
             check_tool_names(role, names, where=f"config field 'tools.{role}'")
         for role in self.model_sizes:  # a misspelled role would build its model at the default size
             _check(role in ROLES, "model_sizes", f"names roles of {ROLES}, got {role!r}")
         _check(bool(self.stages), "stages", "needs at least one stage")
-        served = [r for r in ROLES if getattr(self, r).served.enabled]
+        served = [r for r in (*ROLES, *self.roles) if self.role(r).served.enabled]
         _check(not served or self.placement.in_process, "placement.kind",
                f"must be local (workers in this process) for served engines (roles {served})")
         from .losses import get_policy_loss  # each role's loss options, with their dotted path
 
-        for role in ROLES:
-            learner = getattr(self, role).learner
-            get_policy_loss(learner.policy_loss).make_options(learner, f"{role}.learner")
+        for role in (*ROLES, *self.roles):
+            learner = self.role(role).learner
+            where = f"{role}.learner" if role in ROLES else f"roles.{role}.learner"
+            get_policy_loss(learner.policy_loss).make_options(learner, where)
+
+    def role(self, name: str) -> RoleConfig:
+        """The section of role ``name``: ``main``, ``sub``, ``single``, or its entry in :attr:`roles`."""
+        if name in ROLES:
+            return getattr(self, name)
+        if name not in self.roles:
+            raise ValueError(f"config field 'roles.{name}' is needed: role {name!r} has no section in the run config")
+        return self.roles[name]
 
 
 def load_config(path: str | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
@@ -390,6 +408,11 @@ def _build(cls: Any, data: Any, where: str) -> Any:
         hint = hints[name]
         if isinstance(hint, type) and is_dataclass(hint):
             kwargs[name] = _build(hint, value, f"{where}{name}.")
+        elif typing.get_origin(hint) is dict and is_dataclass(typing.get_args(hint)[1]):
+            item_cls = typing.get_args(hint)[1]
+            if not isinstance(value, dict):
+                raise ValueError(f"config field '{where}{name}' must be a mapping of sections by name, got {value!r}")
+            kwargs[name] = {str(k): _build(item_cls, v or {}, f"{where}{name}.{k}.") for k, v in value.items()}
         elif typing.get_origin(hint) is list and is_dataclass(typing.get_args(hint)[0]):
             item_cls = typing.get_args(hint)[0]
             kwargs[name] = [_build(item_cls, v, f"{where}{name}[{i}].") for i, v in enumerate(value or [])]

@@ -35,6 +35,7 @@ __all__ = [
     "RolloutKey",
     "MainSlot",
     "SubSlot",
+    "RoleBatch",
     "alignment_width",
     "annotate_main",
     "annotate_sub",
@@ -199,12 +200,39 @@ class SubScoring:
     sub_format_gate: bool = False
     credit: TurnCredit = field(default_factory=TurnCredit)
     outcome_groups: str = "query"
+    role: str = "sub"
+    """The called role whose side this is (``mgrpo_env.roles``): its reward and its metrics' prefix."""
 
     def __post_init__(self) -> None:
         if isinstance(self.credit, Mapping):  # a queued iteration read back from worker.json
             object.__setattr__(self, "credit", TurnCredit(**self.credit))
         if self.outcome_groups not in OUTCOME_GROUPS:
             raise ValueError(f"outcome_groups must be one of {OUTCOME_GROUPS}, got {self.outcome_groups!r}")
+
+
+@dataclass(frozen=True)
+class RoleBatch:
+    """One iteration's update for one role worker (``RoleWorker.update``): what its side brings.
+
+    ``slots``: the side the loop scored (the root agent's :class:`MainSlot` s, whose statistics the
+    worker publishes). ``facts`` and ``scoring``: a side that scores itself (a called role's
+    :class:`SubFact` s per rollout and how to score them, from the main statistics in the store; it
+    lags them by ``staleness`` iterations at most). Both: one model plays both sides (the
+    shared-model baseline), one update over both."""
+
+    slots: list[MainSlot] | None = None
+    facts: list[list[SubFact]] | None = None
+    scoring: SubScoring | None = None
+    staleness: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.facts is None) != (self.scoring is None) or (self.slots is None and self.facts is None):
+            raise ValueError("a role's batch brings slots, or facts with their scoring, or both")
+
+    @property
+    def scores_itself(self) -> bool:
+        """The worker scores (part of) this batch from the store's main statistics."""
+        return self.facts is not None
 
 
 def rollout_keys(n: int, k: int) -> list[RolloutKey]:
@@ -344,11 +372,12 @@ def score_main_side(records: Sequence[EpisodeRecord], k: int, *, role: str = "ma
     return main, metrics
 
 
-def sub_facts(records: Sequence[EpisodeRecord]) -> list[list[SubFact]]:
-    """What the sub side knows of its own trajectories (:class:`SubFact`), per rollout in delegation order."""
+def sub_facts(records: Sequence[EpisodeRecord], role: str = "sub") -> list[list[SubFact]]:
+    """What a called role's side (``role``: the sub-agents, or a registered one) knows of its own
+    trajectories (:class:`SubFact`), per rollout in call order."""
     return [[SubFact(s.agent, bool(s.format_ok), s.expert, r.components.get(s.agent, {}).get("expert_source"),
                      len(s.turns), penalised_turns(s), _digest(s.task))
-             for s in r.subs] for r in records]
+             for s in r.subs if s.role == role] for r in records]
 
 
 def _digest(text: str | None) -> str:
@@ -371,14 +400,15 @@ def score_sub_side(
     facts: Sequence[Sequence[SubFact]], rewards: Sequence[Sequence[float]], k: int, d: int, *,
     strategy: str, rng: np.random.Generator, step_weight: float = 0.0,
     states: Mapping[tuple[int, int], Sequence[Any]] | None = None, estimator: str = "grpo_pooled_masked",
-    credit: TurnCredit | None = None, outcome_groups: str = "query",
+    credit: TurnCredit | None = None, outcome_groups: str = "query", role: str = "sub",
 ) -> tuple[list[SubSlot], dict[str, float]]:
     """The sub side: each rollout's sub-agents (``facts``, :func:`sub_facts`; their R_S ``rewards``)
     aligned to ``d`` slots, A_S pooled per query; with ``step_weight`` w > 0 each turn also gets w x
     its step advantage over all the query's sub-agents (``states[(rollout index, sub)]``: the turn
     states, :func:`turn_states`). ``credit`` (:class:`TurnCredit`) adds its per-turn terms (a report's
     success is its expert score); ``outcome_groups`` "subtask" standardises A_S per delegated subtask
-    (:func:`_subtask_groups`). Run by the sub worker on R_S it computed from the store's statistics."""
+    (:func:`_subtask_groups`). Run by the sub worker (or any called ``role``'s: its metrics carry the
+    role's name, its alignment figures ``<role>/align/``) on R_S it computed from the store's statistics."""
     credit = credit or TurnCredit()
     if outcome_groups not in OUTCOME_GROUPS:
         raise ValueError(f"outcome_groups must be one of {OUTCOME_GROUPS}, got {outcome_groups!r}")
@@ -398,16 +428,17 @@ def score_sub_side(
     sub = [SubSlot(key, s, i, facts[key.index][i].agent, reward, a, turns(key.index, i, a))
            for (key, s, i, reward), a in zip(placed, a_sub, strict=True)]
     subs = [f for row in facts for f in row]
+    align_prefix = "align" if role == "sub" else f"{role}/align"
     metrics = {
-        "sub/reward_mean": align_stats.pop("reward_mean"),
-        "sub/expert_mean": float(np.mean([f.expert or 0.0 for f in subs])) if subs else 0.0,
-        "sub/format_ok": float(np.mean([f.format_ok for f in subs])) if subs else 0.0,
-        "sub/penalised_turns": float(np.mean([len(f.penalised_turns) / max(1, f.turns) for f in subs])) if subs else 0.0,
-        **{f"align/{name}": value for name, value in align_stats.items()},
+        f"{role}/reward_mean": align_stats.pop("reward_mean"),
+        f"{role}/expert_mean": float(np.mean([f.expert or 0.0 for f in subs])) if subs else 0.0,
+        f"{role}/format_ok": float(np.mean([f.format_ok for f in subs])) if subs else 0.0,
+        f"{role}/penalised_turns": float(np.mean([len(f.penalised_turns) / max(1, f.turns) for f in subs])) if subs else 0.0,
+        **{f"{align_prefix}/{name}": value for name, value in align_stats.items()},
     }
     sources = [f.expert_source for f in subs if f.expert_source is not None]
     if sources:
-        metrics["sub/expert_disabled"] = sources.count("none") / len(sources)
+        metrics[f"{role}/expert_disabled"] = sources.count("none") / len(sources)
     return sub, metrics
 
 

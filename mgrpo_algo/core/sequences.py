@@ -37,8 +37,6 @@ class TokenSequence:
         token_advantages: optional, length T: a per-token advantage that replaces ``advantage``
             (step-level credit: each turn's sampled tokens carry that turn's advantage; 0 on
             positions that are not sampled). None: every token has ``advantage``.
-        weight: 1.0 normally; 0.0 for a masked alignment slot (kept for fixed shapes, contributes
-            nothing); a duplicated slot is simply present twice.
         sampled_logprobs: length T, the sampling log-probabilities on sampled positions (0 elsewhere),
             or None. The learner recomputes old log-probabilities itself; these are for diagnostics.
         role: "main", "sub" or "single".
@@ -48,7 +46,6 @@ class TokenSequence:
     input_ids: list[int]
     loss_mask: list[int]
     advantage: float
-    weight: float = 1.0
     sampled_logprobs: list[float] | None = None
     role: str = ""
     meta: dict[str, Any] = field(default_factory=dict)

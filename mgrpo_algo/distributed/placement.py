@@ -6,8 +6,8 @@ the role's policy and learner. The controller builds it with :func:`spawn` and t
 
     with spawn(RoleWorker, {"role": "main", ...}, placement="processes", name="mgrpo-main") as main:
         status = main.call("status")                          # synchronous
-        fut_m = main.submit("update_main", t, rollouts, k)    # concurrent.futures.Future
-        fut_s = sub.submit("update_sub", t, sub_rollouts, k)  # ... two roles at once
+        fut_m = main.submit("update", t, main_batch)   # concurrent.futures.Future
+        fut_s = sub.submit("update", t, sub_batch)     # ... two roles at once
         metrics = {**fut_m.result(), **fut_s.result()}
 
 - "local": the object lives in the controller's process; arguments and results are passed by

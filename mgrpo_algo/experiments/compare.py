@@ -119,7 +119,7 @@ def evaluation_policies(config: TrainConfig, models: Mapping[str, Any], tokenize
     from ..core.seeding import eval_seed
     from ..policies.factory import make_policy
 
-    return {role: make_policy(role, model, tokenizers[role], getattr(config, role), seed=eval_seed(seed, role),
+    return {role: make_policy(role, model, tokenizers[role], config.role(role), seed=eval_seed(seed, role),
                               temperature=config.eval.temperature, max_new_tokens=config.eval.max_new_tokens,
                               served=False, evaluation=True)
             for role, model in models.items()}

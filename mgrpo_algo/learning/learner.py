@@ -9,9 +9,9 @@ A learner takes the role's :class:`~mgrpo_algo.core.sequences.TokenSequence` bat
 
 What ``update`` does, top to bottom:
 
-1. Drop samples with weight 0 (masked alignment slots) or no sampled token: they cost no compute and
-   are in no denominator. The "seq-mean" denominator is the sum of weights of the remaining samples,
-   i.e. the number of samples with weight > 0 (a duplicated slot is present twice and counts twice).
+1. Drop samples with no sampled token: they cost no compute and are in no denominator. The
+   "seq-mean" denominator is the number of the remaining samples (a duplicated alignment slot is
+   present twice and counts twice; a masked one is not in the batch at all).
    Samples with advantage exactly 0 stay in that denominator but run no forward/backward when the
    KL and entropy terms are off (``skip_zero_advantage``): their gradient is exactly 0.
 2. Old log-probs: the current weights are the sampling policy (on-policy, as the paper's code). With
@@ -294,7 +294,7 @@ class RoleLearner(LearnerCheckpoints):
             targets=ids[:, 1:].to(dev),
             loss_mask=(mask[:, 1:] != 0).float().to(dev),
             advantages=advantages(samples, length, dev),
-            weights=torch.tensor([float(s.weight) for s in samples], dtype=torch.float32, device=dev),
+            weights=torch.ones(len(samples), dtype=torch.float32, device=dev),  # every sample counts once (the losses' sample_weight)
             old_logp=padded(old),
             ref_logp=padded(ref),
         )
@@ -306,7 +306,7 @@ class RoleLearner(LearnerCheckpoints):
         Metrics: loss (full objective), pg_loss, clipfrac (+ _low / _high), approx_kl, ratio_mean,
         ratio_max, adv_mean, entropy (if ``compute_entropy``), kl_ref (if ``kl_coef`` > 0),
         grad_norm (before clipping), lr, tokens (sampled tokens trained on), seq_tokens (all tokens
-        of those samples), samples (weight > 0), masked_samples (dropped: weight 0 or nothing
+        of those samples), samples (with a sampled token), masked_samples (dropped: nothing
         sampled), zero_adv_skipped (share of those samples with advantage exactly 0 that ran no
         forward/backward; see ``LearnerConfig.skip_zero_advantage``; token-mean metrics then cover the
         samples that ran), micro_batches (forward/backward passes), optimizer_steps, nonfinite_steps,
@@ -316,10 +316,7 @@ class RoleLearner(LearnerCheckpoints):
         """
         start = time.perf_counter()
         cfg = self.config
-        bad = [s.weight for s in sequences if not s.weight >= 0]  # also catches NaN
-        if bad:
-            raise ValueError(f"sample weights must be >= 0, got {bad[:3]}")
-        live = [s for s in sequences if s.weight > 0 and any(s.loss_mask[1:])]
+        live = [s for s in sequences if any(s.loss_mask[1:])]
         if cfg.informative_only:  # DAPO's dynamic sampling by weight: groups without spread leave the batch
             informative = [s for s in live if s.has_signal]
             uninformative = len(live) - len(informative)
@@ -425,7 +422,7 @@ class RoleLearner(LearnerCheckpoints):
         for i, t in enumerate(trained):
             if not t:
                 mask = torch.as_tensor(samples[i].loss_mask[1:], dtype=torch.float32, device=self.device)[None]
-                weight = torch.tensor([float(samples[i].weight)], device=self.device)
+                weight = torch.ones(1, device=self.device)  # one sample: its share of the denominator
                 normalizer = normalizer + loss_normalizer(mask, cfg.aggregation, weight)
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}

@@ -8,7 +8,7 @@ No gradient and no trajectory crosses between roles. What crosses is the paper's
 the shared store (:mod:`mgrpo_algo.distributed.store`): the main worker publishes per rollout (query,
 rollout, correctness, format flag, R_M); the sub worker waits for them (synchronized) or lags behind
 them (stale(n)), computes R_S of its own trajectories from them
-(:func:`mgrpo_env.rewards.paid_sub_reward`, the env's own rule), aligns them and computes A_S
+(its role spec's ``reward``, the env's own rule: :func:`mgrpo_env.rewards.paid_sub_reward`), aligns them and computes A_S
 (:func:`mgrpo_algo.core.scoring.score_sub_side`) and keeps them: ``advantages/<t>.json`` in its
 folder (the loop is not handed A_S back; ``mgrpo view`` joins them to the episode records).
 
@@ -22,10 +22,10 @@ The commit protocol, one for every placement, per iteration t:
 1. ``begin_collect(t)`` reseeds the policy with ``policy_seed(seed, role, t)`` and drops t's rollouts;
    ``act`` keeps each sampled turn's token ids (:class:`~mgrpo_algo.training.trajectories.Trajectories`,
    their one owner); ``commit(t)`` writes them to the worker's folder (atomic).
-2. ``update_main(t)`` publishes the statistics (idempotent), updates and checkpoints
-   ``checkpoints/iter-<t>`` (atomic rename; its ``learner.json`` carries ``last_applied = t``: the
-   worker's commit point), then records it in ``worker.json``. ``update_sub`` queues t and applies
-   the pending iterations whose statistics are complete.
+2. ``update(t, batch)`` with the main side's slots publishes the statistics (idempotent), updates
+   and checkpoints ``checkpoints/iter-<t>`` (atomic rename; its ``learner.json`` carries
+   ``last_applied = t``: the worker's commit point), then records it in ``worker.json``; with a
+   called role's facts it queues t and applies the pending iterations whose statistics are complete.
 3. The loop writes ``loop_state.json`` (the run's commit point), then ``committed(t)`` prunes the
    checkpoints older than the newest one at or before t.
 
@@ -44,9 +44,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from mgrpo_env.roles import check_role
+from mgrpo_env.roles import ROLE_TABLE, check_role
+from mgrpo_env.turn_requests import ChatKeeper, TurnRequest
 
-from ..core.scoring import MainSlot, SubFact, SubScoring, SubSlot
+from ..core.scoring import MainSlot, RoleBatch, SubFact, SubScoring, SubSlot
 from .role_eval import RoleEvaluation
 from .storage import RunStorage
 from .trajectories import Trajectories, trajectory_key
@@ -115,6 +116,7 @@ class RoleWorker:
         self.store_timeout_s = store_timeout_s
         self.state = WorkerState(self.files)
         self.trajectories = Trajectories(self.files, keep=keep_token_ids)
+        self.chats = ChatKeeper()  # each agent's chat while collecting (requests carry only what is new)
         self.learner: Any = None
         self.restored = False
         if train:
@@ -189,27 +191,31 @@ class RoleWorker:
         from ..core.seeding import policy_seed
 
         self.trajectories.discard(iteration)
+        self.chats.clear()
         if hasattr(self.policy, "reseed"):
             self.policy.reseed(policy_seed(self.seed, self.role, iteration))
         self._acts = 0
 
-    def act(self, iteration: int, requests: list[Any]) -> list[str]:
-        """The actions for ``requests`` (``PolicyRequest``s without token history: this worker holds it),
-        as text; the sampled token ids stay here."""
+    def act(self, iteration: int, turns: list[TurnRequest]) -> list[str]:
+        """The actions for ``turns`` (each carries only its agent's new messages: this worker keeps the
+        chats and the token history), as text; the sampled token ids stay here."""
         from ..core.scoring import anchor_state  # the one anchor-state function (scoring keys records by it)
 
         self.faults.hit("act", role=self.role, iteration=iteration, call=self._acts)
         self._acts += 1
-        for request in requests:
-            request.history = self.trajectories.history(iteration, request.episode, request.agent)
+        requests = [self.chats.expand(turn, self.trajectories.history(iteration, turn.episode, turn.agent))
+                    for turn in turns]
         responses = self.policy(requests)
         for request, response in zip(requests, responses, strict=True):
             self.trajectories.add(iteration, request.episode, request.agent, response.extra,
                                   anchor_state(request.messages))  # step-credit anchors
-        return [response.text for response in responses]
+        texts = [response.text for response in responses]
+        self.chats.answered(requests, texts)
+        return texts
 
     def release(self, episode: int, agent: str) -> None:
-        """An agent ended: its KV cache can go."""
+        """An agent ended: its chat and its KV cache can go."""
+        self.chats.release(episode, agent)
         if hasattr(self.policy, "release"):
             self.policy.release(episode, agent)
 
@@ -223,18 +229,34 @@ class RoleWorker:
         """An evaluation policy over the current model with the evaluation's settings and seed."""
         self.evaluation.begin(self._model(), seed, temperature, max_new_tokens)
 
-    def eval_act(self, requests: list[Any]) -> list[str]:
-        """Evaluation actions (token history kept by the evaluation, as ``act`` keeps it)."""
-        return self.evaluation.act(requests)
+    def eval_act(self, turns: list[TurnRequest]) -> list[str]:
+        """Evaluation actions (chats and token history kept by the evaluation, as ``act`` keeps them)."""
+        return self.evaluation.act(turns)
 
     def eval_release(self, episode: int, agent: str) -> None:
         self.evaluation.release(episode, agent)
 
     # -- updates ----------------------------------------------------------------------------------
 
-    def update_main(self, iteration: int, slots: list[MainSlot]) -> dict[str, float]:
-        """Publish the main statistics of ``iteration`` (query, rollout, correct, format, R_M) and update
-        on ``slots`` (the iteration's scored main side, one per rollout)."""
+    def update(self, iteration: int, batch: RoleBatch) -> dict[str, float]:
+        """This role's update of ``iteration``: the one update of every role
+        (:class:`~mgrpo_algo.core.scoring.RoleBatch`).
+
+        A batch of ``slots`` (the side the loop scored: the main or single agent) is published to the
+        store (query, rollout, correct, format, R_M), then learned from. A batch of ``facts`` (a called
+        role, which scores itself) is queued, and every pending iteration whose main statistics are in
+        the store is applied (``batch.staleness`` 0: wait for this one; n > 0: wait only for iterations
+        older than ``iteration - n``); its A_S are kept in ``advantages/<t>.json``. Both (one model
+        plays both sides): published, read back, scored and learned in one update. Returns the metrics
+        (of the last iteration applied)."""
+        if batch.slots is not None and batch.scores_itself:
+            return self._update_shared(iteration, batch.slots, batch.facts, batch.scoring)
+        if batch.slots is not None:
+            return self._update_scored(iteration, batch.slots)
+        return self._update_self_scored(iteration, batch.facts, batch.scoring, batch.staleness)
+
+    def _update_scored(self, iteration: int, slots: list[MainSlot]) -> dict[str, float]:
+        """Publish the main statistics of ``iteration`` and update on ``slots`` (one per rollout)."""
         if iteration <= self.state.last_applied:
             return self._replayed(iteration)
         if self.store is not None:  # first: the sub side may be waiting for it
@@ -257,16 +279,11 @@ class RoleWorker:
         self.store.put_main_stats(iteration, [MainStat(s.key.query, s.key.rollout, float(s.correct), bool(s.format_ok),
                                                        float(s.reward)) for s in slots])
 
-    def update_sub(self, iteration: int, facts: list[list[SubFact]], scoring: SubScoring, *,
-                   staleness: int = 0) -> dict[str, float]:
-        """Queue ``iteration`` and apply every pending iteration whose main statistics are in the store.
-
-        ``facts``: what this side knows of its own trajectories, per rollout
-        (:func:`mgrpo_algo.core.scoring.sub_facts`); ``scoring``: how to score them. ``staleness`` 0
-        (synchronized): wait for this iteration's statistics and apply it now; n > 0 (stale): apply what
-        is complete and wait only for iterations older than ``iteration - n``. Returns the metrics of
-        the last iteration applied; each applied iteration's A_S are kept in ``advantages/<t>.json``.
-        """
+    def _update_self_scored(self, iteration: int, facts: list[list[SubFact]], scoring: SubScoring,
+                            staleness: int) -> dict[str, float]:
+        """Queue ``iteration`` (``facts``: what this side knows of its own trajectories, per rollout,
+        :func:`mgrpo_algo.core.scoring.sub_facts`) and apply every pending iteration whose main
+        statistics are in the store."""
         if iteration > self.state.last_applied:
             self.state.pending[str(iteration)] = {"facts": [[asdict(f) for f in row] for row in facts],
                                                   "scoring": asdict(scoring)}
@@ -287,8 +304,8 @@ class RoleWorker:
                     raise
                 break  # stale mode: not in yet; later iterations cannot be either (main publishes in order)
             metrics = self._apply_sub(it, facts, scoring, [s.correct for s in stats])
-            metrics["sub/applied_iteration"] = float(it)
-            metrics["sub/lag"] = float(iteration - it)
+            metrics[f"{self.role}/applied_iteration"] = float(it)
+            metrics[f"{self.role}/lag"] = float(iteration - it)
         return metrics
 
     def flush(self, last_iteration: int) -> dict[str, float]:
@@ -308,12 +325,11 @@ class RoleWorker:
                    ) -> tuple[list[SubSlot], dict[str, Any]]:
         """The sub side's slots of ``iteration`` (R_S from ``correct``, aligned, A_S pooled) and its
         scoring metrics; the slots are written to ``advantages/<t>.json`` (atomic, idempotent)."""
-        from mgrpo_env.rewards import paid_sub_reward
-
         from ..core.scoring import score_sub_side
         from ..core.seeding import iteration_rngs
 
-        rewards = [[paid_sub_reward(f.format_ok, correct[i], f.expert, scoring.sub_weights, format_gate=scoring.sub_format_gate)
+        paid = ROLE_TABLE[scoring.role].reward  # the called role's pay, the function the env paid it with
+        rewards = [[paid(f.format_ok, correct[i], f.expert, scoring.sub_weights, format_gate=scoring.sub_format_gate)
                     for f in row] for i, row in enumerate(facts)]
         states = None
         if scoring.step_weight:
@@ -322,19 +338,18 @@ class RoleWorker:
         rng = iteration_rngs(self.seed, iteration)[1]  # the alignment draws of (seed, iteration), as everywhere
         slots, metrics = score_sub_side(facts, rewards, scoring.k, scoring.d, strategy=scoring.strategy, rng=rng,
                                         step_weight=scoring.step_weight, states=states, estimator=scoring.estimator,
-                                        credit=scoring.credit, outcome_groups=scoring.outcome_groups)
+                                        credit=scoring.credit, outcome_groups=scoring.outcome_groups, role=scoring.role)
         self.files.write_json(f"advantages/{iteration}.json", [
             {"index": s.key.index, "agent": s.agent, "slot": s.slot, "reward": s.reward, "advantage": s.advantage}
             for s in slots])
         return slots, metrics
 
-    def update_shared(self, iteration: int, slots: list[MainSlot], facts: list[list[SubFact]],
-                      scoring: SubScoring) -> dict[str, float]:
+    def _update_shared(self, iteration: int, slots: list[MainSlot], facts: list[list[SubFact]],
+                       scoring: SubScoring) -> dict[str, float]:
         """Both roles of a mode whose sub-agents are played by this (main) worker's model
         (``ModeSpec.shares``, the shared-model baseline): the main statistics are published and read back
-        from the store as the sub side reads them, the sub side is scored as :meth:`update_sub` scores
-        it, and one learner update runs over the main and the sub sequences together; one commit.
-        Returns what :meth:`update_main` and :meth:`update_sub` return together."""
+        from the store as the sub side reads them, the sub side is scored as a called role scores
+        itself, and one learner update runs over the main and the sub sequences together; one commit."""
         if iteration <= self.state.last_applied:
             return self._replayed(iteration)
         if self.store is None:

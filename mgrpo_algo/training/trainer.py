@@ -32,6 +32,7 @@ import mgrpo_scenarios
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.mistakes import ENDING_RATE_KEYS, MISTAKE_RATE_KEYS, mistake_rates
+from mgrpo_env.roles import ROLES
 from mgrpo_env.rollout import CollectStats, collect
 from mgrpo_env.tool_health import backend_failures
 
@@ -57,13 +58,16 @@ __all__ = ["Trainer", "role_model_paths"]
 def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> dict[str, str]:
     """The model path of each role: the configured one, or the tiny model built (and warm-started
     when ``warm_start.epochs > 0``) under ``models_dir``; built once and reused."""
-    explicit = {role: getattr(config, role).model for role in roles}
+    explicit = {role: config.role(role).model for role in roles}
     from ..policies.prebuilt import verify_folder
 
     for path in explicit.values():
         if path and Path(path).is_dir():
             verify_folder(path)  # a prebuilt start model (SHA256SUMS beside it) must match its checksums
     missing = [role for role, path in explicit.items() if not path]
+    unbuilt = [role for role in missing if role not in ROLES]  # tiny models are built for the built-in roles
+    if unbuilt:
+        raise ValueError(f"config field 'roles.{unbuilt[0]}.model' is needed: a registered role starts from a model of its own")
     if missing:
         from ..policies.models import build_role_models
 
@@ -102,7 +106,7 @@ def mode_model_paths(config: TrainConfig, scenario: Any, mode: str) -> dict[str,
     if spec.start:
         config = copy.deepcopy(config)
         for role, path in spec.start:
-            getattr(config, role).model = str(path)
+            config.role(role).model = str(path)
     paths = role_model_paths(config, scenario, list(spec.workers))
     return {role: paths[spec.owner(role)] for role in spec.roles}
 

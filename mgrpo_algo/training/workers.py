@@ -25,18 +25,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
 from mgrpo_env.episode import EpisodeRecord
 from mgrpo_env.rollout import PolicyRequest
+from mgrpo_env.turn_requests import TurnSender
 
 from ..core.config import MODES, TrainConfig
-from ..core.scoring import MainSlot, SubScoring, sub_facts, turn_credit
+from ..core.scoring import MainSlot, RoleBatch, SubScoring, sub_facts, turn_credit
 from ..distributed.placement import RoleServerDied, spawn
 from .roles import RoleWorker
-from .service import RoleClient
+from .service import RoleClient, RoleService
 from .storage import RunStorage
 
 logger = logging.getLogger(__name__)
@@ -54,14 +54,21 @@ class WorkerPolicy:
     def __init__(self, worker: Any, iteration: int | None = None) -> None:
         self.worker = worker if isinstance(worker, RoleClient) else RoleClient(worker)
         self.iteration = iteration
+        self.sender = TurnSender()
 
     def __call__(self, requests: Sequence[PolicyRequest]) -> list[str]:
-        # the records hold no token ids here (the worker does), so a request's history is empty: sent as is
+        # only what is new crosses: each agent's new messages and its episode key (the worker keeps the
+        # chat and the token ids; the task and its gold answer stay here)
+        turns = self.sender.compact(requests)
         if self.iteration is None:
-            return self.worker.eval_act(list(requests))
-        return self.worker.act(self.iteration, list(requests))
+            texts = self.worker.eval_act(turns)
+        else:
+            texts = self.worker.act(self.iteration, turns)
+        self.sender.answered(requests)
+        return texts
 
     def release(self, episode: int, agent: str) -> None:
+        self.sender.release(episode, agent)
         if self.iteration is None:
             self.worker.eval_release(episode, agent)
         else:
@@ -87,7 +94,7 @@ class RoleWorkers:
         for role in mode.workers:
             kwargs = {
                 "role": role, "model": paths[role], "run_dir": str(out), "store": store if not mode.single else "",
-                "spec": getattr(config, role), "seed": config.seed, "torch_threads": config.torch_threads,
+                "spec": config.role(role), "seed": config.seed, "torch_threads": config.torch_threads,
                 "train": role in mode.trained, "keep_token_ids": config.keep_token_ids,
             }
             if placement.storage:  # the default ("": the run folder) passes nothing new
@@ -155,45 +162,46 @@ class RoleWorkers:
         raise RuntimeError(f"collection of iteration {iteration} kept failing")
 
     def update(self, iteration: int, slots: list[MainSlot], records: list[EpisodeRecord], d: int) -> dict[str, float]:
-        """Each worker's update of ``iteration`` (the sub side scores itself and keeps its A_S): the metrics."""
-        main_role = next(iter(self.handles))  # "main" or "single"
+        """Each worker's update of ``iteration``: the root role (main or single) gets the slots the loop
+        scored, every called role (sub, and any registered one) its own facts, and scores itself and keeps
+        its A_S. Returns the metrics, the root's first, then the called roles' in the mode's order."""
+        root = self.mode.roles[0]
         if self.mode.shares:  # one model plays every role: one update over all of them (the shared-model baseline)
-            facts, scoring = sub_facts(records), self._sub_scoring(d)
-            return dict(self._call(main_role, lambda c: c.update_shared(iteration, slots, facts, scoring), "update_shared"))
-        # per role: the method's name (for the restart log), the call, and the same call on the handle's thread
-        calls: dict[str, tuple[str, Callable[[RoleClient], Any], Callable[[RoleClient], Future]]] = {
-            main_role: ("update_main", lambda c: c.update_main(iteration, slots),
-                        lambda c: c.submit_update_main(iteration, slots))}
-        if "sub" in self.handles:
-            scoring = self._sub_scoring(d)
-            facts, lag = sub_facts(records), self.staleness
-            calls["sub"] = ("update_sub", lambda c: c.update_sub(iteration, facts, scoring, staleness=lag),
-                            lambda c: c.submit_update_sub(iteration, facts, scoring, staleness=lag))
+            (shared, _), = self.mode.shares
+            batch = RoleBatch(slots=slots, facts=sub_facts(records, shared), scoring=self._sub_scoring(d, shared))
+            return dict(self._call(root, lambda c: c.update(iteration, batch), "update"))
+        batches = {root: RoleBatch(slots=slots)}
+        for role in self.called:
+            batches[role] = RoleBatch(facts=sub_facts(records, role), scoring=self._sub_scoring(d, role),
+                                      staleness=self.staleness)
         results: dict[str, dict[str, Any]] = {}
         if self.staleness == 0:
-            # synchronized: both at once; the sub worker waits in the store for this iteration's statistics
-            futures = {role: submit(self.clients[role]) for role, (_, _, submit) in calls.items()}
+            # synchronized: all at once; a called role's worker waits in the store for this iteration's statistics
+            futures = {role: self.clients[role].submit(RoleService.update, iteration, batch) for role, batch in batches.items()}
             for role, future in futures.items():
                 try:
                     results[role] = future.result()
                 except RoleServerDied as exc:
                     self._restart(role, "update", exc)
-                    name, call, _ = calls[role]
-                    results[role] = self._call(role, call, name)
+                    results[role] = self._call(role, lambda c, b=batches[role]: c.update(iteration, b), "update")
         else:
-            for role in ("sub", main_role):  # the sub side applies what is complete before main publishes t
-                name, call, _ = calls[role]
-                results[role] = self._call(role, call, name)
+            for role in (*self.called, root):  # a called side applies what is complete before main publishes t
+                results[role] = self._call(role, lambda c, b=batches[role]: c.update(iteration, b), "update")
         metrics: dict[str, float] = {}
-        for role in calls:  # main first, then sub: the order the metrics always had
+        for role in batches:  # the root first, then the called roles: the order the metrics always had
             metrics.update(results[role])
         return metrics
 
-    def _sub_scoring(self, d: int) -> SubScoring:
-        """How the sub side scores an iteration of width ``d``."""
+    @property
+    def called(self) -> tuple[str, ...]:
+        """The roles with a worker of their own that the root agent calls (they score themselves)."""
+        return tuple(role for role in self.handles if role != self.mode.roles[0])
+
+    def _sub_scoring(self, d: int, role: str) -> SubScoring:
+        """How the called ``role``'s side scores an iteration of width ``d``."""
         cfg = self.config
         return SubScoring(cfg.group_size, d, cfg.align_strategy, cfg.step_advantage_weight, tuple(cfg.sub_weights),
-                          cfg.sub_estimator, cfg.sub_format_gate, turn_credit(cfg), cfg.sub_outcome_groups)
+                          cfg.sub_estimator, cfg.sub_format_gate, turn_credit(cfg), cfg.sub_outcome_groups, role)
 
     def committed(self, iteration: int) -> None:
         """The loop committed ``iteration``: the workers prune their older checkpoints."""
@@ -206,9 +214,11 @@ class RoleWorkers:
                 self._call(role, lambda c: c.end_stage(stage_index), "end_stage")
 
     def finish(self, last_iteration: int) -> dict[str, Any]:
-        if self.staleness and "sub" in self.handles and last_iteration >= 0:
-            return self._call("sub", lambda c: c.flush(last_iteration), "flush")
-        return {}
+        metrics: dict[str, Any] = {}
+        if self.staleness and last_iteration >= 0:  # a stale run's last iterations of every called role
+            for role in self.called:
+                metrics.update(self._call(role, lambda c: c.flush(last_iteration), "flush"))
+        return metrics
 
     def placement_metrics(self) -> dict[str, float]:
         return {"restarts": float(len(self.restarts))}

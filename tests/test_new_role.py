@@ -1,0 +1,126 @@
+"""A role is one registered spec: a verifier the main agent calls by a tool of its own, stepped by hand
+through the AEC env (the episode core starts it, prompts it, limits it and pays it by its spec), and
+the run config's role table (``roles:``) beside the built-in sections. The trained third role is
+``examples/extend/new_role.py`` (tests/test_extend_examples.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import mgrpo_env
+from mgrpo_algo.core.config import load_config
+from mgrpo_env.protocol import ToolSpec
+from mgrpo_env.roles import ROLE_TABLE, RoleSpec, register_role, unregister_role
+
+VERIFY = ToolSpec("verify", "Have a verifier check a draft answer against the pages; its verdict comes back.",
+                  {"type": "object", "properties": {"task": {"type": "string", "minLength": 1},
+                                                    "context": {"type": "string"}},
+                   "required": ["task"], "additionalProperties": False})
+
+
+def _paid(format_ok, main_correct, expert, weights, *, format_gate=False):
+    """The verifier's pay: 0.25 for a well-formed verdict, plus 0.5 when the main agent was right."""
+    return (0.25 + 0.5 * main_correct) if format_ok else 0.0
+
+
+@pytest.fixture()
+def verifier():
+    register_role("verifier", RoleSpec(
+        env="hierarchy", final_tag="result", sample_seed=3, eval_seed=4, intro="You are the team's verifier.",
+        compact_intro="Verifier.", final_text="<result>your verdict</result>", tools=("visit",),
+        called_by="verify", call_tool=VERIFY, max_turns=2, reward=_paid))
+    yield "verifier"
+    unregister_role("verifier")
+
+
+def call(name: str, **arguments) -> str:
+    return f"<think>step</think><tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def test_a_registered_role_is_called_by_its_tool_prompted_limited_and_paid_by_its_spec(verifier, small_scenario,
+                                                                                       small_world):
+    env = mgrpo_env.env(scenario=small_scenario, world=small_world, seed=0, split="stage2/test", max_delegations=2)
+    try:
+        assert "verifier_0" in env.possible_agents and "verifier_1" in env.possible_agents
+        task = next(t for t in small_scenario.tasks("stage2/test") if t.kind == "chain")
+        env.reset(seed=1, options={"task": task})
+        main_prompt = env.unwrapped.trajectory("main_0").messages[0]["content"]
+        assert '"name": "verify"' in main_prompt and '"name": "delegate"' in main_prompt  # the root holds its call tool
+        env.step(call("verify", task=f"Is {task.answer!r} right?", context="draft"))
+        assert env.agent_selection == "verifier_0"  # the tool started an agent of the role
+        verifier_traj = env.unwrapped.trajectory("verifier_0")
+        assert verifier_traj.role == "verifier" and verifier_traj.messages[0]["content"].startswith("You are the team's verifier.")
+        assert env.observe("verifier_0")["text"] == f"Subtask: Is {task.answer!r} right?\nContext: draft"
+        env.step(call("search", queries=["x"]))  # not its tool: a format error, one of its 2 turns
+        assert env.unwrapped.last_turn("verifier_0").error_kind == "unknown_tool"
+        env.step("<think>ok</think><answer>yes</answer>")  # the wrong final tag: its spec says <result>; 2nd turn
+        assert env.agent_selection == "main_0"  # its own turn limit (2), not max_sub_turns, ended it
+        assert "stopped at its limit of 2 turns" in env.observe("main_0")["text"]
+        env.step(call("verify", task="again?"))
+        env.step("<think>ok</think><result>correct</result>")
+        assert env.observe("main_0")["text"] == "<tool_response>\ncorrect\n</tool_response>"
+        env.step(f"<think>done</think><answer>{task.answer}</answer>")
+        record = env.unwrapped.record
+        assert record.correct and [s.agent for s in record.subs] == ["verifier_0", "verifier_1"]
+        assert env.rewards["verifier_0"] == 0.0 and env.rewards["verifier_1"] == 0.75  # its spec's reward, paid
+    finally:
+        env.close()
+    assert "verifier" not in ROLE_TABLE or verifier  # unregistered by the fixture after this test
+
+
+def test_the_config_holds_a_table_of_roles_beside_the_builtin_sections(verifier, tmp_path):
+    config = load_config(None, ["roles={verifier: {model: some/folder, learner: {lr: 0.5}}}", "main.learner.lr=0.25"])
+    assert config.role("verifier").model == "some/folder" and config.role("verifier").learner.lr == 0.5
+    assert config.role("main") is config.main and config.main.learner.lr == 0.25
+    with pytest.raises(ValueError, match="roles.verifier.learner.nope"):
+        load_config(None, ["roles={verifier: {learner: {nope: 1}}}"])
+    with pytest.raises(ValueError, match="registered roles other than"):
+        load_config(None, ["roles={sub: {model: x}}"])  # a built-in role keeps its own section
+    with pytest.raises(ValueError, match="roles.reader"):
+        load_config(None, []).role("reader")
+
+
+def test_a_role_needs_a_new_name_and_its_call_tool():
+    with pytest.raises(ValueError, match="new identifier"):
+        register_role("sub", ROLE_TABLE["sub"])
+    with pytest.raises(ValueError, match="call_tool"):
+        register_role("checker", RoleSpec(env="hierarchy", final_tag="result", sample_seed=3, eval_seed=4,
+                                          called_by="check"))
+    assert "checker" not in ROLE_TABLE
+
+
+def test_a_main_agent_tool_is_one_registration(small_scenario, small_world):
+    """``register_tool(..., roles=("main",))``: the main agent is shown the tool, may name it in a run's
+    ``tools``, and the episode runs it (a world tool stays the sub-agents')."""
+    from mgrpo_env.protocol import check_tool_names, register_tool, unregister_tool
+    from mgrpo_tools.base import BaseTool, require_str
+
+    class CountWords(BaseTool):
+        name = "count_words"
+        description = "Count the words of a text."
+        parameters = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"],
+                      "additionalProperties": False}
+
+        def run(self, arguments):
+            return str(len(require_str(arguments, "text").split()))
+
+    register_tool(ToolSpec(CountWords.name, CountWords.description, CountWords.parameters), lambda world: CountWords(),
+                  roles=("main",))
+    try:
+        check_tool_names("main", ["delegate", "count_words"], where="tools.main")
+        with pytest.raises(ValueError, match="world tools are the sub-agents'"):
+            check_tool_names("main", ["delegate", "search"], where="tools.main")
+        env = mgrpo_env.env(scenario=small_scenario, world=small_world, seed=0, split="stage2/test")
+        try:
+            env.reset(seed=1)
+            assert '"name": "count_words"' in env.unwrapped.trajectory("main_0").messages[0]["content"]
+            env.step(call("count_words", text="one two three"))
+            assert env.agent_selection == "main_0"
+            assert env.observe("main_0")["text"] == "<tool_response>\n3\n</tool_response>"
+            assert env.unwrapped.last_turn("main_0").tool_call.ok
+        finally:
+            env.close()
+    finally:
+        unregister_tool("count_words")
