@@ -45,7 +45,7 @@ def trained(small_scenario, tmp_path_factory):
         mp.setattr(trainer_module, "collect", spy)
         with trainer_module.Trainer(cfg) as trainer:
             history = trainer.run()
-            scoring = trainer.roles._sub_scoring(2)
+            scoring = trainer.roles._sub_scoring(2, "sub")
             rewards = trainer.reward_config
     return {"cfg": cfg, "out": out, "given": given, "history": history, "scoring": scoring, "rewards": rewards}
 
@@ -115,7 +115,7 @@ def test_reward_config_env_options_and_sub_scoring_by_value(small_scenario):
     task = next(iter(small_scenario.tasks("stage2/train")))
     assert rewards.expert(task, task.hops[0].question, task.hops[0].answer) == 1.0  # the gold answer, not the judge
     assert env_options(cfg, rewards) == {"limits": cfg.limits, "rewards": rewards, "tools": {"sub": ["search", "visit"]}}
-    scoring = RoleWorkers._sub_scoring(SimpleNamespace(config=cfg), 4)
+    scoring = RoleWorkers._sub_scoring(SimpleNamespace(config=cfg), 4, "sub")
     assert (scoring.k, scoring.d, scoring.strategy, scoring.step_weight, scoring.sub_weights, scoring.estimator,
             scoring.sub_format_gate) == (3, 4, "mask", 0.5, SUB_WEIGHTS, "grpo", True)
     paper = load_config(None, [])
@@ -123,4 +123,4 @@ def test_reward_config_env_options_and_sub_scoring_by_value(small_scenario):
     assert (rewards.main_weights, rewards.sub_weights, rewards.sub_format_gate, rewards.expert.source) == (
         (0.1, 0.9), (0.1, 0.4, 0.5), False, "hops")
     assert env_options(paper, rewards) == {"limits": paper.limits, "rewards": rewards}  # no tools: the scenario's
-    assert RoleWorkers._sub_scoring(SimpleNamespace(config=paper), 1).sub_format_gate is False
+    assert RoleWorkers._sub_scoring(SimpleNamespace(config=paper), 1, "sub").sub_format_gate is False
