@@ -6,7 +6,8 @@ line (an iteration committed), the loop process, each role worker's process (``-
 processes``) and all their descendants are sampled: RSS, open file descriptors, threads, child
 processes, and the run folder's size (all of it, and per top-level entry). ``--faults`` takes a
 schedule (benchmarks/soak_faults.py): a role worker SIGKILLed, the Redis store's server SIGKILLed
-and restarted (``--redis``), the loop SIGKILLed and resumed with ``--resume``, the run folder's disk
+and restarted (``--redis``), Chromium or a served vLLM engine SIGKILLed, the loop SIGKILLed and resumed
+with ``--resume``, the run folder's disk
 filled (``--disk-mb``: a tmpfs of its own, needs root) and freed again.
 
 Checked at the end (the exit status says whether all hold):
