@@ -62,11 +62,15 @@ class MGRPOEnvClient(EnvClient[AgentAction, AgentObservation, EpisodeState]):
         base_url: the server (``http://127.0.0.1:8000`` or ``ws://...``).
         message_timeout_s: the longest wait for one reply (a step runs tools: a browser render can
             take seconds on a loaded machine).
+        connect_timeout_s: the longest wait for the WebSocket handshake. openenv-core's 10 s default
+            timed out 91 of 683 handshakes of 16 clients on a host at a load average of 17-25
+            (docs/guides/openenv.md); a refused or absent server still fails at once.
         Other keywords go to openenv-core's ``EnvClient``.
     """
 
-    def __init__(self, base_url: str, *, message_timeout_s: float = 120.0, **kwargs: Any) -> None:
-        super().__init__(base_url, message_timeout_s=message_timeout_s, **kwargs)
+    def __init__(self, base_url: str, *, message_timeout_s: float = 120.0, connect_timeout_s: float = 60.0,
+                 **kwargs: Any) -> None:
+        super().__init__(base_url, message_timeout_s=message_timeout_s, connect_timeout_s=connect_timeout_s, **kwargs)
         self._episodes_in_session = 0
 
     async def reset(self, **kwargs: Any) -> StepResult[AgentObservation]:
