@@ -64,12 +64,12 @@ KEPT: dict[str, str] = {
     **{f"mgrpo_algo.training.roles.xǁRoleWorkerǁ_apply_sub__mutmut_{n}": (
         "_apply_sub is only called from _apply_pending for a key of state.pending it is iterating: the key "
         "popped is always there, so pop's default is never used") for n in (4,)},
-    "mgrpo_algo.training.roles.xǁRoleWorkerǁ_score_sub__mutmut_13": (
+    "mgrpo_algo.training.roles.xǁRoleWorkerǁ_score_sub__mutmut_14": (
         "states '' instead of None without step credit: score_sub_side reads states only when step_weight > 0 "
         "and then through `states or {}`: the same empty mapping"),
     **{f"mgrpo_algo.training.roles.xǁRoleWorkerǁ_score_sub__mutmut_{n}": (
         "the default for an agent without saved anchor states: every sub-agent in the facts acted at least once "
-        "in this worker (a delegation starts with its first turn), so the key is always there") for n in (20, 22)},
+        "in this worker (a delegation starts with its first turn), so the key is always there") for n in (21, 23)},
     "mgrpo_algo.training.roles.xǁRoleWorkerǁ_update_shared__mutmut_17": (
         "get_main_stats with the store's default timeout: the shared worker published those statistics just "
         "before, so the call never waits"),
