@@ -64,13 +64,13 @@ KEPT: dict[str, str] = {
     **{f"mgrpo_algo.training.roles.xǁRoleWorkerǁ_apply_sub__mutmut_{n}": (
         "_apply_sub is only called from _apply_pending for a key of state.pending it is iterating: the key "
         "popped is always there, so pop's default is never used") for n in (4,)},
-    "mgrpo_algo.training.roles.xǁRoleWorkerǁ_score_sub__mutmut_13": (
+    "mgrpo_algo.training.roles.xǁRoleWorkerǁ_score_sub__mutmut_14": (
         "states '' instead of None without step credit: score_sub_side reads states only when step_weight > 0 "
         "and then through `states or {}`: the same empty mapping"),
     **{f"mgrpo_algo.training.roles.xǁRoleWorkerǁ_score_sub__mutmut_{n}": (
         "the default for an agent without saved anchor states: every sub-agent in the facts acted at least once "
-        "in this worker (a delegation starts with its first turn), so the key is always there") for n in (20, 22)},
-    "mgrpo_algo.training.roles.xǁRoleWorkerǁupdate_shared__mutmut_17": (
+        "in this worker (a delegation starts with its first turn), so the key is always there") for n in (21, 23)},
+    "mgrpo_algo.training.roles.xǁRoleWorkerǁ_update_shared__mutmut_17": (
         "get_main_stats with the store's default timeout: the shared worker published those statistics just "
         "before, so the call never waits"),
     "mgrpo_algo.training.trajectories.x_drop_json_after__mutmut_2": (
@@ -115,20 +115,33 @@ KEPT: dict[str, str] = {
         "summary.json without json.dumps' default=str: every value of the summary is a str, number, bool, "
         "None, list or dict already (paths are str), so the fallback is never called and the text is the same")
        for n in (251, 254)},
-    # the env's reward path (issue 22)
-    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_expert__mutmut_{n}": (
-        "sub.task or 'XXXX': a sub-agent's task is the delegate call's task, which the protocol's schema "
-        "requires with minLength 1, so it is never empty and the fallback is never used") for n in (17,)},
-    # renumbered after issue 33 moved the turn record and the answer's pay into mgrpo_env/episode_core.py
-    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_step_main__mutmut_{n}": (
+    # the env's reward path (issue 22); since issue 43 the turn loop is the episode core's, the AEC env its adapter
+    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_paid__mutmut_{n}": (
+        "infos.get(agent, None) instead of (agent, {}): every agent's infos are set when it joins (the episode's "
+        "on_observation -> _observed), so the default is never used") for n in (13, 15)},
+    # the episode core (issue 43: the one turn loop)
+    **{f"mgrpo_env.episode_core.xǁEpisodeǁ_delegate__mutmut_{n}": (
         "the delegate task's fallback when the call has none: the protocol's schema requires 'task' (a "
-        "non-empty string), so a parsed delegate call always has it") for n in (76, 78, 81)},
-    **{f"mgrpo_env.aec.xǁMGRPOEnvǁ_finish__mutmut_{n}": (
-        "infos.get(agent, None) instead of (agent, {}): every agent's infos are set when it starts "
-        "(_start_agent -> _set_observation), so the default is never used") for n in (71, 73)},
-    "mgrpo_env.aec.xǁMGRPOEnvǁ_return_to_main__mutmut_1": (
-        "the note's default: _return_to_main is called without a note only with a sub's result text (a str), "
-        "and the note is read only when the result is None"),
+        "non-empty string), so a parsed delegate call always has it") for n in (39, 41, 44)},
+    "mgrpo_env.episode_core.xǁEpisodeǁ_delegate__mutmut_70": (
+        "the called agent started with tools None instead of {}: they are replaced by the world's tools two lines "
+        "later, before the agent can act"),
+    "mgrpo_env.episode_core.xǁEpisodeǁ_expert__mutmut_17": (
+        "sub.task or 'XXXX': a sub-agent's task is the delegate call's task, which the protocol's schema "
+        "requires with minLength 1, so it is never empty and the fallback is never used"),
+    "mgrpo_env.episode_core.xǁEpisodeǁact__mutmut_4": (
+        "the refusal's message with XX around it: the same words, which the test matches; no test pins the "
+        "exact string"),
+    **{f"mgrpo_env.episode_core.xǁEpisodeǁreset__mutmut_{n}": (
+        "the action spaces' seeds drawn below 3**31 or 2**32 instead of 2**31: every bound that large gives each "
+        "episode seed its own reproducible space seed (tested); the values themselves are arbitrary")
+       for n in (17, 18)},
+    "mgrpo_env.episode_core.xǁEpisodeǁreset__mutmut_30": (
+        "finished = None instead of False at reset: it is only read as a truth value (act, the drivers' "
+        "`if core.finished`), where None is False"),
+    "mgrpo_env.episode_core.xǁEpisodeǁreset__mutmut_39": (
+        "episode ids of 13 hex digits instead of 12: the length is arbitrary; ids stay distinct per episode "
+        "(tested)"),
     # kv_cache (issue 22)
     "mgrpo_algo.policies.kv_cache.xǁKVCacheManagerǁprepare__mutmut_18": (
         "entries.pop(None, None) for an unkeyed row: store never keeps a row without a key, so there is no "

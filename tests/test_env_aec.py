@@ -642,3 +642,74 @@ def test_call_tool_without_a_name_and_a_raising_tool_and_verifier_by_hand():
 
     assert safe_verify(Down(), None, "x") == (None, "ConnectionError: judge unreachable")
     assert safe_verify(Down(), None, None) == (None, None)
+
+
+def test_infos_count_each_agents_turns_and_a_done_agent_takes_only_none(make_env, small_scenario):
+    # infos[agent]["turn"]: the turns the agent has taken when it reads its observation; PettingZoo's
+    # contract for an agent that is done: step(None) removes it, any other action is a ValueError
+    env = make_env()
+    env.reset(seed=1, options={"task": first_chain_task(small_scenario)})
+    assert env.infos["main_0"]["turn"] == 0
+    env.step("no tags")
+    assert env.infos["main_0"]["turn"] == 1
+    env.step(call("delegate", task="t"))
+    assert env.infos["sub_0"]["turn"] == 0
+    env.step("no tags either")
+    env.step("still none")
+    assert env.infos["sub_0"]["turn"] == 2 and env.infos["main_0"]["turn"] == 1
+    env.step("<result>r</result>")
+    assert env.infos["main_0"]["turn"] == 2
+    env.step("<answer>x</answer>")
+    assert env.terminations["main_0"] and env.agent_selection == "main_0"
+    with pytest.raises(ValueError, match="only valid action is None"):
+        env.step("<answer>again</answer>")
+    env.step(None)
+    assert "main_0" not in env.agents
+
+
+def test_resets_without_a_seed_continue_one_stream_and_a_seed_restarts_it(make_env):
+    # Gymnasium's seeding: the constructor's seed serves the first reset, later seedless resets draw on
+    # from the same generator, reset(seed=s) restarts it; the record carries the seed that was used
+    a, b = make_env(), make_env()
+    streams = []
+    for env in (a, b):
+        env.reset()
+        assert env.unwrapped.record.seed == 0
+        ids = [env.unwrapped.task.id]
+        for _ in range(5):
+            env.reset()
+            assert env.unwrapped.record.seed is None
+            ids.append(env.unwrapped.task.id)
+        streams.append(ids)
+    assert streams[0] == streams[1] and len(set(streams[0])) > 1
+    a.reset(seed=0)
+    again = [a.unwrapped.task.id] + [a.reset() or a.unwrapped.task.id for _ in range(5)]
+    assert again == streams[0]
+    first_id = a.unwrapped.record.episode_id
+    a.reset(seed=7)
+    b.reset(seed=7)
+    assert a.unwrapped.record.seed == 7 and a.unwrapped.task.id == b.unwrapped.task.id
+    assert isinstance(first_id, str) and a.unwrapped.record.episode_id not in (first_id, b.unwrapped.record.episode_id)
+    # every action space is seeded from the episode's generator, the main agent's as the sub-agents'
+    assert a.action_space("main_0").sample() == b.action_space("main_0").sample()
+    assert a.action_space("sub_1").sample() == b.action_space("sub_1").sample()
+    samples = set()
+    for s in range(100):  # each episode seed gives the spaces their own seed
+        a.reset(seed=s)
+        samples.add(a.action_space("main_0").sample())
+    assert len(samples) > 90
+    with pytest.raises(ValueError, match="no task with id 'nope' in split 'stage2/test'"):
+        a.reset(options={"task_id": "nope"})
+
+
+def test_a_finished_or_unstarted_episode_refuses_a_turn(small_scenario, small_world):
+    from mgrpo_env.episode_core import Episode
+
+    episode = Episode("single", small_scenario, "stage2/test", world=small_world, seed=0)
+    with pytest.raises(RuntimeError, match=r"the episode is over: reset\(\) starts the next one"):
+        episode.act("<answer>x</answer>")
+    episode.reset()
+    episode.act("<think>x</think><answer>x</answer>")
+    assert episode.finished and episode.selected is not None
+    with pytest.raises(RuntimeError, match=r"the episode is over: reset\(\) starts the next one"):
+        episode.act("<think>x</think><answer>y</answer>")

@@ -124,3 +124,25 @@ def test_a_main_agent_tool_is_one_registration(small_scenario, small_world):
             env.close()
     finally:
         unregister_tool("count_words")
+
+
+def test_a_role_sharing_the_delegate_tool_takes_the_calls_its_rule_picks(small_scenario, small_world):
+    # takes(n, arguments): n counts the tool's earlier calls in the episode; the role without a rule
+    # (the sub-agents) takes the others
+    register_role("checker", RoleSpec(
+        env="hierarchy", final_tag="result", sample_seed=5, eval_seed=6, intro="You check.", compact_intro="Checker.",
+        final_text="<result>x</result>", tools=("visit",), called_by="delegate",
+        takes=lambda n, arguments: n == 2 or arguments.get("context") == "check"))
+    env = mgrpo_env.env(scenario=small_scenario, world=small_world, seed=0, split="stage2/test", max_delegations=4,
+                        max_main_turns=6)
+    try:
+        env.reset(seed=1)
+        roles = []
+        for context in ("check", "other", "other", None):
+            env.step(call("delegate", task="t", **({"context": context} if context else {})))
+            roles.append(env.unwrapped.trajectory(env.agent_selection).role)
+            env.step("<think>ok</think><result>r</result>")
+        assert roles == ["checker", "sub", "checker", "sub"]
+    finally:
+        env.close()
+        unregister_role("checker")

@@ -102,12 +102,14 @@ def test_reward_config_env_options_and_sub_scoring_by_value(small_scenario):
     sets every option, and for the paper's defaults (a mutant that reads another field shows here fast)."""
     from types import SimpleNamespace
 
+    from mgrpo_algo.core.scoring import TurnCredit, turn_credit
     from mgrpo_algo.training.trainer import env_options, reward_config
     from mgrpo_algo.training.workers import RoleWorkers
 
     cfg = load_config(None, [f"main_weights={list(MAIN_WEIGHTS)}", f"sub_weights={list(SUB_WEIGHTS)}", "sub_format_gate=true",
                              "expert_reference=subtask", "group_size=3", "align_strategy=mask", "step_advantage_weight=0.5",
-                             "sub_estimator=grpo", "tools={sub: [search, visit]}", "limits.max_delegations=2"])
+                             "sub_estimator=grpo", "tools={sub: [search, visit]}", "limits.max_delegations=2",
+                             "turn_format_penalty=0.25", "success_likelihood=0.75"])
     judge = SimpleNamespace(score_subtask=lambda subtask, gold, report: 0.25)
     rewards = reward_config(cfg, small_scenario, judge)
     assert (rewards.main_weights, rewards.sub_weights, rewards.sub_format_gate) == (MAIN_WEIGHTS, SUB_WEIGHTS, True)
@@ -118,6 +120,8 @@ def test_reward_config_env_options_and_sub_scoring_by_value(small_scenario):
     scoring = RoleWorkers._sub_scoring(SimpleNamespace(config=cfg), 4, "sub")
     assert (scoring.k, scoring.d, scoring.strategy, scoring.step_weight, scoring.sub_weights, scoring.estimator,
             scoring.sub_format_gate) == (3, 4, "mask", 0.5, SUB_WEIGHTS, "grpo", True)
+    assert scoring.credit == turn_credit(cfg) == TurnCredit(0.25, 0.75) and scoring.role == "sub"
+    assert RoleWorkers._sub_scoring(SimpleNamespace(config=cfg), 4, "reader").role == "reader"  # the called role's own
     paper = load_config(None, [])
     rewards = reward_config(paper, small_scenario)
     assert (rewards.main_weights, rewards.sub_weights, rewards.sub_format_gate, rewards.expert.source) == (
