@@ -151,7 +151,8 @@ def test_a_called_roles_worker_hands_score_sub_side_its_whole_scoring(monkeypatc
 
     monkeypatch.setattr(scoring_module, "score_sub_side", spy)
     written: dict = {}
-    worker = SimpleNamespace(seed=0, files=SimpleNamespace(write_json=written.__setitem__))
+    worker = RoleWorker.__new__(RoleWorker)  # a real instance (mutmut's trampolines read attributes off it)
+    worker.seed, worker.files = 0, SimpleNamespace(write_json=written.__setitem__)
     credit = TurnCredit(format_penalty=2.0, success_likelihood=0.3)
     scoring = SubScoring(2, 1, "duplicate", 0.0, (0.0, 1.0, 0.0), credit=credit, outcome_groups="subtask",
                          role="checker")
