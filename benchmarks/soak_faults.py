@@ -108,8 +108,9 @@ def kill_chromium(loop: psutil.Process) -> list[int]:
 
 def kill_engines(loop: psutil.Process, role: str = "") -> list[int]:
     """SIGKILL the process group of each vLLM server under ``loop`` (``role``'s only: the one whose
-    command names the role's served folder, ``<run>/served/<role>``, or its log ``vllm-<role>.log``);
-    the group leaders' pids. The server starts in a session of its own, so its engine core goes too."""
+    command names the role's full-weight folder ``<run>/served/<role>``; a LoRA server serves the start
+    model's folder, so name no role for it); the group leaders' pids. The server starts in a session
+    of its own, so its engine core goes too."""
     from mgrpo_algo.policies.vllm_server import ENTRY_POINT
 
     leaders = []
