@@ -4,7 +4,8 @@ Runs mutmut 3 (configured in pyproject.toml, ``[tool.mutmut]``) from a clean ``m
 then reads its verdicts and writes ``benchmarks/results/mutation.json`` and ``mutation.md``: per module
 the mutants killed / survived / without a covering test / timed out, the share detected, the target,
 and every survivor with its diff and the reason it is kept (:data:`KEPT`). A survivor that is not in
-:data:`KEPT` is listed as "unexplained" and makes the script exit 1, as does a module under its target.
+:data:`KEPT` is listed as "unexplained" and makes the script exit 1, as does a module under its target or a
+freshly run module with a stale :data:`KEPT` entry (a reason for a mutant it killed or no longer has).
 
     .venv/bin/python benchmarks/mutation.py --max-children 2            # fresh run of every module
     .venv/bin/python benchmarks/mutation.py --max-children 2 --only M...  # rerun some, keep the others'
@@ -255,8 +256,24 @@ def collect(paths: list[str] | None = None) -> dict:
         total = sum(counts.values())
         detected = counts["killed"] + counts["timeout"]
         modules[path] = {**counts, "scope": sorted(scope) if scope else "whole module", "total": total, "detected": round(detected / total, 4) if total else 1.0,
-                         "target": target, "survivors": survivors}
+                         "target": target, "survivors": survivors, "stale_kept": stale_kept(path, codes, scope)}
     return modules
+
+
+def stale_kept(path: str, codes: dict[str, int | None], scope: set[str] | None = None,
+               kept: dict[str, str] | None = None) -> list[str]:
+    """The :data:`KEPT` entries of ``path`` (in its scope) that no survivor of this run bears: mutants a test
+    now kills, or names the module no longer has. mutmut numbers a function's mutants in source order, so
+    an edit above a kept mutant renumbers it, and its reason may then sit on another, real mutant
+    (issue 43 found ``score_sub_side``'s "zip(strict=...)" reason on ``fact.expert or 1.0``)."""
+    prefix = mutmut_path(path).removesuffix(".py").replace("/", ".") + "."
+    stale = []
+    for name in (KEPT if kept is None else kept):
+        if not name.startswith(prefix) or (scope is not None and _function(name) not in scope):
+            continue
+        if name not in codes or _STATUS.get(codes[name]) in ("killed", "timeout"):
+            stale.append(name)
+    return sorted(stale, key=_natural)
 
 
 def rerun_survivors(previous: dict, paths: list[str]) -> dict:
@@ -269,6 +286,7 @@ def rerun_survivors(previous: dict, paths: list[str]) -> dict:
         before = previous["modules"][path]
         codes = json.loads((ROOT / "mutants" / (mutmut_path(path) + ".meta")).read_text())["exit_code_by_key"]
         m = {**before, "survivors": []}
+        stale = list(before.get("stale_kept", []))
         for survivor in before["survivors"]:
             name = survivor["mutant"]
             if name not in codes:
@@ -281,8 +299,11 @@ def rerun_survivors(previous: dict, paths: list[str]) -> dict:
                 m[status] += 1
             if status in ("survived", "no_tests", "other"):
                 m["survivors"].append({**survivor, "status": status, "reason": KEPT.get(name)})
+            elif name in KEPT:  # a kept "equivalent" a test now kills: its reason was wrong or renumbered
+                stale.append(name)
         detected = m["killed"] + m["timeout"]
         m["detected"] = round(detected / m["total"], 4) if m["total"] else 1.0
+        m["stale_kept"] = sorted(set(stale), key=_natural)
         m["rerun"] = {"survivors_before": len(before["survivors"]), "survivors_after": len(m["survivors"]),
                       "first_run": before.get("rerun", {}).get("first_run") or before.get("run")}
         out[path] = m
@@ -332,7 +353,7 @@ def write(modules: dict, out: Path, note: str = "") -> bool:
     ok = True
     for m in modules.values():
         m["meets_target"] = m["detected"] >= m["target"]
-        ok &= m["meets_target"] and all(s["reason"] for s in m["survivors"])
+        ok &= m["meets_target"] and all(s["reason"] for s in m["survivors"]) and not m.get("stale_kept")
     import mutmut
 
     runs: list[dict] = []  # the distinct runs the modules' verdicts come from, in module order
@@ -384,6 +405,10 @@ def write(modules: dict, out: Path, note: str = "") -> bool:
               "no test on a shared machine can tell (the reason says which); the reason is given "
               "under its diff.", ""]
     for path, m in modules.items():
+        if m.get("stale_kept"):
+            lines += [f"### `{path}`: stale KEPT entries", "", "Reasons in benchmarks/mutation_kept.py for mutants "
+                      "this run killed or no longer has (renumbered? check the survivors' reasons): "
+                      + ", ".join(f"`{n.rsplit('.', 1)[-1]}`" for n in m["stale_kept"]), ""]
         if not m["survivors"]:
             continue
         lines += [f"### `{path}`", ""]
@@ -452,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         unexplained = sum(not s["reason"] for s in m["survivors"])
         print(f"{path:34s} {m['killed']:4d} killed {m['survived']:3d} survived {m['no_tests']:3d} no test "
               f"{m['timeout']:2d} timeout  {100 * m['detected']:5.1f}% (target {100 * m['target']:.0f}%)"
-              + (f"  {unexplained} unexplained" if unexplained else ""))
+              + (f"  {unexplained} unexplained" if unexplained else "")
+              + (f"  {len(m['stale_kept'])} stale KEPT" if m.get("stale_kept") else ""))
     print(f"wrote {args.out / 'mutation.json'} and {args.out / 'mutation.md'}")
     return 0 if ok else 1
 

@@ -159,3 +159,59 @@ def test_the_config_checks_the_credit_fields():
         TrainConfig(success_likelihood=float("inf"))
     with pytest.raises(ValueError, match="sub_outcome_groups"):
         TrainConfig(sub_outcome_groups="hop")
+
+
+def test_no_credit_without_turns_and_no_success_without_a_well_formed_trajectory():
+    """Edges the mutation run found untested (issue 43): a trajectory of unknown length (``turns`` 0) keeps
+    one advantage; a right answer or a judged report reached through a malformed turn earns no likelihood
+    term, nor does a report no judge scored; the share of penalised turns is per turn, by hand."""
+    credit = TurnCredit(format_penalty=0.5, success_likelihood=0.25)
+    assert credited_turns(0.5, None, 0.0, 0, (), 1.0, credit) is None
+    # main, K = 2: right after a malformed turn (format not ok), and one malformed turn out of turns
+    records = [EpisodeRecord(episode_id="e0", task={"id": "q"}, main=_traj(["error", "answer"], "A"), correct=True,
+                             rewards={"main_0": 1.0}),
+               EpisodeRecord(episode_id="e1", task={"id": "q"}, main=_traj(["error"], None), rewards={"main_0": 0.0})]
+    slots, metrics = score_main_side(records, 2, credit=credit)
+    # A_M of [1, 0]: +1, -1; no success term on the malformed right answer, -c on each malformed turn
+    assert [s.turn_advantages for s in slots] == [pytest.approx((0.5, 1.0)), pytest.approx((-1.5,))]
+    assert metrics["main/penalised_turns"] == pytest.approx((1 / 2 + 1 / 1) / 2)
+    # sub, K = 3: a judged report with a malformed turn, a malformed one-turn sub-agent, a well-formed unjudged one
+    facts = [[SubFact("sub_0", False, 1.0, turns=2, penalised_turns=(1,))],
+             [SubFact("sub_0", False, None, turns=1, penalised_turns=(0,))],
+             [SubFact("sub_0", True, None, turns=1)]]
+    slots, metrics = score_sub_side(facts, [[1.0], [0.0], [0.5]], 3, 1, strategy="duplicate",
+                                    rng=np.random.default_rng(0), credit=credit)
+    a = math.sqrt(1.5)  # A_S of [1, 0, 0.5]: mean 0.5, population std sqrt(1/6)
+    assert [s.turn_advantages for s in slots] == [pytest.approx((a, a - 0.5)), pytest.approx((-a - 0.5,)),
+                                                  pytest.approx((0.0,))]
+    assert metrics["sub/penalised_turns"] == pytest.approx((1 / 2 + 1 / 1 + 0 / 1) / 3)
+    # no sub-agent at all: every slot masked, the share 0 (not the mean of nothing)
+    _, empty = score_sub_side([[], []], [[], []], 2, 1, strategy="duplicate", rng=np.random.default_rng(0),
+                              credit=credit)
+    assert empty["sub/penalised_turns"] == 0.0 and empty["align/num_masked_slots"] == 2.0
+
+
+def test_a_subtask_two_slots_share_is_standardised_between_them():
+    """``outcome_groups: subtask`` with a pair: two slots given the same subtask are compared with each
+    other (+1 / -1), the two with a subtask of their own keep their pooled A_S."""
+    facts = [[SubFact("sub_0", True, 1.0, subtask=s)] for s in ("a", "a", "b", "c")]
+    rewards = [[1.0], [0.0], [1.0], [1.0]]
+    grouped = _score_subs(facts, rewards, outcome_groups="subtask")
+    s = math.sqrt(3) / 4  # the query's pool [1, 0, 1, 1]: mean 0.75
+    assert [x.advantage for x in grouped] == pytest.approx([1.0, -1.0, 0.25 / s, 0.25 / s])
+
+
+def test_a_role_batch_brings_slots_or_facts_with_their_scoring():
+    from mgrpo_algo.core.scoring import MainSlot, RoleBatch, RolloutKey
+
+    scoring = SubScoring(2, 1, "duplicate", 0.0, (0.1, 0.4, 0.5))
+    slot = MainSlot(RolloutKey(0, 0, 0), "main_0", 1.0, 0.5, 1.0, True)
+    facts = [[SubFact("sub_0", True, 1.0)]]
+    assert RoleBatch(slots=[slot]).scores_itself is False
+    assert RoleBatch(facts=facts, scoring=scoring).scores_itself is True
+    assert RoleBatch(slots=[slot], facts=facts, scoring=scoring).scores_itself is True
+    message = r"^a role's batch brings slots, or facts with their scoring, or both$"
+    for bad in ({}, {"facts": facts}, {"scoring": scoring}, {"slots": [slot], "facts": facts},
+                {"slots": [slot], "scoring": scoring}):
+        with pytest.raises(ValueError, match=message):
+            RoleBatch(**bad)
