@@ -292,8 +292,10 @@ KEPT.update({
         "zip(strict=...) over the outputs and their leaves: the leaves are made one per output in run_prefixes")
        for n in (4, 7, 8)},
     _PX + "xǁPrefixPassǁcache__mutmut_2": (
-        "DynamicCache(config=None): for the full-attention models trained here (no sliding-window layers) the "
-        "config makes the same plain DynamicLayers; a sliding-window config would differ (not trained here)"),
+        "DynamicCache(config=None): for full-attention models the config makes the same plain DynamicLayers; "
+        "with a sliding-window layer (tests/test_prefix_chat.py's sliding-window case) the shared path gives the "
+        "plain log-probs with and without it (measured: within 5e-7 at windows 4 and 16): the model's mask "
+        "cuts at the window whichever layer holds the prefix"),
     # decode
     _DC + "x_inverse_cdf__mutmut_3": "cumsum over dim +1 of a [B, V] tensor: the last dim, as -1",
     _DC + "x_inverse_cdf__mutmut_12": _CPU,
@@ -301,8 +303,10 @@ KEPT.update({
 
 KEPT.update({
     _PX + "x_run_prefixes__mutmut_24": (
-        "DynamicCache(config=None): for the full-attention models trained here (no sliding-window layers) the "
-        "config makes the same plain DynamicLayers; a sliding-window config would differ (not trained here)"),
+        "DynamicCache(config=None): for full-attention models the config makes the same plain DynamicLayers; "
+        "with a sliding-window layer (tests/test_prefix_chat.py's sliding-window case) the shared path gives the "
+        "plain log-probs with and without it (measured: within 5e-7 at windows 4 and 16): the model's mask "
+        "cuts at the window whichever layer holds the prefix"),
     **{_PX + f"x_run_prefixes__mutmut_{n}": (
         "use_cache None / False with a cache passed: in the installed transformers use_cache only decides "
         "whether the model makes a cache when none is given (and returns it); the passed cache is filled either "

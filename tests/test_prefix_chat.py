@@ -276,6 +276,33 @@ def test_shared_prefix_log_probs_are_the_plain_ones_on_chat_rows(chat_tokenizer,
             torch.testing.assert_close(shared[mask], plain[mask], atol=2e-5, rtol=0)
 
 
+@pytest.mark.parametrize("window", [4, 16])
+def test_shared_prefix_log_probs_are_the_plain_ones_under_a_sliding_window(chat_tokenizer, tmp_path, window) -> None:
+    """A model with a sliding-window layer (Qwen2's ``use_sliding_window``; Mistral-like): the prefix's
+    cache is built from the model's config (a sliding layer beside a full one), the remaining tokens'
+    mask cuts at the window, and the trained positions get the plain numbers. Windows far shorter
+    than the 47-152-token prefixes, so every trained position attends across the cut."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=len(chat_tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=128, tie_word_embeddings=True,
+                         use_sliding_window=True, sliding_window=window, max_window_layers=1)
+    assert config.layer_types == ["full_attention", "sliding_attention"]
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(tmp_path)
+    for name in CASES:
+        seqs, learner = chat_rows(chat_tokenizer, **CASES[name]), make(tmp_path)
+        batches = [learner._collate([seqs[i] for i in g]) for g in learner._micro_batches(seqs)]
+        with torch.no_grad():
+            prefixes = learner._prefix_passes(batches)
+            assert all(p is not None for p in prefixes)
+            for batch, prefix in zip(batches, prefixes, strict=True):
+                shared, _ = learner._forward(batch, loss_positions_only=True, prefix=prefix)
+                plain, _ = learner._forward(batch)
+                mask = batch.loss_mask.bool()
+                torch.testing.assert_close(shared[mask], plain[mask], atol=2e-5, rtol=0)
+
+
 @case
 def test_shared_prefix_update_is_the_plain_update_on_chat_rows(chat_tokenizer, chat_model_dir, monkeypatch,
                                                                name) -> None:
