@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -209,6 +210,12 @@ def main() -> int:
     parser.add_argument("--disk-mb", type=int, default=0, help="the run folder on a tmpfs of this size (root)")
     parser.add_argument("--reference", action="store_true",
                         help="then the same run without faults, compared by value with the faulted one")
+    parser.add_argument("--reference-of", default="", metavar="WORK",
+                        help="only the reference: run WORK's config (a finished soak's --out) without faults for "
+                             "--reference-iterations and compare with --faulted-metrics; the result joins --name's json")
+    parser.add_argument("--reference-iterations", type=int, default=0, help="with --reference-of: how many")
+    parser.add_argument("--faulted-metrics", default="", help="with --reference-of: the faulted run's metrics.jsonl "
+                        "(default WORK/run/metrics.jsonl; a --disk-mb run's tmpfs is gone at its end: copy it first)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config field (dotted, the value parsed as YAML), e.g. scenario_kwargs.prerender=false")
     parser.add_argument("--warmup", type=int, default=20, help="iterations of each process before growth is judged")
@@ -216,6 +223,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", default="train_soak")
     args = parser.parse_args()
+    if args.reference_of:
+        return reference_only(args)
 
     work = Path(args.out or tempfile.mkdtemp(prefix="mgrpo-train-soak-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -272,6 +281,33 @@ def main() -> int:
         return finish(args, samples, check, ctx.events, status, wall, work, reference)
 
 
+def reference_only(args: argparse.Namespace) -> int:
+    """``--reference-of WORK``: a finished soak's config run again without faults for its first
+    ``--reference-iterations``, compared line by line; the comparison is added to ``--name``'s json."""
+    work = Path(args.reference_of)
+    config = yaml.safe_load((work / "config.yaml").read_text())
+    metrics = Path(args.faulted_metrics or work / "run" / "metrics.jsonl")
+    faulted = [json.loads(line) for line in metrics.read_text().splitlines()]
+    iterations = args.reference_iterations or len(faulted)
+    if len(faulted) < iterations:
+        raise SystemExit(f"train_soak: {metrics} has {len(faulted)} iterations, fewer than {iterations}")
+    with contextlib.ExitStack() as stack:
+        store = str((config.get("placement") or {}).get("store", ""))
+        redis = stack.enter_context(RedisServer(persist_dir=work / "reference-redis")) if store.startswith("redis") else None
+        if redis is not None:  # the soak's own server is gone; this one's database 1, as --reference uses
+            config["placement"] = {**config["placement"], "store": redis.url}
+        result = compare_with_reference(work, config, faulted, iterations, redis)
+    path = RESULTS / f"{args.name}.json"
+    data = json.loads(path.read_text()) if path.exists() else {"benchmark": args.name}
+    data["reference"] = {**result, "command": " ".join(sys.argv), "faulted_metrics": str(metrics)}
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    differing = result["iterations_that_differ"]
+    print(f"reference: exit status {result['exit_status']}, {result['iterations_compared']} iterations compared, "
+          f"{len(differing)} differ "
+          f"{differing[:10]}; keys {result['keys_that_differ']}; {result['wall_s']:.0f} s -> {path}")
+    return 0 if result["status_ok"] and not differing else 1
+
+
 def log_tail(log: Path, lines: int = 40) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
@@ -300,18 +336,24 @@ def steady(metrics: dict[str, Any]) -> dict[str, Any]:
             and "/store_bytes_" not in k and k != "restarts"}
 
 
-def compare_with_reference(work: Path, config: dict[str, Any], run: Path, iterations: int, redis: Any) -> dict[str, Any]:
-    """The same config without faults, in its own folder (and Redis namespace), compared line by line."""
+def compare_with_reference(work: Path, config: dict[str, Any], run: Path | list[dict[str, Any]], iterations: int,
+                           redis: Any) -> dict[str, Any]:
+    """The same config without faults for its first ``iterations`` (all of the faulted run's, or fewer:
+    the lr is constant and no schedule reads the run's length), in its own folder (and Redis namespace),
+    compared line by line with the faulted run (its folder, or its metrics lines)."""
     ref_run = work / "reference"
-    ref = {**config, "out_dir": str(ref_run)}
+    ref = {**config, "out_dir": str(ref_run),
+           "stages": [{**config["stages"][0], "iterations": iterations}]}
     if redis is not None:
         ref["placement"] = {**ref["placement"], "store": redis.url.rsplit("/", 1)[0] + "/1"}  # another database
     (work / "reference.yaml").write_text(yaml.safe_dump(ref))
+    shutil.rmtree(ref_run, ignore_errors=True)  # this benchmark's own folder: a rerun starts afresh
     t0 = time.perf_counter()
     with (work / "reference.log").open("w") as out:
         status = subprocess.run([sys.executable, "-m", "mgrpo_algo", "train", "--config", str(work / "reference.yaml")],
                                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
-    faulted = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    faulted = run if isinstance(run, list) else [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    faulted = faulted[:iterations]
     clean = [json.loads(line) for line in (ref_run / "metrics.jsonl").read_text().splitlines()] if status == 0 else []
     differing = [m["iteration"] for m, c in zip(faulted, clean, strict=False) if steady(m) != steady(c)]
     keys: dict[str, int] = {}
@@ -321,7 +363,7 @@ def compare_with_reference(work: Path, config: dict[str, Any], run: Path, iterat
                 keys[k] = keys.get(k, 0) + 1
     return {"exit_status": status, "wall_s": time.perf_counter() - t0, "iterations_compared": min(len(faulted), len(clean)),
             "iterations_that_differ": differing, "keys_that_differ": dict(sorted(keys.items(), key=lambda kv: -kv[1])[:20]),
-            "equal": status == 0 and len(clean) == iterations and not differing}
+            "equal": status == 0 and len(clean) == iterations and not differing, "status_ok": status == 0}
 
 
 def finish(args: argparse.Namespace, samples: list[dict[str, Any]], check: dict[str, Any],
