@@ -261,9 +261,8 @@ def test_the_chats_are_what_these_tests_need(chat_tokenizer, chat_model_dir, nam
     assert reagree >= 1 and plans == PLANS[name]
 
 
-@case
-def test_shared_prefix_log_probs_are_the_plain_ones_on_chat_rows(chat_tokenizer, chat_model_dir, name) -> None:
-    seqs, learner = chat_rows(chat_tokenizer, **CASES[name]), make(chat_model_dir)
+def assert_shared_log_probs_are_plain(learner: RoleLearner, seqs: list[TokenSequence]) -> None:
+    """Every micro-batch reads a prefix, and its trained positions get the plain forward's numbers."""
     batches = [learner._collate([seqs[i] for i in g]) for g in learner._micro_batches(seqs)]
     with torch.no_grad():
         prefixes = learner._prefix_passes(batches)
@@ -274,6 +273,11 @@ def test_shared_prefix_log_probs_are_the_plain_ones_on_chat_rows(chat_tokenizer,
             mask = batch.loss_mask.bool()
             # Only trained positions are computed on the shared path; there they are the plain numbers.
             torch.testing.assert_close(shared[mask], plain[mask], atol=2e-5, rtol=0)
+
+
+@case
+def test_shared_prefix_log_probs_are_the_plain_ones_on_chat_rows(chat_tokenizer, chat_model_dir, name) -> None:
+    assert_shared_log_probs_are_plain(make(chat_model_dir), chat_rows(chat_tokenizer, **CASES[name]))
 
 
 @pytest.mark.parametrize("window", [4, 16])
@@ -291,16 +295,7 @@ def test_shared_prefix_log_probs_are_the_plain_ones_under_a_sliding_window(chat_
     torch.manual_seed(0)
     Qwen2ForCausalLM(config).save_pretrained(tmp_path)
     for name in CASES:
-        seqs, learner = chat_rows(chat_tokenizer, **CASES[name]), make(tmp_path)
-        batches = [learner._collate([seqs[i] for i in g]) for g in learner._micro_batches(seqs)]
-        with torch.no_grad():
-            prefixes = learner._prefix_passes(batches)
-            assert all(p is not None for p in prefixes)
-            for batch, prefix in zip(batches, prefixes, strict=True):
-                shared, _ = learner._forward(batch, loss_positions_only=True, prefix=prefix)
-                plain, _ = learner._forward(batch)
-                mask = batch.loss_mask.bool()
-                torch.testing.assert_close(shared[mask], plain[mask], atol=2e-5, rtol=0)
+        assert_shared_log_probs_are_plain(make(tmp_path), chat_rows(chat_tokenizer, **CASES[name]))
 
 
 @case
