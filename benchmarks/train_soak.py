@@ -308,6 +308,18 @@ def reference_only(args: argparse.Namespace) -> int:
     return 0 if result["status_ok"] and not differing else 1
 
 
+def role_growth(samples: list[dict[str, Any]], warmup: int) -> dict[str, dict[str, Any]]:
+    """Each role's worker RSS over the whole run after warm-up, restarts included: a life of 50-100
+    iterations projects the band of a random-moment sample (+-50 MB) as a slope of +-20% per 1,000;
+    the role's trend over the run says whether its memory grows."""
+    out = {}
+    for key in sorted({k for row in samples for k in row if k.endswith("_worker_rss_mb")}):
+        rows = [row for row in samples if row.get(key) is not None]
+        out[f"{key.removesuffix('_worker_rss_mb')} worker, all lives"] = {
+            "rss_mb": growth([r["iteration"] for r in rows], [r[key] for r in rows], rows[0]["iteration"] + warmup)}
+    return out
+
+
 def log_tail(log: Path, lines: int = 40) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
@@ -384,6 +396,7 @@ def finish(args: argparse.Namespace, samples: list[dict[str, Any]], check: dict[
             rows = [row for row in samples if row.get(f"{role}_worker_pid") == pid]
             judged[f"{role} worker {pid}"] = {"rss_mb": growth([r["iteration"] for r in rows], [r[key] for r in rows],
                                                                rows[0]["iteration"] + args.warmup)}
+    judged.update(role_growth(samples, args.warmup))
     injected = [e for e in events if "fault" in e]
     table: list[tuple[str, Any, str]] = [
         ("iterations", len(samples), f"asked {args.iterations}; exit status {status}"),
