@@ -160,7 +160,7 @@ def patterns(paths: list[str]) -> list[str]:
     mutmut picks the tests to run first (a pattern ending in ``__mutmut_*`` would select no test)."""
     out = []
     for path in paths:
-        module = mutmut_path(path).removesuffix(".py").replace("/", ".")
+        module = module_name(path)
         scope = SCOPE.get(path)
         if scope is None:
             out.append(f"{module}.*")
@@ -177,6 +177,11 @@ def mutmut_path(path: str) -> str:
         if path.startswith(folder):
             return package + path.removeprefix(folder)
     return path
+
+
+def module_name(path: str) -> str:
+    """The dotted module mutmut names ``path``'s mutants after: ``tools/x.py`` -> ``mgrpo_tools.x``."""
+    return mutmut_path(path).removesuffix(".py").replace("/", ".")
 
 
 @contextlib.contextmanager
@@ -266,7 +271,7 @@ def stale_kept(path: str, codes: dict[str, int | None], scope: set[str] | None =
     now kills, or names the module no longer has. mutmut numbers a function's mutants in source order, so
     an edit above a kept mutant renumbers it, and its reason may then sit on another, real mutant
     (issue 43 found ``score_sub_side``'s "zip(strict=...)" reason on ``fact.expert or 1.0``)."""
-    prefix = mutmut_path(path).removesuffix(".py").replace("/", ".") + "."
+    prefix = module_name(path) + "."
     stale = []
     for name in (KEPT if kept is None else kept):
         if not name.startswith(prefix) or (scope is not None and _function(name) not in scope):

@@ -186,7 +186,7 @@ def run_segment(cmd: list[str], ctx: Context, until: int, pending: list[Fault], 
 
 def check_iterations(run: Path, iterations: int) -> dict[str, Any]:
     """No iteration lost or applied twice: iterations 0..N-1 once each, steps advancing evenly."""
-    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    lines = read_metrics(run / "metrics.jsonl")
     its = [int(line["iteration"]) for line in lines]
     offsets = {float(line["main/step"]) - int(line["iteration"]) for line in lines if "main/step" in line}
     sub_ok = all(int(line.get("sub/applied_iteration", line["iteration"])) == int(line["iteration"]) for line in lines)
@@ -277,7 +277,7 @@ def main() -> int:
         wall = time.perf_counter() - started
         ctx.events.extend(restart_lines(log))
         check = check_iterations(ctx.run, args.iterations)
-        reference = compare_with_reference(work, config, ctx.run, args.iterations, redis) if args.reference else None
+        reference = compare_with_reference(work, config, read_metrics(ctx.run / "metrics.jsonl"), args.iterations, redis) if args.reference else None
         return finish(args, samples, check, ctx.events, status, wall, work, reference)
 
 
@@ -287,15 +287,14 @@ def reference_only(args: argparse.Namespace) -> int:
     work = Path(args.reference_of)
     config = yaml.safe_load((work / "config.yaml").read_text())
     metrics = Path(args.faulted_metrics or work / "run" / "metrics.jsonl")
-    faulted = [json.loads(line) for line in metrics.read_text().splitlines()]
+    faulted = read_metrics(metrics)
     iterations = args.reference_iterations or len(faulted)
     if len(faulted) < iterations:
         raise SystemExit(f"train_soak: {metrics} has {len(faulted)} iterations, fewer than {iterations}")
     with contextlib.ExitStack() as stack:
         store = str((config.get("placement") or {}).get("store", ""))
+        # the soak's own Redis is gone: a new one (compare_with_reference points the run at its database 1)
         redis = stack.enter_context(RedisServer(persist_dir=work / "reference-redis")) if store.startswith("redis") else None
-        if redis is not None:  # the soak's own server is gone; this one's database 1, as --reference uses
-            config["placement"] = {**config["placement"], "store": redis.url}
         result = compare_with_reference(work, config, faulted, iterations, redis)
     path = RESULTS / f"{args.name}.json"
     data = json.loads(path.read_text()) if path.exists() else {"benchmark": args.name}
@@ -305,7 +304,7 @@ def reference_only(args: argparse.Namespace) -> int:
     print(f"reference: exit status {result['exit_status']}, {result['iterations_compared']} iterations compared, "
           f"{len(differing)} differ "
           f"{differing[:10]}; keys {result['keys_that_differ']}; {result['wall_s']:.0f} s -> {path}")
-    return 0 if result["status_ok"] and not differing else 1
+    return 0 if result["exit_status"] == 0 and not differing else 1
 
 
 def role_growth(samples: list[dict[str, Any]], warmup: int) -> dict[str, dict[str, Any]]:
@@ -348,11 +347,15 @@ def steady(metrics: dict[str, Any]) -> dict[str, Any]:
             and "/store_bytes_" not in k and k != "restarts"}
 
 
-def compare_with_reference(work: Path, config: dict[str, Any], run: Path | list[dict[str, Any]], iterations: int,
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def compare_with_reference(work: Path, config: dict[str, Any], faulted: list[dict[str, Any]], iterations: int,
                            redis: Any) -> dict[str, Any]:
     """The same config without faults for its first ``iterations`` (all of the faulted run's, or fewer:
     the lr is constant and no schedule reads the run's length), in its own folder (and Redis namespace),
-    compared line by line with the faulted run (its folder, or its metrics lines)."""
+    compared line by line with the faulted run's metrics lines."""
     ref_run = work / "reference"
     ref = {**config, "out_dir": str(ref_run),
            "stages": [{**config["stages"][0], "iterations": iterations}]}
@@ -364,9 +367,8 @@ def compare_with_reference(work: Path, config: dict[str, Any], run: Path | list[
     with (work / "reference.log").open("w") as out:
         status = subprocess.run([sys.executable, "-m", "mgrpo_algo", "train", "--config", str(work / "reference.yaml")],
                                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
-    faulted = run if isinstance(run, list) else [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     faulted = faulted[:iterations]
-    clean = [json.loads(line) for line in (ref_run / "metrics.jsonl").read_text().splitlines()] if status == 0 else []
+    clean = read_metrics(ref_run / "metrics.jsonl") if status == 0 else []
     differing = [m["iteration"] for m, c in zip(faulted, clean, strict=False) if steady(m) != steady(c)]
     keys: dict[str, int] = {}
     for m, c in zip(faulted, clean, strict=False):
@@ -375,7 +377,7 @@ def compare_with_reference(work: Path, config: dict[str, Any], run: Path | list[
                 keys[k] = keys.get(k, 0) + 1
     return {"exit_status": status, "wall_s": time.perf_counter() - t0, "iterations_compared": min(len(faulted), len(clean)),
             "iterations_that_differ": differing, "keys_that_differ": dict(sorted(keys.items(), key=lambda kv: -kv[1])[:20]),
-            "equal": status == 0 and len(clean) == iterations and not differing, "status_ok": status == 0}
+            "equal": status == 0 and len(clean) == iterations and not differing}
 
 
 def finish(args: argparse.Namespace, samples: list[dict[str, Any]], check: dict[str, Any],

@@ -40,5 +40,5 @@ def test_stale_kept_names_reasons_of_killed_or_vanished_mutants_of_the_module_on
 
 def test_every_kept_reason_names_a_mutant_of_a_target_module():
     mutation = _mutation()
-    prefixes = tuple(mutation.mutmut_path(p).removesuffix(".py").replace("/", ".") + "." for p in mutation.TARGETS)
+    prefixes = tuple(mutation.module_name(p) + "." for p in mutation.TARGETS)
     assert [name for name in mutation.KEPT if not name.startswith(prefixes)] == []
