@@ -441,6 +441,26 @@ def _parser(prog: str = "mgrpo") -> argparse.ArgumentParser:
     return parser
 
 
+#: The commands that run torch on a config: their ``kernels.pin`` is applied before torch loads.
+_PINNED_COMMANDS = ("train", "compare", "eval")
+
+
+def _pin_kernels(args: argparse.Namespace, *, reexec: bool) -> None:
+    """Put the config's ``kernels.pin`` in this process's environment (inherited by every child) before
+    anything imports torch; from the command line (``reexec``), a process where torch is already loaded
+    starts again pinned, a library caller gets one line (SystemExit) instead of an unpinned run."""
+    from .core.kernels import KernelPinError, ensure_pinned, pin_of_config
+
+    if args.command not in _PINNED_COMMANDS or not getattr(args, "config", None):
+        return
+    try:
+        notice = ensure_pinned(pin_of_config(args.config, getattr(args, "set", [])), reexec=reexec)
+    except (KernelPinError, ValueError) as exc:
+        raise SystemExit(f"mgrpo: {exc}") from None
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None, *, prog: str = "mgrpo") -> int:
     """Run one command; a usage mistake (``SystemExit`` with a message) prints that one line to
     stderr and returns 2, as argparse does for its own errors, never a traceback.
@@ -452,6 +472,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "mgrpo") -> int:
     args = _parser(prog).parse_args(argv)
     args.prog = prog
     try:
+        _pin_kernels(args, reexec=argv is None)
         return int(args.func(args))
     except SystemExit as exc:
         if not isinstance(exc.code, str):

@@ -149,13 +149,15 @@ def test_compare_and_train_print_the_warning(tmp_path, monkeypatch, capsys):
         raise Ran
 
     monkeypatch.setattr(compare, "run_compare", stop)
+    # the demo's kernel pin off: torch is loaded in this process already, where the pin is refused (test_kernels)
+    unpinned = ["--set", 'kernels.pin=""']
     with pytest.raises(Ran):
-        cli_main(["compare", "--config", str(ROOT / "configs" / "demo.yaml"), "--modes", "mgrpo",
+        cli_main(["compare", "--config", str(ROOT / "configs" / "demo.yaml"), "--modes", "mgrpo", *unpinned,
                   "--set", "tools={main: [delegate]}", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert err.count("mgrpo: warning: config field 'main.model'") == 1 and "sub.model" not in err
     monkeypatch.setattr(trainer, "Trainer", stop)
     with pytest.raises(Ran):
-        cli_main(["train", "--config", str(ROOT / "configs" / "demo.yaml"), "--set", "tools={main: [delegate]}",
+        cli_main(["train", "--config", str(ROOT / "configs" / "demo.yaml"), *unpinned, "--set", "tools={main: [delegate]}",
                   "--set", f"out_dir={tmp_path / 't'}"])
     assert capsys.readouterr().err.count("mgrpo: warning: config field 'main.model'") == 1

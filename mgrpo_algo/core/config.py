@@ -44,6 +44,7 @@ __all__ = [
     "AUTOCAST_DTYPES",
     "DTYPES",
     "EvalConfig",
+    "KernelsConfig",
     "GenerationConfig",
     "JudgeConfig",
     "Limits",
@@ -190,6 +191,27 @@ class EvalConfig:
 
 
 @dataclass
+class KernelsConfig:
+    """Which CPU kernels torch runs (:mod:`mgrpo_algo.core.kernels`): the same figures on every x86 machine.
+
+    Applied by ``mgrpo train`` / ``compare`` / ``eval`` before torch loads, in every process of the run."""
+
+    pin: str = ""
+    """"" (default): torch's fastest kernels for this CPU (AVX-512 where it has it), whose float rounding
+    differs from an AVX2-only machine's, so a sampled run's figures differ between the two (a flipped
+    draw at temperature 1 that RL carries). "avx2": ATen's and MKL's kernels capped to AVX2
+    (``ATEN_CPU_CAPABILITY=avx2``, ``MKL_CBWR=AVX2``: the smallest set measured to reproduce an AVX2-only
+    machine's figures on an AVX-512 one), the same rounding on every x86 machine with AVX2: on in configs/demo.yaml, whose figures are committed.
+    Costs speed on an AVX-512 machine (benchmarks/results/kernel_pin.json). A CPU without AVX2 (or not
+    x86) runs unpinned with a one-line notice that its figures may differ."""
+
+    def __post_init__(self) -> None:
+        from .kernels import PINS
+
+        _check(self.pin == "" or self.pin in PINS, "kernels.pin", f"must be one of {sorted(PINS)} or \"\", got {self.pin!r}")
+
+
+@dataclass
 class TrainConfig:
     """A whole training run. Load with :func:`load_config` (YAML + ``key.sub=value`` overrides)."""
 
@@ -317,6 +339,9 @@ class TrainConfig:
     written after it. Any placement. False: a fresh run (earlier worker state in ``out_dir`` is removed)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Held-out evaluation (``mgrpo compare``): split, questions, greedy or sampled, curve points."""
+    kernels: KernelsConfig = field(default_factory=KernelsConfig)
+    """CPU kernels (:class:`KernelsConfig`): the fastest for this CPU, or pinned so that figures reproduce
+    on every x86 machine."""
 
     def __post_init__(self) -> None:
         check_own_names(self, "")

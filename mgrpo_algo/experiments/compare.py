@@ -40,6 +40,7 @@ from mgrpo_env.roles import ROLE_TABLE, ROLES
 from mgrpo_env.tool_health import backend_failures_in_files
 
 from ..core.config import MODES, TrainConfig, config_to_dict
+from ..core.kernels import check_in_force, kernel_state
 from ..core.modes import mode_names
 from ..core.seeding import torch_threads
 from . import intervals as iv
@@ -326,6 +327,8 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
                      for mode, c in counts.items()},
         "command": command,
         "reproduce": _reproduce(out, seeds, modes, program),
+        # what decides the float rounding (CPU, kernels in force, versions, threads), per process of the run
+        "provenance": {"controller": kernel_state(), "groups": {key: outcome[key]["provenance"] for key in keys}},
     }
     # a missing browser or search backend lowers every number: counted over every episode file of the run
     summary["tool_backend_failures"] = backend_failures_in_files(
@@ -484,9 +487,10 @@ def run_group(config: TrainConfig, modes: Sequence[str], paths: Mapping[str, str
     from mgrpo_env.episode import write_jsonl
 
     torch.set_num_threads(config.torch_threads)
+    check_in_force()  # a --jobs worker pinned as its parent, or stopped
     scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
     out = Path(out_dir)
-    result: dict[str, Any] = {"runs": {mode: [] for mode in modes}}
+    result: dict[str, Any] = {"runs": {mode: [] for mode in modes}, "provenance": kernel_state()}
     if with_reference:
         # a start evaluated beside the runs (the oracle clone): sampled like the starts, no greedy pass
         ref_paths = {role: str(Path(config.eval.reference) / role) for role in ("main", "sub")}

@@ -251,7 +251,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         import torch
         import transformers
 
+        from ..core.kernels import check_in_force
+
         torch.set_num_threads(config.torch_threads)
+        check_in_force()
         transformers.utils.logging.disable_progress_bar()
     return _run(args, config, scenario, paths, policies, out, episodes, previous)
 
@@ -296,6 +299,10 @@ def _run(args: argparse.Namespace, config: Any, scenario: Any, paths: dict[str, 
         if sink is not None:
             sink.close()
     extra: dict[str, Any] = {"samples": e.samples, "config": args.config, "overrides": list(args.set)}
+    if paths is not None:  # models ran: what decides their float rounding (CPU, kernels, versions, threads)
+        from ..core.kernels import kernel_state
+
+        extra["provenance"] = kernel_state()
     if e.samples > 1:
         scores = iv.per_question(first)  # the first run's k samples per question
         extra.update({"mean_at_k": iv.mean_at_k(scores), "pass_at_k": iv.pass_at_k(scores), "questions": len(scores)})

@@ -353,4 +353,19 @@ def markdown(summary: Mapping[str, Any]) -> str:
     ]
     if summary.get("command"):
         lines += ["", f"Ran as: `{summary['command']}`"]
+    lines += _provenance_section(summary)
     return "\n".join(lines) + "\n"
+
+
+def _provenance_section(summary: Mapping[str, Any]) -> list[str]:
+    """The machine and kernels each process ran on (a figure that differs elsewhere is traced from here)."""
+    from ..core.kernels import describe
+
+    prov = summary.get("provenance")
+    if not prov:
+        return []
+    rows = [f"- controller: {describe(prov['controller'])}"]
+    rows += [f"- {key} runs: {describe(state)}" for key, state in prov.get("groups", {}).items()]
+    env = {k: v for k, v in prov["controller"]["env"].items() if v is not None}
+    settings = ", ".join(f"`{k}={v}`" for k, v in env.items()) or "none"
+    return ["", "## Machine and kernels", "", *rows, "", f"Kernel settings in the environment: {settings}."]

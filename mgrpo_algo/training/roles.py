@@ -93,6 +93,7 @@ class RoleWorker:
 
         from ..core.config import RoleConfig
         from ..core.faults import FaultPoints
+        from ..core.kernels import check_in_force
         from ..core.seeding import policy_seed
         from ..distributed.store import open_store
         from ..learning.learner import RoleLearner
@@ -101,6 +102,7 @@ class RoleWorker:
         check_role(role)
         transformers.utils.logging.disable_progress_bar()  # per-shard bars drown the training log
         torch.set_num_threads(torch_threads)
+        check_in_force()  # a pinned run's worker runs the pinned kernels, or stops
         torch.manual_seed(seed)
         self.role, self.train, self.seed, self.model_path = role, train, seed, model
         self.spec = spec if spec is not None else RoleConfig()

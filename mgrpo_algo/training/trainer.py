@@ -38,6 +38,7 @@ from mgrpo_env.tool_health import backend_failures
 
 from ..core.config import MODES, TrainConfig, config_to_dict
 from ..core.faults import FaultPoints
+from ..core.kernels import check_in_force, kernel_state
 from ..core.scoring import (
     COUNT_WINDOW,
     alignment_metrics,
@@ -156,7 +157,10 @@ class Trainer:
         store = run_store(self.out, placement.store)
         self.storage = RunStorage.of_run(self.out, placement.storage)  # the workers' state (the run folder by default)
         self.storage.create()
-        (self.out / "config.json").write_text(json.dumps(config_to_dict(config), indent=2, default=str) + "\n")
+        # the config, and what decides the float rounding of this run (CPU, kernels in force, versions, threads)
+        check_in_force()
+        (self.out / "config.json").write_text(json.dumps({**config_to_dict(config), "provenance": kernel_state()},
+                                                         indent=2, default=str) + "\n")
         # the env pays R_M and R_S once, with the judge wherever the roles run
         self.reward_config = reward_config(config, self.scenario, config.expert_judge.make())
         self._warned_no_expert = False

@@ -23,6 +23,7 @@ checkpoint) guarantees that nothing is lost or applied twice (tested with kills 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,6 +34,7 @@ from mgrpo_env.rollout import PolicyRequest
 from mgrpo_env.turn_requests import TurnSender
 
 from ..core.config import MODES, TrainConfig
+from ..core.kernels import MARKER, pin_env
 from ..core.scoring import MainSlot, RoleBatch, SubScoring, sub_facts, turn_credit
 from ..distributed.placement import RoleServerDied, spawn
 from .roles import RoleWorker
@@ -91,6 +93,10 @@ class RoleWorkers:
                              "there is no sub learner to lag; set placement.staleness to 0")
         self.mode = mode
         self.handles: dict[str, Any] = {}  # one per worker: a shared role has none of its own
+        # the kernel pin in force here (kernels.pin): a "processes" child inherits it anyway, a Ray actor on
+        # a cluster started elsewhere does not; "local" shares this process's (and warns on any env)
+        pinned = {} if self.kind == "local" else {k: os.environ[k] for k in pin_env(os.environ.get(MARKER, ""))
+                                                  if k in os.environ}
         for role in mode.workers:
             kwargs = {
                 "role": role, "model": paths[role], "run_dir": str(out), "store": store if not mode.single else "",
@@ -102,7 +108,7 @@ class RoleWorkers:
             res = dict(placement.resources.get(role, {}))
             cpus, gpus = res.pop("num_cpus", 1), res.pop("num_gpus", 0)
             self.handles[role] = spawn(RoleWorker, kwargs, placement=self.kind, name=f"mgrpo-{role}", num_cpus=cpus,
-                                       num_gpus=gpus, ray_options={"resources": res} if res else None,
+                                       num_gpus=gpus, ray_options={"resources": res} if res else None, env=pinned,
                                        start_timeout_s=placement.start_timeout_s)
         #: The typed view of each handle (:class:`RoleService`), for every role of the mode (a shared role's is
         #: its owner's): every call below goes through them.
