@@ -19,3 +19,51 @@ def padded_loss_mask(seqs: list[TokenSequence]) -> torch.Tensor:
     """[B, T] loss mask of the samples, right-padded with 0."""
     length = max(s.num_tokens for s in seqs)
     return torch.tensor([s.loss_mask + [0] * (length - s.num_tokens) for s in seqs], dtype=torch.float32)
+
+
+def adamw_first_step_tolerance(grad: torch.Tensor, weight: torch.Tensor, *, lr: float, eps: float,
+                               grad_atol: float, grad_rtol: float) -> torch.Tensor:
+    """Per element, how far two first AdamW steps from the same weights may land apart when their
+    gradients agree to ``grad_atol + grad_rtol * |grad|`` (the tolerance the caller checked them at).
+
+    torch's AdamW, step 1 (bias-corrected, any betas): ``w1 = w0 * (1 - lr * wd) - lr * u(g)`` with
+    ``u(g) = g / (|g| + eps)``. ``u`` is increasing with slope ``eps / (|g| + eps)^2``, so a gradient
+    moved by at most ``d`` moves the update by at most ``lr * max(u(g + d) - u(g), u(g) - u(g - d))``:
+    ~``lr * d * eps / g^2`` (nothing) where |g| >> d, but up to ``2 lr`` where |g| is itself at the rounding
+    level (a gradient that is 0 in exact arithmetic: the sign of its rounding decides the step). This is
+    why an AVX-512 machine, whose kernels round the gradients otherwise, failed a fixed ``atol`` on the
+    weights while the gradients agreed (issue 55). On top: the float32 rounding of the step itself
+    (a few ulps of the weight and of ``lr``).
+    """
+    g = grad.double()
+    d = grad_atol + grad_rtol * g.abs()
+
+    def u(x: torch.Tensor) -> torch.Tensor:
+        return x / (x.abs() + eps)
+
+    moved = lr * torch.maximum(u(g + d) - u(g), u(g) - u(g - d))
+    ulp = torch.finfo(weight.dtype).eps
+    return (moved + 4 * ulp * (weight.double().abs() + lr)).to(weight.dtype)
+
+
+def first_step_grads(learner: RoleLearner) -> list[torch.Tensor]:
+    """The (clipped) gradients of a learner's first AdamW step, read back from ``exp_avg = (1 - beta1) g``."""
+    beta1 = learner.optimizer.param_groups[0]["betas"][0]
+    return [learner.optimizer.state[p]["exp_avg"] / (1 - beta1) for p in learner.params]
+
+
+def assert_adamw_first_steps_close(learner_a: RoleLearner, learner_b: RoleLearner, grads: list[torch.Tensor], *,
+                                   grad_atol: float, grad_rtol: float, grad_atol_of_max: float = 0.0) -> None:
+    """The two learners' weights after one AdamW step from the same start, within
+    :func:`adamw_first_step_tolerance` of the step's gradients ``grads`` (learner_a's, in ``params`` order),
+    which the caller found equal to ``grad_atol + grad_atol_of_max * max|g| + grad_rtol * |g|`` per tensor."""
+    names = {id(p): n for n, p in learner_a.model.named_parameters()}
+    group = learner_a.optimizer.param_groups[0]
+    for a, b, g in zip(learner_a.params, learner_b.params, grads, strict=True):
+        tol = adamw_first_step_tolerance(g, a.detach(), lr=group["lr"], eps=group["eps"], grad_rtol=grad_rtol,
+                                         grad_atol=grad_atol + grad_atol_of_max * float(g.abs().max()))
+        apart = (b.detach() - a.detach()).abs()
+        worst = int((apart - tol).flatten().argmax())
+        assert bool((apart <= tol).all()), (
+            f"{names.get(id(a))}: weights {float(apart.flatten()[worst]):.3g} apart where one step of "
+            f"gradient {float(g.flatten()[worst]):.3g} allows {float(tol.flatten()[worst]):.3g}")

@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from learner_helpers import assert_adamw_first_steps_close
 
 from mgrpo_algo.core.config import LearnerConfig
 from mgrpo_algo.core.sequences import TokenSequence
@@ -73,9 +74,8 @@ def test_skipping_zero_advantage_samples_gives_the_same_gradients(model_dir, agg
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
     assert m_skip["main/loss"] == pytest.approx(m_kept["main/loss"], rel=1e-5, abs=1e-7)
     assert m_skip["main/pg_loss"] == pytest.approx(m_kept["main/pg_loss"], rel=1e-5, abs=1e-7)
-    if not passes:  # one step: the same weights after it (several AdamW steps amplify float rounding)
-        for (name, a), b in zip(l_kept.model.named_parameters(), l_skip.model.parameters(), strict=True):
-            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+    if not passes:  # one step: the same weights after it, up to what AdamW makes of the gradients' rounding
+        assert_adamw_first_steps_close(l_kept, l_skip, kept[0], grad_atol=1e-7, grad_rtol=1e-5)
 
 
 def test_a_step_whose_samples_are_all_skipped_still_steps(model_dir):
