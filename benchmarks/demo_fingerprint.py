@@ -67,6 +67,7 @@ def _number(value: float) -> Any:
 def compute(*, iterations: int, questions: int, data_dir: str | None, unpinned: bool = False) -> dict[str, Any]:
     """The fingerprint (see the module docstring); the pin must be in force already."""
     import torch
+    import transformers
 
     from mgrpo_algo.core.config import load_config
     from mgrpo_algo.core.kernels import check_in_force, kernel_state
@@ -81,6 +82,7 @@ def compute(*, iterations: int, questions: int, data_dir: str | None, unpinned: 
         config = load_config(str(CONFIG), overrides)
         torch.set_num_threads(config.torch_threads)
         check_in_force()
+        transformers.utils.logging.disable_progress_bar()  # a bar per model load would bury the verdict
         import mgrpo_scenarios
 
         t0 = time.perf_counter()
@@ -128,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="recompute and compare with the committed fingerprint")
     parser.add_argument("--out", default=str(OUT), help="the fingerprint's JSON (written, or read with --check)")
-    parser.add_argument("--iterations", type=int, default=2, help="training iterations fingerprinted")
-    parser.add_argument("--questions", type=int, default=6, help="held-out questions of the start evaluation")
+    parser.add_argument("--iterations", type=int, default=3, help="training iterations fingerprinted")
+    parser.add_argument("--questions", type=int, default=12, help="held-out questions of the start evaluation")
     parser.add_argument("--data-dir", default=None, help="where the world is built (default: the scenario's cache)")
     parser.add_argument("--no-pin", action="store_true",
                         help="run on the kernels the environment gives, not the config's pin (to measure which settings "
