@@ -49,6 +49,18 @@ def compared(small_scenario, tmp_path_factory):
 def test_summary_structure_and_means_over_seeds(compared):
     out, summary = compared
     assert summary["seeds"] == [0, 1] and summary["modes"] == list(MODES)
+    # what decided the rounding, per process: the CPU, the kernels torch reports, versions and threads
+    import torch
+
+    prov = summary["provenance"]
+    assert set(prov["groups"]) == set(summary["start_models"])
+    for state in (prov["controller"], *prov["groups"].values()):
+        assert state["torch_capability"] == torch.backends.cpu.get_cpu_capability() and state["pin"] == ""
+        assert state["torch_threads"] == 1 and state["versions"]["torch"] == torch.__version__
+        assert set(state["cpu"]) == {"model", "machine", "avx2", "avx512"}
+    assert "## Machine and kernels" in (out / "report.md").read_text()
+    run_config = json.loads((out / "seed0" / "mgrpo" / "config.json").read_text())
+    assert run_config["kernels"] == {"pin": ""} and run_config["provenance"]["torch_threads"] == 1
     assert summary["budget"]["rollouts"] == 2 * 2 * 2  # iterations x B x K
     for mode in MODES:
         r = summary["results"][mode]

@@ -348,3 +348,29 @@ def test_the_checks_table_ends_with_a_blank_line():
     lines = markdown(_full_summary()).splitlines()
     at = lines.index("## Paired differences")
     assert lines[at - 1] == "" and lines[at - 2].startswith("| after RL, M-GRPO's mean@4 is at or above")
+
+
+def test_report_md_ends_with_the_machine_and_kernels_of_each_process():
+    def state(capability: str, pin: str) -> dict:
+        env = dict.fromkeys(("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS"), None)
+        if pin:
+            env.update(ATEN_CPU_CAPABILITY="avx2", MKL_CBWR="AVX2")
+        return {"cpu": {"model": "Some EPYC", "machine": "x86_64", "avx2": True, "avx512": ["avx512f"]}, "pin": pin,
+                "env": env, "torch_capability": capability, "torch_threads": 1,
+                "versions": {"torch": "2.13.0+cpu", "transformers": "5.25.0", "numpy": "2.4.6"}}
+
+    summary = {**_full_summary(), "provenance": {"controller": state("AVX2", "avx2"),
+                                                 "groups": {"hierarchy": state("AVX2", "avx2"),
+                                                            "single": state("AVX512", "")}}}
+    lines = markdown(summary).splitlines()
+    at = lines.index("## Machine and kernels")
+    assert lines[at + 2:] == [
+        "- controller: Some EPYC (AVX-512); kernels pinned to avx2, torch reports AVX2; torch 2.13.0+cpu, "
+        "transformers 5.25.0, numpy 2.4.6; 1 torch thread(s)",
+        "- hierarchy runs: Some EPYC (AVX-512); kernels pinned to avx2, torch reports AVX2; torch 2.13.0+cpu, "
+        "transformers 5.25.0, numpy 2.4.6; 1 torch thread(s)",
+        "- single runs: Some EPYC (AVX-512); kernels not pinned, torch reports AVX512; torch 2.13.0+cpu, "
+        "transformers 5.25.0, numpy 2.4.6; 1 torch thread(s)",
+        "",
+        "Kernel settings in the environment: `ATEN_CPU_CAPABILITY=avx2`, `MKL_CBWR=AVX2`."]
+    assert "## Machine and kernels" not in markdown(_full_summary())  # a summary from before the field
