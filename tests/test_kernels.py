@@ -141,3 +141,17 @@ def test_kernel_state_records_the_machine_kernels_versions_and_threads():
     assert set(state["env"]) == set(kernels.RECORDED)
     line = kernels.describe(state)
     assert "torch reports" in line and state["versions"]["torch"] in line and json.dumps(state)
+
+
+def test_a_library_trainer_on_a_pinned_config_without_the_pin_warns_in_one_line(monkeypatch):
+    for name in (*AVX2, kernels.MARKER):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(kernels, "cpu_info", lambda *a: X86)
+    line = kernels.not_in_force("avx2")
+    assert line.startswith("kernels.pin=avx2 is not in force in this process") and "\n" not in line
+    assert kernels.not_in_force("") is None
+    monkeypatch.setenv(kernels.MARKER, "avx2")
+    assert kernels.not_in_force("avx2") is None
+    monkeypatch.delenv(kernels.MARKER)
+    monkeypatch.setattr(kernels, "cpu_info", lambda *a: {**X86, "avx2": False, "avx512": []})
+    assert kernels.not_in_force("avx2") is None  # apply_pin's notice says it where the CPU cannot

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["PINS", "CAPABILITY", "MARKER", "KernelPinError", "cpu_info", "pin_env", "apply_pin", "pin_of_config",
-           "check_in_force", "kernel_state", "ensure_pinned", "describe"]
+           "check_in_force", "not_in_force", "kernel_state", "ensure_pinned", "describe"]
 
 #: The settings of each pin: the smallest set that gave the four-variable cap's fingerprint on an AVX-512
 #: machine (benchmarks/demo_fingerprint.py, 3 iterations + 48 start episodes; docs/guides/training.md
@@ -154,6 +154,21 @@ def check_in_force() -> None:
     if got != CAPABILITY.get(pin, got):
         raise KernelPinError(f"kernels.pin={pin} is not in force in process {os.getpid()}: torch reports {got}, "
                              f"not {CAPABILITY[pin]} (was torch imported before the pin was set?)")
+
+
+def not_in_force(pin: str) -> str | None:
+    """One line when a config asks for ``pin`` and this process runs other kernels (a library caller that
+    imported torch without pinning: ``Trainer(load_config("configs/demo.yaml"))`` in a script), so its
+    figures are not the committed ones; None when the pin is in force, not asked, or cannot be honoured
+    here (:func:`apply_pin`'s notice covers that). Imports torch."""
+    if not pin or os.environ.get(MARKER) == pin or not _honoured(pin, cpu_info()):
+        return None
+    import torch
+
+    return (f"kernels.pin={pin} is not in force in this process (torch reports "
+            f"{torch.backends.cpu.get_cpu_capability()}): its figures may differ from the committed ones; pin "
+            f"before importing torch (mgrpo_algo.core.kernels.ensure_pinned), run it through the mgrpo command, "
+            f"or set kernels.pin=\"\"")
 
 
 def kernel_state() -> dict[str, Any]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from mgrpo_env.tool_health import backend_failures
 
 from ..core.config import MODES, TrainConfig, config_to_dict
 from ..core.faults import FaultPoints
-from ..core.kernels import check_in_force, kernel_state
+from ..core.kernels import check_in_force, kernel_state, not_in_force
 from ..core.scoring import (
     COUNT_WINDOW,
     alignment_metrics,
@@ -159,6 +160,9 @@ class Trainer:
         self.storage.create()
         # the config, and what decides the float rounding of this run (CPU, kernels in force, versions, threads)
         check_in_force()
+        unpinned = not_in_force(config.kernels.pin)  # a library caller that did not pin: said, not silent
+        if unpinned:
+            warnings.warn(unpinned, stacklevel=2)
         (self.out / "config.json").write_text(json.dumps({**config_to_dict(config), "provenance": kernel_state()},
                                                          indent=2, default=str) + "\n")
         # the env pays R_M and R_S once, with the judge wherever the roles run
