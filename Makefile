@@ -80,6 +80,8 @@ docs: $(STAMP)
 # The main job: from the committed warm start (configs/demo-warm-start, the imperfect teacher's clone,
 # checksum-verified), M-GRPO / frozen-sub / single-agent at the same rollout budget (configs/demo.yaml),
 # the hierarchy's modes and the single agent's in two processes (one per core), then the viewer of the M-GRPO run.
+# The config pins the CPU kernels to AVX2 (kernels.pin, set before torch loads in every process), so an
+# AVX-512 machine gives the committed figures too (docs/guides/training.md, "Pinned kernels").
 demo: chromium $(STAMP)
 	$(VENV)/bin/mgrpo compare --config configs/demo.yaml --seeds 1 --jobs 2 --out runs/demo
 	$(VENV)/bin/mgrpo view runs/demo/seed0/mgrpo

@@ -200,10 +200,11 @@ class KernelsConfig:
     """"" (default): torch's fastest kernels for this CPU (AVX-512 where it has it), whose float rounding
     differs from an AVX2-only machine's, so a sampled run's figures differ between the two (a flipped
     draw at temperature 1 that RL carries). "avx2": ATen's and MKL's kernels capped to AVX2
-    (``ATEN_CPU_CAPABILITY=avx2``, ``MKL_CBWR=AVX2``: the smallest set measured to reproduce an AVX2-only
-    machine's figures on an AVX-512 one), the same rounding on every x86 machine with AVX2: on in configs/demo.yaml, whose figures are committed.
-    Costs speed on an AVX-512 machine (benchmarks/results/kernel_pin.json). A CPU without AVX2 (or not
-    x86) runs unpinned with a one-line notice that its figures may differ."""
+    (``ATEN_CPU_CAPABILITY=avx2``, ``MKL_CBWR=AVX2``: the smallest set measured to give, on an AVX-512
+    machine, the AVX2-only machine's figures), the same rounding on every x86 machine with AVX2: on in
+    configs/demo.yaml, whose figures are committed. Costs speed on an AVX-512 machine (the demo: ~2% per
+    iteration, benchmarks/results/kernel_pin.json; more where large matrix products dominate). A CPU
+    without AVX2 (or not x86) runs unpinned with a one-line notice that its figures may differ."""
 
     def __post_init__(self) -> None:
         from .kernels import PINS
