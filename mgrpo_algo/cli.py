@@ -451,10 +451,10 @@ def _pin_kernels(args: argparse.Namespace, *, reexec: bool) -> None:
     starts again pinned, a library caller gets one line (SystemExit) instead of an unpinned run."""
     from .core.kernels import KernelPinError, ensure_pinned, pin_of_config
 
-    if args.command not in _PINNED_COMMANDS or not getattr(args, "config", None):
+    if args.command not in _PINNED_COMMANDS:
         return
     try:
-        notice = ensure_pinned(pin_of_config(args.config, getattr(args, "set", [])), reexec=reexec)
+        notice = ensure_pinned(pin_of_config(getattr(args, "config", None), getattr(args, "set", [])), reexec=reexec)
     except (KernelPinError, ValueError) as exc:
         raise SystemExit(f"mgrpo: {exc}") from None
     if notice:
