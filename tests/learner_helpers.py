@@ -46,6 +46,19 @@ def adamw_first_step_tolerance(grad: torch.Tensor, weight: torch.Tensor, *, lr: 
     return (moved + 4 * ulp * (weight.double().abs() + lr)).to(weight.dtype)
 
 
+def record_steps(learner: RoleLearner) -> list[list[torch.Tensor]]:
+    """Each optimiser step's gradients as AdamW sees them (clipped), appended as the learner steps."""
+    seen: list[list[torch.Tensor]] = []
+    step = learner.optimizer.step
+
+    def recording(*args, **kwargs):
+        seen.append([p.grad.detach().clone() for p in learner.params])
+        return step(*args, **kwargs)
+
+    learner.optimizer.step = recording
+    return seen
+
+
 def first_step_grads(learner: RoleLearner) -> list[torch.Tensor]:
     """The (clipped) gradients of a learner's first AdamW step, read back from ``exp_avg = (1 - beta1) g``."""
     beta1 = learner.optimizer.param_groups[0]["betas"][0]
@@ -67,3 +80,36 @@ def assert_adamw_first_steps_close(learner_a: RoleLearner, learner_b: RoleLearne
         assert bool((apart <= tol).all()), (
             f"{names.get(id(a))}: weights {float(apart.flatten()[worst]):.3g} apart where one step of "
             f"gradient {float(g.flatten()[worst]):.3g} allows {float(tol.flatten()[worst]):.3g}")
+
+
+def adamw_steps_tolerance(steps: list[torch.Tensor], other: list[torch.Tensor], weight: torch.Tensor, *, lr: float,
+                          eps: float, betas: tuple[float, float]) -> torch.Tensor:
+    """Per element, how far two runs of AdamW steps (no weight decay, or the same on both) from the same
+    weights may land apart, given each step's gradients in both runs (``steps``, ``other``: as AdamW saw
+    them, one tensor a step).
+
+    Step t moves a weight by ``lr * u`` with ``u = M / (V + eps)``, ``M`` the bias-corrected first moment and
+    ``V`` the root of the second. Gradients apart by ``d_s`` (here ``|g - g'|`` plus float32 rounding) put
+    ``M`` at most ``D_m`` apart, the same average of the ``d_s``, and ``V`` at most ``D_v``, their
+    root-mean-square under the same weights (the triangle inequality of that weighted norm), so
+    ``|u' - u| <= D_m / (V' + eps) + |M| D_v / ((V' + eps)(V + eps))`` with ``V' >= V - D_v``, and never more
+    than ``|u| + |u'|``; the steps' differences add up. Where the gradients are well above their
+    differences this is ~``2 lr d / |g|`` a step; where one is at the rounding level (``|g| <~ d``), up to
+    ~``2 lr``: the sign of a rounding error decides such a step, on any CPU.
+    """
+    beta1, beta2 = betas
+    total = torch.zeros_like(weight, dtype=torch.float64)
+    m = v = dm = dv2 = torch.zeros_like(total)
+    for t, (grad, grad_other) in enumerate(zip(steps, other, strict=True), start=1):
+        g = grad.double()
+        d = (g - grad_other.double()).abs() + 2 * torch.finfo(grad.dtype).eps * g.abs()
+        m, v = beta1 * m + (1 - beta1) * g, beta2 * v + (1 - beta2) * g * g
+        dm, dv2 = beta1 * dm + (1 - beta1) * d, beta2 * dv2 + (1 - beta2) * d * d
+        big_m, d_m = m / (1 - beta1**t), dm / (1 - beta1**t)
+        big_v, d_v = (v / (1 - beta2**t)).sqrt(), (dv2 / (1 - beta2**t)).sqrt()
+        low = (big_v - d_v).clamp(min=0) + eps
+        u = big_m.abs() / (big_v + eps)
+        moved = d_m / low + big_m.abs() * d_v / (low * (big_v + eps))
+        total += lr * torch.minimum(moved, u + (big_m.abs() + d_m) / low)
+    ulp = torch.finfo(weight.dtype).eps
+    return (total + 4 * len(steps) * ulp * (weight.double().abs() + lr)).to(weight.dtype)

@@ -15,7 +15,7 @@ import random
 
 import pytest
 import torch
-from learner_helpers import padded_logprobs, padded_loss_mask
+from learner_helpers import adamw_steps_tolerance, padded_logprobs, padded_loss_mask, record_steps
 
 from mgrpo_algo.core.config import LearnerConfig
 from mgrpo_algo.core.sequences import TokenSequence
@@ -311,6 +311,7 @@ def test_shared_prefix_update_is_the_plain_update_on_chat_rows(chat_tokenizer, c
         return run(model, plans)
 
     monkeypatch.setattr(learner_module, "run_prefixes", counted)
+    seen_plain, seen_shared = record_steps(plain), record_steps(shared)
     steps = []
     for step in range(3):
         m_plain, m_shared = plain.update(seqs), shared.update(seqs)
@@ -328,10 +329,21 @@ def test_shared_prefix_update_is_the_plain_update_on_chat_rows(chat_tokenizer, c
     mask = padded_loss_mask(seqs).bool()
     lp_plain, lp_shared = padded_logprobs(plain, seqs), padded_logprobs(shared, seqs)
     torch.testing.assert_close(lp_shared[mask], lp_plain[mask], atol=1e-4, rtol=0)
-    lr = plain.config.lr
-    for (name, p), q in zip(plain.model.named_parameters(), shared.params, strict=True):
-        if name.endswith("k_proj.bias"):  # its gradient is 0 up to rounding (softmax is shift-invariant)
-            continue
-        # Adam's g / (sqrt(v) + eps) turns rounding into a sliver of lr where g ~ 0; the bulk agrees closely.
-        torch.testing.assert_close(q.detach(), p.detach(), atol=5e-2 * lr, rtol=0, msg=name)
-        assert float((q - p).detach().abs().flatten().quantile(0.99)) <= 1e-3 * lr, name
+    # The later steps' gradients agree a little less closely: they also carry the few weights the earlier
+    # steps put ~lr apart (below).
+    names = [name for name, _ in plain.model.named_parameters()]
+    for t, (a_step, b_step) in enumerate(zip(seen_plain, seen_shared, strict=True)):
+        for name, a, b in zip(names, a_step, b_step, strict=True):
+            torch.testing.assert_close(b, a, atol=1e-4 * float(a.abs().max()) + 1e-12, rtol=1e-4,
+                                       msg=lambda m, t=t, name=name: f"step {t}: {name}: {m}")
+    # The weights: as far apart as AdamW makes the two runs' gradient differences, no further
+    # (learner_helpers.adamw_steps_tolerance: up to ~2 lr a step where a gradient is itself rounding, as
+    # k_proj.bias's is: softmax is shift-invariant); the bulk to a sliver of lr.
+    lr, eps, betas = plain.config.lr, plain.config.adam_eps, plain.config.betas
+    for i, ((name, p), q) in enumerate(zip(plain.model.named_parameters(), shared.params, strict=True)):
+        p, q = p.detach(), q.detach()
+        tol = adamw_steps_tolerance([s[i] for s in seen_plain], [s[i] for s in seen_shared], p, lr=lr, eps=eps,
+                                    betas=betas)
+        assert bool(((q - p).abs() <= tol).all()), f"{name}: {float(((q - p).abs() - tol).max()):.3g} beyond"
+        if not name.endswith("k_proj.bias"):
+            assert float((q - p).abs().flatten().quantile(0.99)) <= 1e-3 * lr, name
