@@ -111,11 +111,13 @@ def pin_of_config(path: str | None, overrides: Sequence[str] = ()) -> str:
         pin = kernels.get("pin", "") if isinstance(kernels, dict) else ""
     for item in overrides:
         key, sep, value = item.partition("=")
-        if sep and key == "kernels.pin":
-            pin = yaml.safe_load(value)
-        elif sep and key == "kernels":
+        if not sep or key not in ("kernels", "kernels.pin"):
+            continue
+        try:
             loaded = yaml.safe_load(value)
-            pin = loaded.get("pin", "") if isinstance(loaded, dict) else ""
+        except yaml.YAMLError:
+            return ""  # the full load reports it
+        pin = loaded if key == "kernels.pin" else loaded.get("pin", "") if isinstance(loaded, dict) else ""
     return pin if isinstance(pin, str) else ""
 
 
