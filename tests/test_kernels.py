@@ -42,7 +42,7 @@ def test_the_pin_of_a_config_is_read_without_building_it(tmp_path):
     assert kernels.pin_of_config(str(path), ["kernels={pin: ''}"]) == ""
     assert kernels.pin_of_config(None, ["kernels.pin=avx2"]) == "avx2"
     assert kernels.pin_of_config(str(tmp_path / "missing.yaml")) == ""  # the full load reports it
-    assert kernels.pin_of_config(str(path), ["kernels.pin=[unclosed"]) == ""  # so does it a bad override
+    assert kernels.pin_of_config(str(path), ["kernels.pin=[unclosed"]) == ""  # and a bad override
     assert kernels.pin_of_config(str(path), ["seed=2", "kernels.pin=avx9"]) == "avx9"  # refused by ensure_pinned
 
 
