@@ -123,15 +123,18 @@ def _steps_of(folder: Path) -> int | None:
 
 def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path, cfg: WarmStartConfig, *,
                        limits: Limits | None = None, roles: Sequence[str] = STAGE_ROLES,
-                       progress: bool = True, tools: Mapping[str, Sequence[str]] | None = None) -> dict[str, Path]:
+                       progress: bool = True, tools: Mapping[str, Sequence[str]] | None = None,
+                       refresh: bool = False) -> dict[str, Path]:
     """Fine-tune ``start_dir/<role>`` (stage 1's models) into ``out_dir/<role>`` on the teacher's
     demonstrations; a role whose ``warm_start.json`` key matches is reused. Returns the role folders.
     ``tools`` (the run's ``TrainConfig.tools``) chooses the tools the demonstrations show (and joins
-    the key), so the start models are shown the prompts the run shows them."""
+    the key), so the start models are shown the prompts the run shows them. ``refresh``: a teacher
+    that makes no mistake is the point (the oracle's own demonstrations, to bring an oracle clone up to a
+    changed world: ``mgrpo warm-start --refresh``), not refused."""
     from transformers import AutoModelForCausalLM
 
     start, out = Path(start_dir), Path(out_dir)
-    teacher = _teacher_of(cfg)
+    teacher = cfg.teacher if refresh else _teacher_of(cfg)
     keys = {role: _stage_key(scenario, cfg, role, start / role, limits, tools) for role in roles}
     done = {role: out / role for role in roles}
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import mgrpo_scenarios
+from mgrpo_env.attribution import attribution_counts_by_question, attribution_rates, supports_attribution
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.mistakes import ENDING_RATE_KEYS, MISTAKE_RATE_KEYS, mistake_rates
@@ -148,6 +149,9 @@ class Trainer:
         self.config = config
         self._heldout = heldout
         self.scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
+        if config.delegation_credit and not supports_attribution(self.scenario):
+            raise ValueError(f"delegation_credit needs a scenario that judges delegations against gold hops "
+                             f"(mgrpo_scenarios.AttributesDelegations); {config.scenario!r} does not")
         self.out = Path(config.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self._log_extra = log
@@ -259,6 +263,10 @@ class Trainer:
         rates = mistake_rates(records, cfg.limits.max_delegations)
         metrics.update({f"mistakes/{k}": v for k, v in rates.items()
                         if k in (*MISTAKE_RATE_KEYS, "delegations", *ENDING_RATE_KEYS) and v is not None})
+        # which role lost each training answer (mgrpo_env.attribution; a scenario with the hook, hierarchy modes)
+        attributed = attribution_rates(attribution_counts_by_question(records, self.scenario))
+        metrics.update({f"attribution/{k}": v for k, v in attributed.items()
+                        if v is not None and k.count("/") == 1 and attributed.get("episodes")})
         metrics.update({
             "iteration": t,
             "split": split,
