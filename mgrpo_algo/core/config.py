@@ -65,7 +65,8 @@ class StageConfig:
     """One curriculum stage (paper: stage 1 simple questions to learn the format, stage 2 multi-hop)."""
 
     split: str = "stage2/train"
-    """The split whose training questions this stage draws (a name of ``scenario.splits()``)."""
+    """The split whose training questions this stage draws (a name of ``scenario.splits()``); several
+    joined with ``+`` (``stage1/train+stage2/train``) mix them: each batch draws from their union."""
     iterations: int = 2
     """Iterations of B questions x K rollouts in this stage (0: the stage is skipped)."""
 

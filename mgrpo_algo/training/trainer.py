@@ -36,6 +36,7 @@ from mgrpo_env.mistakes import ENDING_RATE_KEYS, MISTAKE_RATE_KEYS, mistake_rate
 from mgrpo_env.roles import ROLES
 from mgrpo_env.rollout import CollectStats, collect
 from mgrpo_env.tool_health import backend_failures
+from mgrpo_scenarios import split_tasks
 
 from ..core.config import MODES, TrainConfig, config_to_dict
 from ..core.faults import FaultPoints
@@ -207,7 +208,8 @@ class Trainer:
         done = 0
         with self.scenario.open() as world:
             for stage_index, stage in enumerate(self.config.stages):
-                tasks = list(self.scenario.tasks(stage.split))
+                # "a+b" mixes splits: each batch draws from their union (one split: its tasks, as before)
+                tasks = split_tasks(self.scenario, stage.split)
                 for _ in range(stage.iterations):
                     if done >= self.iteration:  # a resumed run skips the iterations already applied
                         history.append(self.train_iteration(world, tasks, stage.split))
