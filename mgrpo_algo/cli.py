@@ -10,7 +10,7 @@ Commands available now:
     mgrpo train --config configs/tiny.yaml [--set mode=frozen-sub --set main.learner.lr=1e-4] [--resume]
     mgrpo train --config configs/tiny.yaml --placement processes --store redis://127.0.0.1:6379 [--staleness 1]
     mgrpo compare --config configs/tiny.yaml --seeds 3 --out runs/compare [--modes mgrpo,frozen-sub,single-agent]
-    mgrpo warm-start --config configs/demo.yaml --from configs/oracle-warm-start --out DIR [--shared]
+    mgrpo warm-start --config configs/demo.yaml --from configs/oracle-warm-start --out DIR [--shared | --refresh]
     mgrpo config [main.learner eval] [--config configs/qwen2.5-0.5b.yaml]   # every field, default, doc
 
 Scenario options are passed as ``--set key=value`` (values parsed as YAML scalars), for example
@@ -246,7 +246,24 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
     teacher = config.warm_start.teacher
     if args.shared:
         return _shared_warm_start(args, config, scenario)
-    if args.from_dir:
+    if args.refresh:
+        # The oracle's own demonstrations (the teacher with every rate 0), from a prebuilt oracle clone: a
+        # clone brought up to a changed world in minutes, where stage 1 from scratch takes over an hour.
+        if not args.from_dir or args.oracle_out:
+            print("mgrpo: --refresh fine-tunes a prebuilt oracle clone: give --from DIR (and no --oracle-out)",
+                  file=sys.stderr)
+            return 2
+        for mistake in teacher.mistakes.values():
+            mistake.rate, mistake.roles, mistake.question_kinds = 0.0, {}, {}
+        from .learning.teacher_stage import teacher_warm_start
+        from .policies.prebuilt import verify_folder
+
+        for role in ROLES:
+            verify_folder(Path(args.from_dir) / role)
+        paths = {role: str(p) for role, p in teacher_warm_start(
+            scenario, args.from_dir, Path(config.models_dir) / "refresh", config.warm_start, limits=config.limits,
+            tools=config.tools, refresh=True).items()}
+    elif args.from_dir:
         # Stage 2 only, from a prebuilt stage-1 folder (the committed oracle clone): minutes, not an hour.
         if not teacher.enabled:
             print("mgrpo: --from trains the teacher stage, but warm_start.teacher has no rate above 0", file=sys.stderr)
@@ -413,6 +430,9 @@ def _parser(prog: str = "mgrpo") -> argparse.ArgumentParser:
     ws.add_argument("--from", dest="from_dir", default="",
                     help="train only the teacher stage, from this prebuilt oracle-stage folder (<role>/ + SHA256SUMS)")
     ws.add_argument("--oracle-out", default="", help="also export the oracle stage (stage 1) to this folder")
+    ws.add_argument("--refresh", action="store_true",
+                    help="with --from: fine-tune the prebuilt oracle clone on the oracle's own demonstrations (the "
+                    "teacher stage's epochs, no mistakes): the clone brought up to a changed world")
     ws.add_argument("--shared", action="store_true",
                     help="with --from: one model for the main agent and the sub-agents, fine-tuned from --from's main "
                     "on both roles' teacher demonstrations (the shared-model baseline's start), exported as OUT/main")

@@ -4,7 +4,17 @@
 The built-in ``wiki-hops`` is an offline fictional encyclopedia served on loopback.
 """
 
-from .base import Hop, Scenario, Task, Verdict, World, split_parts, split_tasks
+from .base import (
+    AttributesDelegations,
+    DelegationMatch,
+    Hop,
+    Scenario,
+    Task,
+    Verdict,
+    World,
+    split_parts,
+    split_tasks,
+)
 from .registry import ENTRY_POINT_GROUP, SCENARIOS, get, names, register
 
-__all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "split_parts", "split_tasks", "get", "names", "register", "SCENARIOS", "ENTRY_POINT_GROUP"]
+__all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "DelegationMatch", "AttributesDelegations", "split_parts", "split_tasks", "get", "names", "register", "SCENARIOS", "ENTRY_POINT_GROUP"]

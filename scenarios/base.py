@@ -13,7 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from mgrpo_tools.base import Tool
 
-__all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "require_browser", "split_tasks", "split_parts"]
+__all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "DelegationMatch", "AttributesDelegations",
+           "DELEGATION_MISSES", "require_browser", "split_tasks", "split_parts"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,43 @@ class Scenario(Protocol):
     # Optional: ``role_tools``, a mapping of role ("main", "sub", "single") to the tool names that role
     # holds (names of mgrpo_env.protocol.ALL_TOOLS); the envs build each role's prompt and argument
     # checks from it. Absent: delegate + reason for the main agent, search + visit + click otherwise.
+
+
+#: Why a delegation asks none of the task's hops (:attr:`DelegationMatch.miss`).
+DELEGATION_MISSES = ("other_relation", "other_entity")
+
+
+@dataclass(frozen=True)
+class DelegationMatch:
+    """Which of a task's gold hops a delegated subtask asks.
+
+    Attributes:
+        hop: the index in ``task.hops`` of the hop whose question the subtask is (as the scenario
+            compares texts); None when it is none of them.
+        miss: when ``hop`` is None, why: ``"other_relation"`` (it names an entity of the task's hops but
+            asks another relation of it) or ``"other_entity"`` (any other question).
+    """
+
+    hop: int | None
+    miss: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.hop is None) != (self.miss in DELEGATION_MISSES):
+            raise ValueError(f"a DelegationMatch has a hop or a miss in {DELEGATION_MISSES}, got hop={self.hop!r} "
+                             f"miss={self.miss!r}")
+
+
+@runtime_checkable
+class AttributesDelegations(Protocol):
+    """Optional scenario capability: with a gold decomposition into hops, say which hop a delegation asks
+    and whether a report answers a hop. :mod:`mgrpo_env.attribution` then tells, per held-out episode,
+    which role lost the answer (the main agent never asked a needed hop or failed to combine right
+    reports; a sub-agent reported a hop wrong or without a result). A scenario without it has no such
+    figures (and no error): ``isinstance(scenario, AttributesDelegations)`` decides."""
+
+    def match_delegation(self, task: Task, subtask: str) -> DelegationMatch: ...
+
+    def hop_answered(self, task: Task, hop: int, report: str) -> bool: ...
 
 
 def split_parts(split: str) -> list[str]:

@@ -75,6 +75,13 @@ def test_preflight_names_the_folder_the_store_and_the_split(tmp_path):
     config = load_config(None, [f"out_dir={tmp_path}/o", f"models_dir={tmp_path}/m", "stages=[{split: stage9/train}]"])
     with pytest.raises(PreflightError, match=r"'stages\[0\].split'.*stage9/train"):
         preflight(config)
+    # a stage may mix splits ('+'): each part must exist
+    config = load_config(None, [f"out_dir={tmp_path}/o", f"models_dir={tmp_path}/m",
+                                "stages=[{split: stage1/train+stage9/train}]"])
+    with pytest.raises(PreflightError, match=r"'stages\[0\].split'.*has no split 'stage9/train'"):
+        preflight(config)
+    preflight(load_config(None, [f"out_dir={tmp_path}/o", f"models_dir={tmp_path}/m",
+                                 "stages=[{split: stage1/train+stage2/train}]"]))
     config = load_config(None, [f"out_dir={tmp_path}/o", f"models_dir={tmp_path}/m", "scenario=gaia",
                                 f"scenario_kwargs={{data: {tmp_path}/missing}}"])
     with pytest.raises(PreflightError, match="missing"):

@@ -113,14 +113,16 @@ def test_the_frozen_sub_check_fails_only_when_its_sub_agents_mistake_surely_fall
     assert len(mistake_checks({})) == 3 and all(c["passed"] is None for c in mistake_checks({"mistakes": None}))
 
 
-def test_the_reference_check_reads_the_point_estimate():
+def test_the_reference_check_reads_the_interval():
     reference = {"name": "oracle-warm-start", "path": "configs/oracle-warm-start", "mean_k": 0.4567, "pass_k": 0.6}
-    words = "at or above the reference start's"
+    words = "is above the reference start's"
     name = "after: mgrpo - reference"
-    passed = _check(_summary({name: _iv(0.0, -0.1, 0.1)}, reference=reference), words)
-    assert passed["passed"] is True and passed["figures"] == "+0.0 [-10.0, +10.0] points"
-    assert passed["check"] == ("after RL, M-GRPO's mean@1 is at or above the reference start's (oracle-warm-start: 45.7) "
-                               "(point estimate >= 0)")
+    passed = _check(_summary({name: _iv(0.05, 0.001, 0.1)}, reference=reference), words)
+    assert passed["passed"] is True and passed["figures"] == "+5.0 [+0.1, +10.0] points"
+    assert passed["check"] == ("after RL, M-GRPO's mean@1 is above the reference start's (oracle-warm-start: 45.7) "
+                               "(interval above 0)")
+    # a point estimate above 0 is not enough (it was, before the planner issue): the interval must clear 0
+    assert _check(_summary({name: _iv(0.05, 0.0, 0.1)}, reference=reference), words)["passed"] is False
     assert _check(_summary({name: _iv(-0.001, -0.1, 0.1)}, reference=reference), words)["passed"] is False
     # no reference evaluated, or no difference computed: no row at all
     assert not [c for c in verdict(_summary({name: _iv(0.1, 0.0, 0.2)}))["checks"] if words in c["check"]]
@@ -180,8 +182,8 @@ def test_report_md_shows_each_check_with_its_outcome():
     assert rows["under M-GRPO, held-out 'main answers early (per decision with hops left)' falls (interval below 0)"] == "pass"
     assert rows["under M-GRPO, held-out 'reports without a visit (sub-agents / single-agent hops)' falls (interval below 0)"] == "FAIL"
     assert rows["under frozen-sub, the sub-agents' 'reports without a visit' does not fall (interval not below 0)"] == "n/a"
-    assert rows[f"after RL, M-GRPO's {k4} is at or above the reference start's (oracle-warm-start: 45.0) "
-                "(point estimate >= 0)"] == "FAIL"
+    assert rows[f"after RL, M-GRPO's {k4} is above the reference start's (oracle-warm-start: 45.0) "
+                "(interval above 0)"] == "FAIL"
     assert ("| under M-GRPO, held-out 'main answers early (per decision with hops left)' falls (interval below 0) | pass "
             "| -30.0 [-40.0, -20.0] points |") in lines
 
@@ -347,7 +349,7 @@ def test_report_md_rows_a_partial_run_leaves():
 def test_the_checks_table_ends_with_a_blank_line():
     lines = markdown(_full_summary()).splitlines()
     at = lines.index("## Paired differences")
-    assert lines[at - 1] == "" and lines[at - 2].startswith("| after RL, M-GRPO's mean@4 is at or above")
+    assert lines[at - 1] == "" and lines[at - 2].startswith("| after RL, M-GRPO's mean@4 is above")
 
 
 def test_report_md_ends_with_the_machine_and_kernels_of_each_process():

@@ -139,3 +139,27 @@ def test_sft_train_runs_the_schedule_and_fractional_epochs(tmp_path):
     assert stats["steps"] == 3  # 2 batches (5 + 3 sequences) per epoch, 1.5 epochs
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert sft_train(model, sequences, cfg, pad_id=0, progress=False, epochs=0)["steps"] == 0
+
+
+def test_a_count_hop_is_one_evidence_line_with_the_lists_size(tiny, tiny_world):
+    # world version 3: the infobox's "Number of ... | N" row. Before it, the tiny visit of a count goal showed
+    # the first 200 characters of the page, and the oracle's sub-agent reported 0 for every count.
+    from mgrpo_scenarios.wiki_hops.world import REVERSE_BY_KEY
+
+    hops = [h for t in tiny.tasks("stage2/test") if t.kind == "aggregation" for h in t.hops if h.relation in REVERSE_BY_KEY]
+    assert len(hops) >= 10
+    for hop in hops[:10]:
+        seen = tiny_world.tools["visit"]({"url": tiny.page_url(hop.entity), "goal": f"{hop.relation} of {hop.entity}"})
+        assert seen.ok and seen.text.strip() == f"{REVERSE_BY_KEY[hop.relation].count_label} | {hop.answer}"
+        assert int(hop.answer) >= 1
+
+
+def test_tiny_oracle_answers_the_counting_questions(tiny, tiny_world):
+    from mgrpo_env.rollout import collect
+    from mgrpo_env.scripted import OraclePolicy
+
+    tasks = [t for t in tiny.tasks("stage2/test") if t.kind == "aggregation" and len(t.hops) <= 3][:12]
+    assert len(tasks) == 12
+    records = collect(tiny, tasks, 1, {"main": OraclePolicy(tiny, "main"), "sub": OraclePolicy(tiny, "sub")}, world=tiny_world)
+    assert [r.final_answer for r in records] == [t.answer for t in tasks]
+    assert all(r.correct for r in records)

@@ -215,3 +215,52 @@ def test_a_role_batch_brings_slots_or_facts_with_their_scoring():
                 {"slots": [slot], "scoring": scoring}):
         with pytest.raises(ValueError, match=message):
             RoleBatch(**bad)
+
+
+def _delegating_record(subtasks: list[tuple[str, str | None]], answer: str, reward: float, correct: bool) -> EpisodeRecord:
+    from mgrpo_env.episode import ToolCall
+
+    from tests.test_attribution import CHAIN
+
+    turns, subs = [], []
+    for n, (subtask, report) in enumerate(subtasks):
+        call = ToolCall("delegate", {"task": subtask}, ok=True, meta={"agent": f"sub_{n}"})
+        turns.append(Turn(action=f"d{n}", kind="tool_call", tool_call=call))
+        subs.append(AgentTrajectory(agent=f"sub_{n}", role="sub", final=report, task=subtask))
+    turns.append(Turn(action="a", kind="answer"))
+    main = AgentTrajectory(agent="main_0", role="main", turns=turns, final=answer, format_ok=True)
+    return EpisodeRecord("e", CHAIN.to_dict(), main=main, subs=subs, correct=correct, rewards={"main_0": reward})
+
+
+def test_delegations_are_judged_as_the_main_agent_could_know_them():
+    from mgrpo_env.attribution import delegation_judgements
+
+    record = _delegating_record([
+        ("Who founded Velmora Press?", "Ulla Varn"),            # hop 0: needed (reported wrong, unknowable)
+        ("Who founded Velmora Press?", "Ulla Varn"),            # hop 0 again after a result: not needed
+        ("Where was Ulla Varn born?", None),                    # hop 1 about the reported name: needed
+        ("Where was Ulla Varn born?", "Ashgrove"),              # no result came back before: still needed
+        ("What is the population of Ashgrove?", "12"),          # another relation: not needed
+        ("How many people were born in Ashgrove?", "5"),        # hop 2 about a reported name: needed
+    ], "5", 1.0, True)
+    assert delegation_judgements(record) == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, None]
+    # a chained hop about a name nobody reported is not a hop the main agent could ask
+    guess = _delegating_record([("Where was Orvel Dunmarch born?", "Ashgrove")], "x", 0.0, False)
+    assert delegation_judgements(guess) == [0.0, None]
+
+
+def test_the_delegation_credit_moves_only_the_delegating_turns():
+    credit = TurnCredit(delegation=0.5)
+    assert credited_turns(1.0, None, 0.0, 3, (), 0.0, credit, [1.0, 0.0, None]) == (1.5, 0.5, 1.0)
+    with pytest.raises(ValueError, match="2 delegation judgements for 3 turns"):
+        credited_turns(1.0, None, 0.0, 3, (), 0.0, credit, [1.0, None])
+    # two rollouts of one question: the same outcome, one delegation needed and one not
+    good = _delegating_record([("Who founded Velmora Press?", "Orvel Dunmarch")], "x", 0.0, False)
+    bad = _delegating_record([("In what year was Velmora Press founded?", "1801")], "x", 0.0, False)
+    slots, metrics = score_main_side([good, bad], 2, credit=credit)
+    assert [s.advantage for s in slots] == [0.0, 0.0]  # no outcome spread
+    assert [s.turn_advantages for s in slots] == [(0.5, 0.0), (-0.5, 0.0)]
+    assert metrics["main/delegations_needed"] == 0.5
+    assert score_main_side([good, bad], 2, credit=TurnCredit())[0][0].turn_advantages is None  # off: the paper
+    with pytest.raises(ValueError, match="delegation"):
+        TurnCredit(delegation=-1.0)

@@ -4,6 +4,7 @@ so every existing key stays as it was), and ``mgrpo warm-start`` / the trainer p
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,18 @@ def test_compare_and_train_print_the_warning(tmp_path, monkeypatch, capsys):
         cli_main(["train", "--config", str(ROOT / "configs" / "demo.yaml"), *unpinned, "--set", "tools={main: [delegate]}",
                   "--set", f"out_dir={tmp_path / 't'}"])
     assert capsys.readouterr().err.count("mgrpo: warning: config field 'main.model'") == 1
+
+
+def test_a_start_cloned_on_another_world_version_is_warned_of(small_scenario, tmp_path):
+    from mgrpo_algo.training.preflight import start_tool_warnings
+
+    version = str(small_scenario.metadata["version"])
+    for seen, expected in ((version, 0), ("2" if version != "2" else "1", 1)):
+        built = tmp_path / f"v{seen}"
+        built.mkdir()
+        (built / "warm_start.json").write_text(json.dumps({"key": {"role": "main", "scenario": {"version": seen}}}))
+        lines = start_tool_warnings(load_config(None, [f"main.model={built}"]), small_scenario)
+        assert len(lines) == expected
+    assert lines[0] == (f"config field 'main.model': {built} was warm-started on version {seen} of wiki-hops, this run's "
+                        f"is version {version} (its pages or tasks changed); mgrpo warm-start with this config builds a "
+                        "start that saw them")

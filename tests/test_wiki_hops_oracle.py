@@ -101,3 +101,12 @@ def test_oracle_solves_stage2_test_at_default_size(tmp_path: Path) -> None:
     print(f"oracle stage2/test n=2000: accuracy {accuracy:.3f}, {per_task:.3f} s/task; build "
           f"{scenario.manifest()['build_seconds']}")
     assert accuracy >= 0.95, failures[:5]
+
+
+def test_a_count_is_read_from_its_row_else_its_list_and_never_from_an_absence() -> None:
+    from mgrpo_scenarios.wiki_hops.oracle import read_relation
+
+    assert read_relation("works", "Type | Person\nNumber of works | 4\n## Works\n- A\n") == "4"  # the row wins
+    assert read_relation("works", "# X\n## Works\n- A [1]\n- B [2]\n\n## See also\n- C") == "2"  # the list, counted
+    with pytest.raises(LookupError, match="Number of works"):
+        read_relation("works", "Goal: works of X\n\n# X\nType | Person\nBorn in | Velmora")  # the first page only

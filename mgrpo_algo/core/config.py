@@ -66,7 +66,8 @@ class StageConfig:
     """One curriculum stage (paper: stage 1 simple questions to learn the format, stage 2 multi-hop)."""
 
     split: str = "stage2/train"
-    """The split whose training questions this stage draws (a name of ``scenario.splits()``)."""
+    """The split whose training questions this stage draws (a name of ``scenario.splits()``); several
+    joined with ``+`` (``stage1/train+stage2/train``) mix them: each batch draws from their union."""
     iterations: int = 2
     """Iterations of B questions x K rollouts in this stage (0: the stage is skipped)."""
 
@@ -259,6 +260,14 @@ class TrainConfig:
     lam x their negative log-likelihood added to the loss (arXiv 2512.04220: GRPO in multi-turn search
     collapses as the likelihood of correct trajectories falls). No supervised data: the policy's own
     successes. 0: the paper."""
+    delegation_credit: float = 0.0
+    """w_d of a judged delegation credit for the main agent, the analogue of the sub-agents' expert score:
+    each of its delegating turns carries its advantage plus w_d when it asks a hop the task still needs
+    (the hop's question about the name the question gives or a sub-agent reported) and minus w_d when it
+    does not, on that turn's own tokens, outside the group standardisation
+    (``mgrpo_algo.core.scoring.TurnCredit``, ``mgrpo_env.attribution.delegation_judgements``). Needs a
+    scenario whose tasks carry gold hops and that declares ``mgrpo_scenarios.AttributesDelegations``
+    (refused at load otherwise). 0: the paper."""
     sub_outcome_groups: str = "query"
     """How the sub-agents' outcome term A_S is grouped: "query" (the paper: pooled over the query's d x K
     aligned slots) or "subtask" (per delegated subtask within the query, so a sub-agent is compared with
@@ -352,7 +361,7 @@ class TrainConfig:
         _check(0 < self.align_quantile <= 1, "align_quantile", "must be in (0, 1]")
         _check(len(self.main_weights) == 2, "main_weights", "needs 2 values (a1, a2)")
         _check(self.step_advantage_weight >= 0, "step_advantage_weight", "must be >= 0")
-        for name in ("turn_format_penalty", "success_likelihood"):
+        for name in ("turn_format_penalty", "success_likelihood", "delegation_credit"):
             value = getattr(self, name)
             _check(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0,
                    name, f"must be a finite number >= 0, got {value!r}")

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mgrpo_env import align
+from mgrpo_env.attribution import delegation_judgements
 from mgrpo_env.episode import EpisodeRecord
 
 from .advantages import get_estimator, group_stats, step_advantages
@@ -119,26 +120,34 @@ class TurnCredit:
     of lam x the trajectory's negative log-likelihood in the loss: a likelihood regulariser on the
     trajectories that succeeded (arXiv 2512.04220 traces GRPO's collapse in multi-turn search to
     their falling likelihood). It holds even in a group whose rollouts all succeeded, where GRPO's
-    own advantage is 0. Both 0: the paper.
+    own advantage is 0. All 0: the paper.
+
+    ``delegation`` w_d (the judged delegation credit, off in the paper): each delegating turn of the main
+    agent carries ``advantage + w_d`` when it asks a hop the task still needs and ``advantage - w_d`` when
+    it does not (:func:`mgrpo_env.attribution.delegation_judgements`, from the task's gold hops): the
+    main agent's analogue of the sub-agents' expert score, on the delegating turn's own tokens.
     """
 
     format_penalty: float = 0.0
     success_likelihood: float = 0.0
+    delegation: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("format_penalty", "success_likelihood"):
+        for name in ("format_penalty", "success_likelihood", "delegation"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0 and np.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
     @property
     def active(self) -> bool:
-        return bool(self.format_penalty or self.success_likelihood)
+        return bool(self.format_penalty or self.success_likelihood or self.delegation)
 
 
 def turn_credit(config: Any) -> TurnCredit:
-    """The :class:`TurnCredit` a run config asks for (``turn_format_penalty``, ``success_likelihood``)."""
-    return TurnCredit(float(config.turn_format_penalty), float(config.success_likelihood))
+    """The :class:`TurnCredit` a run config asks for (``turn_format_penalty``, ``success_likelihood``,
+    ``delegation_credit``)."""
+    return TurnCredit(float(config.turn_format_penalty), float(config.success_likelihood),
+                      float(config.delegation_credit))
 
 
 def penalised_turns(trajectory: Any) -> tuple[int, ...]:
@@ -152,18 +161,24 @@ def penalised_turns(trajectory: Any) -> tuple[int, ...]:
 
 
 def credited_turns(base: float, steps: Sequence[float] | None, step_weight: float, num_turns: int,
-                   penalised: Sequence[int], success: float, credit: TurnCredit) -> tuple[float, ...] | None:
+                   penalised: Sequence[int], success: float, credit: TurnCredit,
+                   judged: Sequence[float | None] | None = None) -> tuple[float, ...] | None:
     """One trajectory's per-turn advantages: ``base + w x step`` (:func:`_plus_steps`), then ``credit``'s
-    terms; None when there is neither step credit nor an active ``credit`` (one advantage per trajectory)."""
+    terms (``judged``: per turn, a delegation's judgement in [0, 1] or None, for ``credit.delegation``);
+    None when there is neither step credit nor an active ``credit`` (one advantage per trajectory)."""
     turns = _plus_steps(base, steps, step_weight)
     if not credit.active or num_turns <= 0:
         return turns
     values = list(turns) if turns is not None else [base] * num_turns
     if len(values) != num_turns:
         raise ValueError(f"{len(values)} turn advantages for {num_turns} turns")
+    if judged is not None and len(judged) != num_turns:
+        raise ValueError(f"{len(judged)} delegation judgements for {num_turns} turns")
     bad = set(penalised)
+    delegated = [None if judged is None or judged[t] is None else credit.delegation * (2.0 * float(judged[t]) - 1.0)
+                 for t in range(num_turns)]
     return tuple(v + credit.success_likelihood * success - (credit.format_penalty if t in bad else 0.0)
-                 for t, v in enumerate(values))
+                 + (delegated[t] or 0.0) for t, v in enumerate(values))
 
 
 @dataclass(frozen=True)
@@ -343,8 +358,12 @@ def score_main_side(records: Sequence[EpisodeRecord], k: int, *, role: str = "ma
                     estimator: str = "grpo", credit: TurnCredit | None = None) -> tuple[list[MainSlot], dict[str, float]]:
     """The main (or single-agent, ``role="single"``) side: A_M per query over its K rollouts, read
     from the R_M the env paid; with ``step_weight`` w > 0 each turn also gets w x its step advantage
-    over the query's K main trajectories; ``credit`` (:class:`TurnCredit`) adds its per-turn terms."""
+    over the query's K main trajectories; ``credit`` (:class:`TurnCredit`) adds its per-turn terms
+    (the judged delegation credit on the main agent's delegating turns: not the single agent's, which
+    delegates nothing)."""
     credit = credit or TurnCredit()
+    judged = ([delegation_judgements(r) for r in records] if credit.delegation and role != "single"
+              else [None] * len(records))
     agent = f"{role}_0"
     keys, a_main, stats = score_main([r.rewards[agent] for r in records], k, estimator=estimator)
     queries = [range(q * k, (q + 1) * k) for q in range(len(records) // k)]
@@ -354,7 +373,7 @@ def score_main_side(records: Sequence[EpisodeRecord], k: int, *, role: str = "ma
         record = records[i]
         success = float(record.correct) if record.main.format_ok else 0.0
         return credited_turns(a, main_steps.get(i), step_weight, len(record.main.turns), penalised_turns(record.main),
-                              success, credit)
+                              success, credit, judged[i])
 
     main = [
         MainSlot(key, agent, float(records[key.index].rewards[agent]), a, float(records[key.index].correct),
@@ -369,6 +388,9 @@ def score_main_side(records: Sequence[EpisodeRecord], k: int, *, role: str = "ma
         # the turns a format penalty falls on (malformed, or the last of an episode that never answered)
         f"{role}/penalised_turns": float(np.mean([len(penalised_turns(r.main)) / max(1, len(r.main.turns)) for r in records])),
     }
+    delegations = [v for turns in judged if turns for v in turns if v is not None]
+    if delegations:  # the judged delegation credit's input: the share of delegations that asked a needed hop
+        metrics[f"{role}/delegations_needed"] = float(np.mean(delegations))
     return main, metrics
 
 

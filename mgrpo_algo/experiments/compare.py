@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.attribution import attribution_counts_by_question, attribution_rates
 from mgrpo_env.mistakes import counts_by_question, rates_of_counts
 from mgrpo_env.roles import ROLE_TABLE, ROLES
 from mgrpo_env.tool_health import backend_failures_in_files
@@ -44,6 +45,7 @@ from ..core.kernels import check_in_force, kernel_state
 from ..core.modes import mode_names
 from ..core.seeding import torch_threads
 from . import intervals as iv
+from .attribution_stats import attribution_summary, has_attribution
 from .mistake_stats import mistake_changes, pool_counts
 from .report import differences, format_table, history_means, markdown, verdict
 
@@ -184,6 +186,9 @@ def _full_evaluation(config: TrainConfig, scenario: Any, make_policies: Any, *, 
     figures: dict[str, Any] = {**eval_figures(report, records, scores), "scores": scores}
     # the decision mistakes (rates for the summary; per-question counts, kept in memory, for the intervals)
     figures["mistake_counts"] = counts_by_question(records, config.limits.max_delegations)
+    # which role lost each answer (mgrpo_env.attribution), where the scenario can say: the same per-question counts
+    for question, figures_of in attribution_counts_by_question(records, scenario).items():
+        figures["mistake_counts"].setdefault(question, {}).update(figures_of)
     figures["mistakes"] = rates_of_counts(figures["mistake_counts"])  # one pass over the records
     if config.eval.temperature == 0:  # the evaluation is greedy already
         figures["greedy_em"] = figures["em"]
@@ -325,6 +330,10 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
                             "after": rates_of_counts(pool_counts(c["after"])),
                             "change": mistake_changes(pool_counts(c["after"]), pool_counts(c["start"]), seed=config.seed)}
                      for mode, c in counts.items()},
+        # which role lost each held-out answer, start -> after (a scenario with the attribution hook only)
+        "attribution": {mode: summary_of for mode, c in counts.items()
+                        if (summary_of := attribution_summary(pool_counts(c["start"]), pool_counts(c["after"]),
+                                                              seed=config.seed)) is not None},
         "command": command,
         "reproduce": _reproduce(out, seeds, modes, program),
         # what decides the float rounding (CPU, kernels in force, versions, threads), per process of the run
@@ -500,7 +509,9 @@ def run_group(config: TrainConfig, modes: Sequence[str], paths: Mapping[str, str
             ref_config, scenario, lambda c: evaluation_policies(c, ref_paths, ref_paths, config.seed), seed=config.seed,
             progress=progress, name="reference")
         write_jsonl(out / "eval_reference.jsonl", ref_records)
-        figures.pop("mistake_counts")
+        reference_counts = figures.pop("mistake_counts")
+        if has_attribution(reference_counts):
+            figures["attribution"] = attribution_rates(reference_counts)
         result["reference"] = {"path": config.eval.reference, "name": Path(config.eval.reference).name, **figures}
     before_cache: dict[Any, tuple[dict[str, Any], list[Any], float]] = {}
     greedy_starts: dict[Any, float] = {}  # greedy EM of the start: the same for every seed

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["per_question", "mean_at_k", "pass_at_k", "question_means", "paired_difference", "pool_runs"]
+__all__ = ["per_question", "mean_at_k", "pass_at_k", "question_means", "paired_difference", "paired_ratio_difference",
+           "paired_mean_ratio_difference", "pool_runs"]
 
 
 def per_question(records: Iterable[Any]) -> dict[str, list[bool]]:
@@ -94,6 +95,31 @@ def paired_difference(
                         random_state=np.random.default_rng(seed), vectorized=True)
         low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return {"diff": mean, "low": low, "high": high, "questions": float(len(keys)), "confidence": confidence}
+
+
+def paired_mean_ratio_difference(
+    a: Mapping[str, Sequence[float]], b: Mapping[str, Sequence[float]], *, confidence: float = 0.95,
+    resamples: int = 10_000, seed: int = 0,
+) -> dict[str, float] | None:
+    """The change of a rate taken per question, then averaged: ``mean_q(num_a / den_a) - mean_q(num_b / den_b)``
+    over the questions with ``den > 0`` on both sides, with a paired percentile bootstrap over them
+    (e.g. the share of a question's delegations that ask a needed hop: a question with many
+    delegations counts once, as one with few). None when no question has a count on both sides.
+
+    >>> r = paired_mean_ratio_difference({"q1": (1, 2), "q2": (3, 3), "q3": (1, 1)}, {"q1": (0, 1), "q2": (1, 2)})
+    >>> round(r["diff"], 3), r["questions"]
+    (0.5, 2.0)
+    """
+    keys = sorted(q for q in set(a) & set(b) if a[q][1] and b[q][1])
+    if not keys:
+        return None
+    diffs = np.array([a[q][0] / a[q][1] - b[q][0] / b[q][1] for q in keys], dtype=np.float64)
+    mean = float(diffs.mean())
+    rng = np.random.default_rng(seed)
+    stats = diffs[rng.integers(0, len(keys), size=(resamples, len(keys)))].mean(axis=1)
+    alpha = (1.0 - confidence) / 2
+    return {"diff": mean, "low": float(np.quantile(stats, alpha)), "high": float(np.quantile(stats, 1 - alpha)),
+            "questions": float(len(keys)), "confidence": confidence}
 
 
 def paired_ratio_difference(

@@ -17,6 +17,7 @@ from typing import Any
 from mgrpo_env.tool_health import backend_failure_line
 
 from ..core.modes import MODES
+from .report_attribution import attribution_checks, attribution_section
 
 __all__ = ["DIFFERENCES", "differences", "format_table", "verdict", "markdown", "history_means", "interval_text",
            "mistake_checks", "MISTAKE_NAMES", "ending_checks", "ENDING_NAMES"]
@@ -110,7 +111,7 @@ def verdict(summary: Mapping[str, Any], rise_points: float = 10.0) -> dict[str, 
     below = _interval_check(intervals, "after: frozen-sub - single-agent",
                             f"after training, frozen-sub > single-agent in mean@{k} (interval above 0)")
     checks = [rise, above, below, _delegation_check(results), *mistake_checks(summary), *ending_checks(summary),
-              *_reference_checks(summary)]
+              *_reference_checks(summary), *attribution_checks(summary)]
     order_held = None if None in (above["passed"], below["passed"]) else bool(above["passed"] and below["passed"])
     sentences = []
     if rise["passed"] is not None:
@@ -205,9 +206,9 @@ def _reference_checks(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     if not reference or not diff:
         return []
     k = int(summary.get("eval", {}).get("samples", 1))
-    return [{"check": f"after RL, M-GRPO's mean@{k} is at or above the reference start's ({reference['name']}: "
-                      f"{reference['mean_k'] * 100:.1f}) (point estimate >= 0)",
-             "passed": bool(diff["diff"] >= 0), "figures": f"{interval_text(diff)} points"}]
+    return [{"check": f"after RL, M-GRPO's mean@{k} is above the reference start's ({reference['name']}: "
+                      f"{reference['mean_k'] * 100:.1f}) (interval above 0)",
+             "passed": bool(diff["low"] > 0), "figures": f"{interval_text(diff)} points"}]
 
 
 def _mistakes_section(summary: Mapping[str, Any]) -> list[str]:
@@ -339,6 +340,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
         *_mistakes_section(summary),
         *_endings_section(summary),
         *_reference_section(summary),
+        *attribution_section(summary),
         *_sub_agents_paragraph(summary),
         "",
         backend_failure_line(failures) + ".",

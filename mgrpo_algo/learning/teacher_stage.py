@@ -111,6 +111,13 @@ def _stage_key(scenario: Any, cfg: WarmStartConfig, role: str, start: Path, limi
     return json.loads(json.dumps(key, default=str))
 
 
+def _stage_steps_of(folder: Path) -> int:
+    """Optimiser steps of the last teacher stage recorded in a role folder (0 when none)."""
+    file = folder / "warm_start.json"
+    budget = json.loads(file.read_text()).get("budget") if file.is_file() else None
+    return int(budget["teacher_stage_steps"]) if budget else 0
+
+
 def _steps_of(folder: Path) -> int | None:
     """Optimiser steps recorded in a role folder's warm_start.json (both stages when it has both)."""
     file = folder / "warm_start.json"
@@ -123,15 +130,18 @@ def _steps_of(folder: Path) -> int | None:
 
 def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path, cfg: WarmStartConfig, *,
                        limits: Limits | None = None, roles: Sequence[str] = STAGE_ROLES,
-                       progress: bool = True, tools: Mapping[str, Sequence[str]] | None = None) -> dict[str, Path]:
+                       progress: bool = True, tools: Mapping[str, Sequence[str]] | None = None,
+                       refresh: bool = False) -> dict[str, Path]:
     """Fine-tune ``start_dir/<role>`` (stage 1's models) into ``out_dir/<role>`` on the teacher's
     demonstrations; a role whose ``warm_start.json`` key matches is reused. Returns the role folders.
     ``tools`` (the run's ``TrainConfig.tools``) chooses the tools the demonstrations show (and joins
-    the key), so the start models are shown the prompts the run shows them."""
+    the key), so the start models are shown the prompts the run shows them. ``refresh``: a teacher
+    that makes no mistake is the point (the oracle's own demonstrations, to bring an oracle clone up to a
+    changed world: ``mgrpo warm-start --refresh``), not refused."""
     from transformers import AutoModelForCausalLM
 
     start, out = Path(start_dir), Path(out_dir)
-    teacher = _teacher_of(cfg)
+    teacher = cfg.teacher if refresh else _teacher_of(cfg)
     keys = {role: _stage_key(scenario, cfg, role, start / role, limits, tools) for role in roles}
     done = {role: out / role for role in roles}
 
@@ -160,8 +170,12 @@ def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path
             before = _steps_of(source) or 0
             epochs = float(teacher.role_epochs.get(role, 0.0))
             target_steps = None
-            if role == "single" and teacher.single_matches_hierarchy:
+            if role == "single" and teacher.single_matches_hierarchy and refresh:
+                # a refresh changes no budget: the single agent gets the steps main and sub got in it
+                target_steps = sum(_stage_steps_of(done[r]) for r in ("main", "sub"))
+            elif role == "single" and teacher.single_matches_hierarchy:
                 target_steps = sum((_steps_of(done[r]) or 0) for r in ("main", "sub")) - before
+            if target_steps is not None:
                 per_epoch = len(token_budget_batches(sequences, cfg.batch_tokens, random.Random(0)))
                 # sft_train runs ceil(epochs * per_epoch) steps: half a step under the target lands on it
                 epochs = max(0.0, (target_steps - 0.5) / max(1, per_epoch))

@@ -121,11 +121,10 @@ def check_scenario(config: TrainConfig, *, include_eval: bool = True) -> Any:
     if include_eval:
         wanted["eval.split"] = config.eval.split
     for field_name, expression in wanted.items():
-        parts = mgrpo_scenarios.split_parts(expression) if field_name == "eval.split" else [expression]
-        for split in parts:  # an evaluation may join splits with '+'
+        for split in mgrpo_scenarios.split_parts(expression):  # a stage or an evaluation may join splits with '+'
             if not _has_split(splits, split):
                 raise PreflightError(f"config field '{field_name}': scenario {config.scenario!r} has no split {split!r} "
-                                     f"(it has {', '.join(splits)}; an evaluation may join several with '+')")
+                                     f"(it has {', '.join(splits)}; a stage or an evaluation may join several with '+')")
     return scenario
 
 
@@ -169,8 +168,9 @@ def preflight(config: TrainConfig, *, check_eval: bool = False) -> list[str]:
 
 def start_tool_warnings(config: TrainConfig, scenario: Any) -> list[str]:
     """One line per start model warm-started on prompts that showed its role other tools than this run
-    shows (``TrainConfig.tools``, else the scenario's set), read from the ``warm_start.json`` key the warm
-    start leaves in the folder (no ``tools`` there: the scenario's set). Its prompts would then name a
+    shows (``TrainConfig.tools``, else the scenario's set), or on another version of the scenario's world,
+    read from the ``warm_start.json`` key the warm start leaves in the folder (no ``tools`` there: the
+    scenario's set). Its prompts would then name a
     tool it never saw, or miss one it learned to call. A warning, not an error: a start under other
     tools can be the experiment. Folders without a readable record are not judged."""
     from mgrpo_env.protocol import role_tools
@@ -187,6 +187,14 @@ def start_tool_warnings(config: TrainConfig, scenario: Any) -> list[str]:
             continue
         if not isinstance(key, dict):
             continue
+        # a start cloned on another version of the same scenario's world saw other pages or tasks
+        built_on = key.get("scenario") if isinstance(key.get("scenario"), dict) else {}
+        now = dict(getattr(scenario, "metadata", {}) or {})
+        if built_on.get("version") is not None and now.get("version") is not None \
+                and str(built_on["version"]) != str(now["version"]) and built_on.get("name", now.get("name")) == now.get("name"):
+            lines.append(f"config field '{role}.model': {model} was warm-started on version {built_on['version']} of "
+                         f"{config.scenario}, this run's is version {now['version']} (its pages or tasks changed); "
+                         f"mgrpo warm-start with this config builds a start that saw them")
         recorded = key.get("tools") if isinstance(key.get("tools"), dict) else {}
         # the recorded names as written: a tool registered when the start was built may not be here
         seen = [str(n) for n in recorded[role]] if isinstance(recorded.get(role), list) else list(role_tools(scenario, role))

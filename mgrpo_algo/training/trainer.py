@@ -30,12 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import mgrpo_scenarios
+from mgrpo_env.attribution import attribution_counts_by_question, attribution_rates, supports_attribution
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.mistakes import ENDING_RATE_KEYS, MISTAKE_RATE_KEYS, mistake_rates
 from mgrpo_env.roles import ROLES
 from mgrpo_env.rollout import CollectStats, collect
 from mgrpo_env.tool_health import backend_failures
+from mgrpo_scenarios import split_tasks
 
 from ..core.config import MODES, TrainConfig, config_to_dict
 from ..core.faults import FaultPoints
@@ -150,6 +152,9 @@ class Trainer:
         self.config = config
         self._heldout = heldout
         self.scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
+        if config.delegation_credit and not supports_attribution(self.scenario):
+            raise ValueError(f"delegation_credit needs a scenario that judges delegations against gold hops "
+                             f"(mgrpo_scenarios.AttributesDelegations); {config.scenario!r} does not")
         self.out = Path(config.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self._log_extra = log
@@ -211,7 +216,8 @@ class Trainer:
         done = 0
         with self.scenario.open() as world:
             for stage_index, stage in enumerate(self.config.stages):
-                tasks = list(self.scenario.tasks(stage.split))
+                # "a+b" mixes splits: each batch draws from their union (one split: its tasks, as before)
+                tasks = split_tasks(self.scenario, stage.split)
                 for _ in range(stage.iterations):
                     if done >= self.iteration:  # a resumed run skips the iterations already applied
                         history.append(self.train_iteration(world, tasks, stage.split))
@@ -267,6 +273,10 @@ class Trainer:
         rates = mistake_rates(records, cfg.limits.max_delegations)
         metrics.update({f"mistakes/{k}": v for k, v in rates.items()
                         if k in (*MISTAKE_RATE_KEYS, "delegations", *ENDING_RATE_KEYS) and v is not None})
+        # which role lost each training answer (mgrpo_env.attribution; a scenario with the hook, hierarchy modes)
+        attributed = attribution_rates(attribution_counts_by_question(records, self.scenario))
+        metrics.update({f"attribution/{k}": v for k, v in attributed.items()
+                        if v is not None and k.count("/") == 1 and attributed.get("episodes")})
         metrics.update({
             "iteration": t,
             "split": split,

@@ -3,7 +3,8 @@
 For each hop it searches the entity's name (for a chained hop: the name it READ at the previous hop,
 never the gold answer), takes the hit whose title is exactly that name, visits it with the hop's
 question as the goal (every page of the text when the article is long), and reads the value from the
-infobox line ``Label | Value [n]`` or counts the items of a reverse-relation list. Chains are then
+infobox line ``Label | Value [n]`` (a count from its ``Number of ...`` row, else by counting the items of the
+reverse-relation list). Chains are then
 combined as the task's ``metadata`` says (``last``, ``min``, ``max``). With ``visit`` in ``auto``
 browser mode, JavaScript pages are rendered by Chromium transparently.
 
@@ -121,13 +122,23 @@ class _Solver:
 
 
 def read_relation(relation: str, text: str) -> str:
-    """The value of ``relation`` on a page's text: its infobox row, or the size of a reverse list.
+    """The value of ``relation`` on a page's text: its infobox row, or for a reverse relation its count
+    row (``Number of works | 3``), else the items of its list.
 
     Raises:
-        LookupError: unknown relation, or the page has no such row.
+        LookupError: unknown relation, or the text has no such row (for a reverse relation: neither the
+            count row nor the list; a page whose list is empty has neither, and a text that is only part
+            of a page may lack both, so "0" is never read from an absence: the oracle's tiny sub-agent
+            once reported 0 for every count it was asked, from the first 200 characters of the page).
     """
     if relation in REVERSE_BY_KEY:
-        return str(count_list(text, REVERSE_BY_KEY[relation].heading))
+        reverse = REVERSE_BY_KEY[relation]
+        counted = read_infobox(text, reverse.count_label)
+        if counted is not None:
+            return _LINK_MARKER.sub("", counted).strip()
+        if f"## {reverse.heading}" not in text.split("\n"):
+            raise LookupError(f"no '{reverse.count_label}' row and no '{reverse.heading}' list in the text")
+        return str(count_list(text, reverse.heading))
     if relation not in _LABELS:
         raise LookupError(f"unknown relation {relation!r}")
     value = read_infobox(text, _LABELS[relation])

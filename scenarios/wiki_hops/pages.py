@@ -5,10 +5,11 @@ Page layout (what the oracle and the agents read after HTML-to-text):
 - ``<title>`` = the entity's exact name; ``<meta name="description">`` a one-line summary that states no
   relation value (so a JavaScript page leaks no fact through it); ``<h1>`` the name.
 - ``<table class="infobox">`` with ``<th>Label</th><td>value</td>`` rows, entity values as
-  ``<a href="/wiki/Slug">Name</a>``; rendered as ``Born in | Velmora [3]``.
+  ``<a href="/wiki/Slug">Name</a>``; rendered as ``Born in | Velmora [3]``; after the facts, one
+  ``Number of ... | N`` row per non-empty reverse list (its size, as Wikipedia infoboxes give counts);
 - prose paragraphs stating the same facts in words (varied templates) mixed with filler sentences;
 - one ``<h2>`` section per non-empty reverse relation (``People born here``, ``Works``, ...), a ``<ul>``
-  with one linked item per member, so counts are read by counting items;
+  with one linked item per member (the count row's N items);
 - ``See also`` with distractor links (the near-duplicate sibling, other entities of the same type).
 
 On a JavaScript page the whole body (heading, infobox, prose, lists, See also) is absent from the
@@ -197,6 +198,10 @@ def _paragraphs(world: World, entity: Entity, rng: random.Random) -> list[str]:
 def _infobox_rows(world: World, entity: Entity) -> list[tuple[str, str]]:
     rows = [("Type", entity.type.capitalize())]
     rows += [(r.label, _value_html(world, entity, r.key)) for r in SCHEMA[entity.type] if r.key in entity.facts]
+    # the size of each non-empty reverse list, as one row (world version 3): a count is then read like
+    # any other fact, where before it took paging through the whole list
+    rows += [(rev.count_label, str(len(world.members(entity, rev.key))))
+             for rev in REVERSES[entity.type] if world.members(entity, rev.key)]
     return rows
 
 

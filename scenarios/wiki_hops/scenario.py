@@ -57,6 +57,10 @@ Version history:
     2: URLs seen by agents changed: the stable origin ``http://wiki-hops.test`` instead of
        ``http://127.0.0.1:PORT``, and titles with spaces redirect to their underscore form. Pages
        and tasks are unchanged.
+    3: every entity page's infobox gives the size of each non-empty reverse list as a row
+       (``Number of people born here | 5``): a count hop is read like any other fact (in the tiny
+       profile, the one evidence line of a visit), where before it took paging through the list, which
+       the tiny profile's three sub-agent turns never allowed. Tasks are unchanged.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mgrpo_scenarios.base import Task, Verdict, require_browser
+from mgrpo_scenarios.base import DelegationMatch, Task, Verdict, require_browser
 from mgrpo_tools.base import Tool
 
 from .pages import write_site
@@ -81,7 +85,7 @@ from .world import World, generate_world
 
 __all__ = ["WikiHops", "WikiWorld", "VERSION", "ORIGIN"]
 
-VERSION = "2"
+VERSION = "3"
 # The origin agents see; the tools map it to this run's loopback port (see the module docstring).
 DEFAULT_NEAR_DUP = 0.1
 
@@ -363,6 +367,36 @@ class WikiHops:
                 return str(len(graph.members(entity, hop.relation)))
             return graph.answer(entity, hop.relation)
         return None
+
+    def match_delegation(self, task: Task, subtask: str) -> DelegationMatch:
+        """Which hop of ``task`` the delegated ``subtask`` asks: exactly one of its hop questions (compared
+        after lower-casing and dropping punctuation), else why not: it names an entity of the hops with
+        another relation's question (``other_relation``), or anything else (``other_entity``: another
+        entity, including a chained hop asked about a wrongly reported name). :mod:`mgrpo_env.attribution`
+        reads it."""
+        from mgrpo_scenarios.verifiers import normalize_answer as norm
+
+        asked = norm(subtask)
+        for i, hop in enumerate(task.hops):
+            if asked == norm(hop.question):
+                return DelegationMatch(i)
+        padded = f" {asked} "
+        named = [norm(h.entity) for h in task.hops if h.entity and f" {norm(h.entity)} " in padded]
+        templates = {norm(h.question.replace(h.entity, "@")) for h in task.hops if h.entity}
+        bare = padded
+        for name in named:
+            bare = bare.replace(f" {name} ", " @ ")
+        return DelegationMatch(None, "other_relation" if named and norm(bare) not in templates else "other_entity")
+
+    def hop_answered(self, task: Task, hop: int, report: str) -> bool:
+        """Whether ``report`` is hop ``hop``'s gold answer (normalised exact match; a count also in words)."""
+        from mgrpo_scenarios.verifiers import exact_match
+
+        from .questions import number_words
+
+        gold = task.hops[hop].answer
+        words = number_words(int(gold)) if gold.isdigit() and len(gold) <= 2 else None
+        return exact_match(report or "", gold, (words,) if words else ())
 
     def page_url(self, name: str) -> str:
         """The page of an entity by its name, as agents may write it (``http://wiki-hops.test/wiki/<Name>``;

@@ -62,13 +62,16 @@ class Relation:
 @dataclass(frozen=True)
 class Reverse:
     """A reverse relation listed on the owner's page under ``heading``: every entity of type
-    ``member`` whose forward relation ``via`` points at the owner."""
+    ``member`` whose forward relation ``via`` points at the owner. ``count_label`` is the infobox row
+    that gives the list's size (``Number of employees | 12``), as Wikipedia infoboxes do: a count read
+    from one row, not by paging through the list (the tiny profile's sub-agent has three turns)."""
 
     key: str
     owner: str
     heading: str
     member: str
     via: str
+    count_label: str
 
 
 SCHEMA: dict[str, tuple[Relation, ...]] = {
@@ -105,19 +108,26 @@ SCHEMA: dict[str, tuple[Relation, ...]] = {
 
 REVERSES: dict[str, tuple[Reverse, ...]] = {
     "person": (
-        Reverse("works", "person", "Works", "work", "creator"),
-        Reverse("organisations_founded", "person", "Organisations founded", "organisation", "founder"),
+        Reverse("works", "person", "Works", "work", "creator", "Number of works"),
+        Reverse("organisations_founded", "person", "Organisations founded", "organisation", "founder",
+                "Number of organisations founded"),
     ),
     "place": (
-        Reverse("people_born", "place", "People born here", "person", "born_in"),
-        Reverse("places_within", "place", "Places located here", "place", "located_in"),
-        Reverse("organisations_based", "place", "Organisations headquartered here", "organisation", "headquarters"),
-        Reverse("events_held", "place", "Events held here", "event", "location"),
+        Reverse("people_born", "place", "People born here", "person", "born_in",
+                "Number of people born here"),
+        Reverse("places_within", "place", "Places located here", "place", "located_in",
+                "Number of places within"),
+        Reverse("organisations_based", "place", "Organisations headquartered here", "organisation", "headquarters",
+                "Number of organisations based here"),
+        Reverse("events_held", "place", "Events held here", "event", "location",
+                "Number of events held here"),
     ),
     "organisation": (
-        Reverse("employees", "organisation", "Employees", "person", "employer"),
-        Reverse("works_published", "organisation", "Works published", "work", "publisher"),
-        Reverse("events_organised", "organisation", "Events organised", "event", "organiser"),
+        Reverse("employees", "organisation", "Employees", "person", "employer", "Number of employees"),
+        Reverse("works_published", "organisation", "Works published", "work", "publisher",
+                "Number of works published"),
+        Reverse("events_organised", "organisation", "Events organised", "event", "organiser",
+                "Number of events organised"),
     ),
     "work": (),
     "event": (),
