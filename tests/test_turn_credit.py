@@ -219,7 +219,6 @@ def test_a_role_batch_brings_slots_or_facts_with_their_scoring():
 
 def _delegating_record(subtasks: list[tuple[str, str | None]], answer: str, reward: float, correct: bool) -> EpisodeRecord:
     from mgrpo_env.episode import ToolCall
-
     from tests.test_attribution import CHAIN
 
     turns, subs = [], []
