@@ -462,7 +462,7 @@ def _parser(prog: str = "mgrpo") -> argparse.ArgumentParser:
 
 
 #: The commands that run torch on a config: their ``kernels.pin`` is applied before torch loads.
-_PINNED_COMMANDS = ("train", "compare", "eval")
+_PINNED_COMMANDS = ("train", "compare", "eval", "warm-start")
 
 
 def _pin_kernels(args: argparse.Namespace, *, reexec: bool) -> None:

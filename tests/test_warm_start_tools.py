@@ -84,12 +84,14 @@ def test_cli_warm_start_passes_the_configs_tools(tmp_path, monkeypatch):
     stage2 = _Called({role: ORACLE / role for role in ("main", "sub", "single")})
     monkeypatch.setattr(teacher_stage, "teacher_warm_start", stage2)
     assert cli_main(["warm-start", "--config", str(ROOT / "configs" / "demo.yaml"), "--from", str(ORACLE),
-                     "--out", str(tmp_path / "out"), "--set", tools, "--set", f"models_dir={tmp_path}/m"]) == 0
+                     "--out", str(tmp_path / "out"), "--set", tools, "--set", f"models_dir={tmp_path}/m",
+                     "--set", 'kernels.pin=""']) == 0  # torch is loaded in this process: the pin would be refused
     assert stage2.kwargs["tools"] == {"main": ["delegate"], "sub": ["search", "visit"]}
     shared = _Called(ORACLE / "main")
     monkeypatch.setattr(teacher_stage, "shared_teacher_warm_start", shared)
     assert cli_main(["warm-start", "--config", str(ROOT / "configs" / "demo.yaml"), "--from", str(ORACLE), "--shared",
-                     "--out", str(tmp_path / "shared"), "--set", tools, "--set", f"models_dir={tmp_path}/m"]) == 0
+                     "--out", str(tmp_path / "shared"), "--set", tools, "--set", f"models_dir={tmp_path}/m",
+                     "--set", 'kernels.pin=""']) == 0
     assert shared.kwargs["tools"] == {"main": ["delegate"], "sub": ["search", "visit"]}
 
 
