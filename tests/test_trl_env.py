@@ -118,3 +118,36 @@ def test_two_grpo_trainer_steps_train_the_planner_on_the_envs_rewards(small_scen
             else:  # the env would go on: only after a malformed turn, which pays R_M = 0 whatever follows
                 assert raw.trajectory("main_0").format_errors > 0 and episode["reward"] == 0.0, episode
         assert finished >= len(scored) // 2
+
+
+def _canonical(name: str, arguments: dict) -> str:
+    import json
+
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+@pytest.mark.parametrize("sampled, end, paid", [
+    # what TRL sampled is what the env was stepped with (the think aside): the env's pay
+    ("<think>plan</think>" + _canonical("delegate", {"task": "Who founded Velmora Press?"}), "env", 0.1),
+    # as many turns, but the first asked another subtask than the one the env ran: 0, counted as cut
+    ("<think>plan</think>" + _canonical("delegate", {"task": "Who founded Another Press?"}), "cut", 0.0),
+    ("<think>plan</think>" + _canonical("reason", {"problem": "Who founded Velmora Press?"}), "cut", 0.0),
+])
+def test_a_sampled_turn_unlike_the_stepped_one_pays_nothing_and_counts_as_cut(small_scenario, small_world, sampled,
+                                                                              end, paid):
+    """``FrozenSubEnv._finish`` by value, without TRL: the server session is stepped by the tool method
+    (its canonical call), then TRL's sampled turns are checked against it turn by turn, not by count."""
+    from mgrpo_algo.experiments.trl_env import FrozenSubEnv
+    from mgrpo_env.openenv_server import EnvSpec, HierarchyEnvironment
+
+    spec = EnvSpec(small_scenario, "stage2/test", small_world)
+    task_id = next(iter(small_scenario.tasks("stage2/test"))).id
+    system = HierarchyEnvironment(spec).reset(task_id=task_id).messages[0]
+    env = FrozenSubEnv(spec, lambda requests: ["<think>r</think><result>nothing found</result>"] * len(requests))
+    env.reset(task_id=task_id, prompt=[system, {"role": "user", "content": ""}])
+    assert "nothing found" in env.delegate(task="Who founded Velmora Press?")  # the env ran this subtask
+    cut = FrozenSubEnv.cut
+    # the planner's last turn (an answer) is stepped as sampled: the env ends, a wrong well-formed answer
+    reward = env._finish([sampled, "<think>done</think><answer>Nobody</answer>"])
+    assert env.done and env.record["end_reason"] == "answer" and env.record["rewards"]["main_0"] == pytest.approx(0.1)
+    assert (env.end, reward, FrozenSubEnv.cut - cut) == (end, pytest.approx(paid), int(end == "cut"))
