@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mgrpo_env import align
+from mgrpo_env.core import SUBTASK_FELL_BACK
 from mgrpo_env.episode import EpisodeRecord
 
 from .advantages import get_estimator, group_stats, step_advantages
@@ -439,6 +440,8 @@ def score_sub_side(
     sources = [f.expert_source for f in subs if f.expert_source is not None]
     if sources:
         metrics[f"{role}/expert_disabled"] = sources.count("none") / len(sources)
+        if any(s.startswith("subtask") for s in sources):  # expert_reference: subtask, its hop fallbacks counted
+            metrics[f"{role}/expert_fell_back"] = sources.count(SUBTASK_FELL_BACK) / len(sources)
     return sub, metrics
 
 
