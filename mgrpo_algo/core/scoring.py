@@ -145,9 +145,9 @@ def turn_credit(config: Any) -> TurnCredit:
 def penalised_turns(trajectory: Any) -> tuple[int, ...]:
     """The turns a format penalty falls on: each malformed turn (``kind == "error"``) and, when the
     agent ended without its final (``final`` None: a turn limit), its last turn."""
-    turns = list(getattr(trajectory, "turns", None) or [])
+    turns = list(trajectory.turns)  # no default: a trajectory without turns is a wiring error, not "no penalty"
     out = [i for i, turn in enumerate(turns) if turn.kind == "error"]
-    if turns and getattr(trajectory, "final", None) is None and (len(turns) - 1) not in out:
+    if turns and trajectory.final is None and (len(turns) - 1) not in out:
         out.append(len(turns) - 1)
     return tuple(out)
 
