@@ -369,7 +369,9 @@ def write(modules: dict, out: Path, note: str = "") -> bool:
     data = {"tool": f"mutmut {mutmut.__version__}", "runs": runs, "note": note, "modules": modules,
             "first_run": {p: dict(zip(("killed", "survived", "no_tests", "total"), b, strict=True))
                           for p, b in BEFORE.items()}}
-    (out / "mutation.json").write_text(json.dumps(data, indent=1) + "\n")
+    from mgrpo_env import strict_json  # where it is used: the top level imports none of the project
+
+    (out / "mutation.json").write_text(strict_json.dumps(data, indent=1) + "\n")
     lines = [
         "# Mutation testing",
         "",

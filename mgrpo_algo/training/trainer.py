@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import mgrpo_scenarios
+from mgrpo_env import strict_json
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.mistakes import ENDING_RATE_KEYS, MISTAKE_RATE_KEYS, mistake_rates
@@ -156,7 +157,7 @@ class Trainer:
         store = run_store(self.out, placement.store)
         self.storage = RunStorage.of_run(self.out, placement.storage)  # the workers' state (the run folder by default)
         self.storage.create()
-        (self.out / "config.json").write_text(json.dumps(config_to_dict(config), indent=2, default=str) + "\n")
+        (self.out / "config.json").write_text(strict_json.dumps(config_to_dict(config), indent=2, default=str) + "\n")
         # the env pays R_M and R_S once, with the judge wherever the roles run
         self.reward_config = reward_config(config, self.scenario, config.expert_judge.make())
         self._warned_no_expert = False
@@ -272,7 +273,7 @@ class Trainer:
             "time/iteration": t_updated - t_start,
         })
         with (self.out / "metrics.jsonl").open("a") as fh:
-            fh.write(json.dumps(metrics) + "\n")
+            fh.write(strict_json.dumps(metrics) + "\n")
         self.faults.hit("loop_before_commit", role="loop", iteration=t)
         # commit: the workers checkpointed t when they applied it; loop_state.json (atomic) names t and the sizes
         sizes = {name: (self.out / name).stat().st_size for name in ("metrics.jsonl", "episodes.jsonl")}
