@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                "split": args.split, "steps": steps, "rollouts": steps * batch, "minutes": round(minutes, 1),
                "reward_first_10": sum(rewards[:10]) / max(1, len(rewards[:10])),
                "reward_last_10": sum(rewards[-10:]) / max(1, len(rewards[-10:])),
-               "episodes_cut_by_trl": FrozenSubEnv.cut, "log": trainer.state.log_history}
+               "episodes_cut_by_trl": FrozenSubEnv.cut, "episode_ends": dict(FrozenSubEnv.ends),
+               "log": trainer.state.log_history}
     (out / "log.json").write_text(strict_json.dumps(summary, indent=1))
     print(f"{steps} steps x {batch} rollouts in {minutes:.1f} min; mean main reward: first 10 steps "
           f"{summary['reward_first_10']:.3f}, last 10 {summary['reward_last_10']:.3f}; "

@@ -146,8 +146,9 @@ def test_a_sampled_turn_unlike_the_stepped_one_pays_nothing_and_counts_as_cut(sm
     env = FrozenSubEnv(spec, lambda requests: ["<think>r</think><result>nothing found</result>"] * len(requests))
     env.reset(task_id=task_id, prompt=[system, {"role": "user", "content": ""}])
     assert "nothing found" in env.delegate(task="Who founded Velmora Press?")  # the env ran this subtask
-    cut = FrozenSubEnv.cut
+    cut, ends = FrozenSubEnv.cut, dict(FrozenSubEnv.ends)
     # the planner's last turn (an answer) is stepped as sampled: the env ends, a wrong well-formed answer
     reward = env._finish([sampled, "<think>done</think><answer>Nobody</answer>"])
     assert env.done and env.record["end_reason"] == "answer" and env.record["rewards"]["main_0"] == pytest.approx(0.1)
     assert (env.end, reward, FrozenSubEnv.cut - cut) == (end, pytest.approx(paid), int(end == "cut"))
+    assert FrozenSubEnv.ends == {**ends, end: ends.get(end, 0) + 1}  # every ending counted, by kind
