@@ -75,6 +75,10 @@ TARGETS = {
     "mgrpo_algo/policies/vllm_server.py": 0.90,
     "mgrpo_algo/training/trainer.py": 0.90,
     "mgrpo_algo/training/workers.py": 0.90,
+    # issue 53: what crosses to a role worker per turn (no gold answer, no whole chat). storage.py is not
+    # here yet: its first run (tests/test_run_storage.py alone) detected 62% (317 killed, 136 survived, 59
+    # without a test: copy_folder_to, create_folder), under the target
+    "mgrpo_env/turn_requests.py": 0.90,
 }
 
 #: Folders whose package has another name (pyproject's package-dir): mutmut names a mutant after its file's
