@@ -79,6 +79,7 @@ TARGETS = {
     # here yet: its first run (tests/test_run_storage.py alone) detected 62% (317 killed, 136 survived, 59
     # without a test: copy_folder_to, create_folder), under the target
     "mgrpo_env/turn_requests.py": 0.90,
+    "mgrpo_algo/experiments/trl_env.py": 0.90,
 }
 
 #: Folders whose package has another name (pyproject's package-dir): mutmut names a mutant after its file's
@@ -147,6 +148,12 @@ SCOPE = {
     # scoring (the iteration loop itself is tests/test_trainer.py's and tests/test_reward_wiring.py's, end to end)
     "mgrpo_algo/training/trainer.py": {"reward_config", "env_options"},
     "mgrpo_algo/training/workers.py": {"RoleWorkers._sub_scoring"},
+    # issue 53: the TRL environment's episode (its tools stepping the env, the sub-agents played inside, the
+    # check that TRL's sampled turns are what the env ran); not the trainer's construction (tests/test_trl_env.py's
+    # two GRPOTrainer steps, a minute and more per mutant)
+    "mgrpo_algo/experiments/trl_env.py": {f"FrozenSubEnv.{m}" for m in (
+        "reset", "delegate", "reason", "_main_call", "_step_main", "_play_subs", "_settle", "_finish")}
+        | {"_canonical_call", "_same_action"},
 }
 
 # mutmut's exit-code verdicts (mutmut.stats.status_by_exit_code), folded into four columns.
