@@ -80,6 +80,7 @@ TARGETS = {
     # without a test: copy_folder_to, create_folder), under the target
     "mgrpo_env/turn_requests.py": 0.90,
     "mgrpo_algo/experiments/trl_env.py": 0.90,
+    "mgrpo_env/openenv_server.py": 0.90,
 }
 
 #: Folders whose package has another name (pyproject's package-dir): mutmut names a mutant after its file's
@@ -154,6 +155,10 @@ SCOPE = {
     "mgrpo_algo/experiments/trl_env.py": {f"FrozenSubEnv.{m}" for m in (
         "reset", "delegate", "reason", "_main_call", "_step_main", "_play_subs", "_settle", "_finish")}
         | {"_canonical_call", "_same_action"},
+    # issue 53: the served env's sessions (what state shows, who may act, the endings' flags), in process
+    # (tests/test_openenv_sessions.py); not the app's construction nor the browser count (over the wire)
+    "mgrpo_env/openenv_server.py": {f"_SessionEnvironment.{m}" for m in ("reset", "step", "state")}
+        | {f"{c}.{m}" for c in ("HierarchyEnvironment", "SingleEnvironment") for m in ("_observe", "_reset_env", "_step_env")},
 }
 
 # mutmut's exit-code verdicts (mutmut.stats.status_by_exit_code), folded into four columns.

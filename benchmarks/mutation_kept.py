@@ -521,3 +521,19 @@ KEPT.update({
     _TRL + "xǁFrozenSubEnvǁ_settle__mutmut_31": _TRL_CORRECT,
     _TRL + "xǁFrozenSubEnvǁ_settle__mutmut_34": _TRL_CORRECT,
 })
+
+# issue 53: the served env's sessions (mgrpo_env/openenv_server.py)
+_SRV = "mgrpo_env.openenv_server.xǁ"
+_SRV_MAIN = ("the default of env.rewards.get('main_0'): the AEC env's rewards hold main_0 from the reset on "
+             "(PettingZoo pays every agent it has, 0 until the end), so the default is never read")
+KEPT.update({
+    _SRV + "HierarchyEnvironmentǁ_observe__mutmut_46": (
+        "reward_components from the record before the end too: the record's components are empty until "
+        "Episode._finish writes them, so mid-episode it is the same {}"),
+    _SRV + "HierarchyEnvironmentǁ_observe__mutmut_52": _SRV_MAIN,
+    _SRV + "HierarchyEnvironmentǁ_observe__mutmut_54": _SRV_MAIN,
+    _SRV + "HierarchyEnvironmentǁ_observe__mutmut_57": _SRV_MAIN,
+    _SRV + "_SessionEnvironmentǁstep__mutmut_10": (
+        "_step_env(None, text): both envs' _step_env ignore the agent (the AEC env steps its own selection, the "
+        "single env has one agent); step refused any other agent just before"),
+})
