@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import sys
@@ -10,6 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from mgrpo_env import strict_json
 
 # Quick presets (CI's smoke run) write beside, not over, the full-size figures the README quotes.
 RESULTS = Path(__file__).parent / "results" / ("quick" if "--quick" in sys.argv[1:] else "")
@@ -52,6 +53,6 @@ def report(name: str, rows: list[tuple[str, Any, str]], extra: dict[str, Any] | 
         "figures": {label: {"value": value, "unit": unit} for label, value, unit in rows},
         **(extra or {}),
     }
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    path.write_text(strict_json.dumps(payload, indent=2) + "\n")
     print(f"  -> {path}")
     return path

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mgrpo_algo.experiments import intervals as iv
+from mgrpo_env import strict_json
 from mgrpo_env.episode import read_jsonl
 from mgrpo_env.mistakes import mistake_rates
 
@@ -118,7 +119,7 @@ def main() -> None:
     text = table(rows)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "sweep.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (args.out / "sweep.json").write_text(strict_json.dumps(rows, indent=2) + "\n")
     (args.out / "sweep.md").write_text(text + "\n")
 
 

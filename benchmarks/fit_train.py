@@ -24,13 +24,14 @@ Writes benchmarks/results/fit_train.json (and the comparison folder under runs/f
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS, report  # noqa: E402
+
+from mgrpo_env import strict_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -122,7 +123,7 @@ def main() -> None:
     name = "fit_train" if args.recipe == "fit" else f"fit_train_{args.recipe}"
     report(name, rows, {"recipe": args.recipe, "questions": questions, "overrides": overrides,
                                "modes": per_mode, "quick": args.quick})
-    (RESULTS / f"{name}_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (RESULTS / f"{name}_summary.json").write_text(strict_json.dumps(summary, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":

@@ -61,9 +61,10 @@ def _keep_going(done: int, deadline: float, episodes_per_session: int) -> bool:
     return done < episodes_per_session or time.monotonic() < deadline
 
 
-def _wire_session(url: str, policies: dict[str, Any], seeds: Any, deadline: float, episodes_per_session: int,
-                  tally: _Tally) -> None:
-    """One client: whole oracle episodes, a fresh server session each, until the time is up."""
+def _wire_session(url: str, policies: dict[str, Any], tasks: dict[str, Task], seeds: Any, deadline: float,
+                  episodes_per_session: int, tally: _Tally) -> None:
+    """One client: whole oracle episodes, a fresh server session each, until the time is up. The oracle
+    reads its task here, by the id ``state()`` gives (the server keeps the gold answer until the end)."""
     client = MGRPOEnvClient(url).sync()
     done = 0
     try:
@@ -71,7 +72,7 @@ def _wire_session(url: str, policies: dict[str, Any], seeds: Any, deadline: floa
             done += 1
             try:
                 result = client.reset(seed=next(seeds))
-                task = Task.from_dict(client.state().task)
+                task = tasks[client.state().task["id"]]
                 steps = 0
                 while not result.done:
                     obs = result.observation
@@ -137,8 +138,9 @@ def run_sessions(url: str, scenario: Any, *, sessions: int = 16, duration_s: flo
     ``episodes_per_session`` episodes each): episodes, steps, correct answers, errors, wall time, and
     the sessions and browser pages still open on the server afterwards."""
     policies = {role: OraclePolicy(scenario, role) for role in ROLES}
+    tasks = {task.id: task for task in scenario.tasks(split)}
     tally = _Tally()
-    wall = _run_threads(_wire_session, sessions, url, policies, _seeds(), time.monotonic() + duration_s,
+    wall = _run_threads(_wire_session, sessions, url, policies, tasks, _seeds(), time.monotonic() + duration_s,
                         episodes_per_session, tally)
     deadline = time.monotonic() + leak_wait_s
     while True:  # a session is closed when the server sees the disconnect: give it a moment

@@ -25,6 +25,7 @@ import mgrpo_scenarios
 from mgrpo_algo.core.config import load_config
 from mgrpo_algo.experiments import intervals as iv
 from mgrpo_algo.experiments.attribution_stats import attribution_summary
+from mgrpo_env import strict_json
 from mgrpo_env.attribution import attribution_counts_by_question
 from mgrpo_env.episode import read_jsonl
 
@@ -97,7 +98,7 @@ def main() -> None:
     reference = list(read_jsonl(ref_file)) if ref_file else None
     rows = [run_figures(folder, reference, scenario) for folder in args.runs if (folder / "summary.json").is_file()]
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "sweep.json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
+    (args.out / "sweep.json").write_text(strict_json.dumps(rows, indent=2, default=str) + "\n")
     text = table(rows)
     (args.out / "sweep.md").write_text(text + "\n")
     print(text)

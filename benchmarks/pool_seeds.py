@@ -12,12 +12,12 @@ bootstrap over questions (`mgrpo_algo.experiments.intervals`), mistake rates as 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from mgrpo_algo.experiments import intervals as iv
 from mgrpo_algo.experiments.mistake_stats import mistake_changes, pool_counts
+from mgrpo_env import strict_json
 from mgrpo_env.episode import read_jsonl
 from mgrpo_env.mistakes import counts_by_question, rates_of_counts
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        args.out.write_text(strict_json.dumps(result, indent=2) + "\n")
     return 0
 
 

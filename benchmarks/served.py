@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from mgrpo_env import strict_json
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -92,7 +94,7 @@ def main() -> None:
             results.append(row)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"settings": vars(args), "limits": limits, "results": results}, indent=2) + "\n")
+    out.write_text(strict_json.dumps({"settings": vars(args), "limits": limits, "results": results}, indent=2) + "\n")
     print(f"wrote {out}")
 
 

@@ -61,6 +61,8 @@ from soak_faults import (  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from redis_server import RedisServer  # noqa: E402  (the tests' loopback redis-server, restartable)
 
+from mgrpo_env import strict_json  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 # A fast loop: the tiny world and models, two questions of two samples per iteration.
 TINY = {
@@ -299,7 +301,7 @@ def reference_only(args: argparse.Namespace) -> int:
     path = RESULTS / f"{args.name}.json"
     data = json.loads(path.read_text()) if path.exists() else {"benchmark": args.name}
     data["reference"] = {**result, "command": " ".join(sys.argv), "faulted_metrics": str(metrics)}
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    path.write_text(strict_json.dumps(data, indent=2) + "\n")
     differing = result["iterations_that_differ"]
     print(f"reference: exit status {result['exit_status']}, {result['iterations_compared']} iterations compared, "
           f"{len(differing)} differ "

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from mgrpo_env import strict_json
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/demo.yaml"
 OUT_JSON = ROOT / "benchmarks" / "results" / "trl_crosscheck.json"
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "minutes": minutes,
         "trl_minutes_per_step": round(trl_log["minutes"] / max(1, trl_log["steps"]), 2),
     }
-    Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    Path(args.json).write_text(strict_json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0
 

@@ -61,6 +61,7 @@ from mgrpo_algo.learning.warmstart import (  # noqa: E402
 )
 from mgrpo_algo.policies.hf_policy import load_tokenizer  # noqa: E402
 from mgrpo_algo.policies.models import ROLES, build_role_models, build_tiny_model, count_parameters  # noqa: E402
+from mgrpo_env import strict_json  # noqa: E402
 
 LIMITS = Limits(max_main_turns=6, max_sub_turns=4, max_delegations=4)
 TRAIN_SPLITS = ["stage1/train", "stage2/train"]
@@ -141,7 +142,7 @@ def run_config(spec: dict[str, Any]) -> list[dict[str, Any]]:
             record[name] = {"turn_em": em["turn_exact_match"], "token_acc": em["token_accuracy"], "turns": em["turns"]}
         record["wall"] = round(time.perf_counter() - started, 1)
         with open(spec["out"], "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(strict_json.dumps(record) + "\n")
         print(f"  {label(record)} epoch {epoch}: stage-2 turn EM {record['stage2']['turn_em']:.3f}, "
               f"loss {record['loss']}, {record['wall']} s", flush=True)
         records.append(record)
@@ -189,6 +190,11 @@ def checkpoint_table(records: list[dict[str, Any]]) -> None:
               f"{r['steps']:>7}{r['tokens'] / 1e6:>9.2f}{_em(r, 'stage1'):>8.3f}{_em(r, 'stage2'):>8.3f}{r['loss']:>8}")
 
 
+def _diverged(loss: Any) -> bool:
+    """A loss that is not a number: null in the JSONL (strict JSON), NaN in lines written before."""
+    return loss is None or (isinstance(loss, float) and math.isnan(loss))
+
+
 def summary(records: list[dict[str, Any]], cpu_tokens_per_s: float) -> list[dict[str, Any]]:
     """Per config: the first checkpoint reaching each stage-2 EM threshold, and the best EMs; printed."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
@@ -198,7 +204,7 @@ def summary(records: list[dict[str, Any]], cpu_tokens_per_s: float) -> list[dict
     for _, group in sorted(groups.items()):
         group.sort(key=lambda r: r["epoch"])
         row: dict[str, Any] = {"config": label(group[0]), "epochs": group[-1]["epoch"],
-                               "diverged": any(isinstance(r["loss"], float) and math.isnan(r["loss"]) for r in group)}
+                               "diverged": any(_diverged(r["loss"]) for r in group)}
         for threshold in THRESHOLDS:
             hit = next((r for r in group if _em(r, "stage2") >= threshold), None)
             row[f"em{threshold:.2f}"] = None if hit is None else {

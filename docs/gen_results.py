@@ -24,7 +24,7 @@ START, END = "<!-- demo-result:start (python docs/gen_results.py) -->", "<!-- de
 
 
 def load_summary(folder: Path = DEMO) -> dict[str, Any]:
-    """The committed demo's summary.json (NaN, as ``compare`` writes it, reads as float nan)."""
+    """The committed demo's summary.json (a figure not measured is null: None here)."""
     return json.loads((folder / "summary.json").read_text())
 
 

@@ -18,12 +18,13 @@ the pieces (mgrpo_algo.experiments.trl_env).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 import time
 from pathlib import Path
+
+from mgrpo_env import strict_json
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 
@@ -74,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                "split": args.split, "steps": steps, "rollouts": steps * batch, "minutes": round(minutes, 1),
                "reward_first_10": sum(rewards[:10]) / max(1, len(rewards[:10])),
                "reward_last_10": sum(rewards[-10:]) / max(1, len(rewards[-10:])),
-               "episodes_cut_by_trl": FrozenSubEnv.cut, "log": trainer.state.log_history}
-    (out / "log.json").write_text(json.dumps(summary, indent=1))
+               "episodes_cut_by_trl": FrozenSubEnv.cut, "episode_ends": dict(FrozenSubEnv.ends),
+               "log": trainer.state.log_history}
+    (out / "log.json").write_text(strict_json.dumps(summary, indent=1))
     print(f"{steps} steps x {batch} rollouts in {minutes:.1f} min; mean main reward: first 10 steps "
           f"{summary['reward_first_10']:.3f}, last 10 {summary['reward_last_10']:.3f}; "
           f"episodes cut by TRL: {FrozenSubEnv.cut}")

@@ -349,7 +349,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(status, default=str) if args.json else format_status(status))
+    from mgrpo_env import strict_json
+
+    print(strict_json.dumps(status, default=str) if args.json else format_status(status))
     return 0
 
 

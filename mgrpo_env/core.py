@@ -26,6 +26,8 @@ __all__ = [
     "hop_expert_score",
     "expert_scorer",
     "subtask_expert_score",
+    "ExpertScore",
+    "SUBTASK_FELL_BACK",
     "EXPERT_REFERENCES",
     "call_tool",
     "resolve_scenario",
@@ -99,6 +101,26 @@ def hop_expert_score(task: Task, subtask: str, result: str) -> float | None:
 hop_expert_score.source = "hops"  # type: ignore[attr-defined]
 
 
+class ExpertScore(float):
+    """An r_expert value that names where it came from, when that is not the scorer's own ``source``
+    (a ``subtask`` score that fell back to the hop's): the env's ``expert_source`` reads it."""
+
+    source: str
+
+    def __new__(cls, value: float, source: str) -> ExpertScore:
+        score = super().__new__(cls, value)
+        score.source = source
+        return score
+
+    def __reduce__(self) -> tuple[Any, ...]:  # float's own would drop the source (and __new__ needs it)
+        return (ExpertScore, (float(self), self.source))
+
+
+#: ``expert_source`` of a report that ``expert_reference: subtask`` scored against the hop, because the
+#: scenario could not answer the subtask it was given (no hop of the question, an unknown entity).
+SUBTASK_FELL_BACK = "subtask>hops"
+
+
 def subtask_expert_score(scenario: Any) -> ExpertScorer:
     """r_expert against the subtask as the main agent delegated it (``expert_reference: subtask``).
 
@@ -106,15 +128,24 @@ def subtask_expert_score(scenario: Any) -> ExpertScorer:
     question's hop, so a sub-agent that answers a mis-delegated subtask correctly ("the founder of Y"
     where the hop is about X, because an earlier report named Y) scores 0 and is blamed for the main
     agent's mistake. Here the reference is the scenario's answer to the subtask itself
-    (``scenario.subtask_answer(task, subtask)``); where the scenario cannot answer it (a subtask that
-    is no hop of the question, an entity the world does not hold) it falls back to the hop's score.
+    (``scenario.subtask_answer(task, subtask)``); where the scenario cannot answer that subtask (one
+    that is no hop of the question, an entity the world does not hold) the hop's score is paid and
+    says so (``expert_source`` :data:`SUBTASK_FELL_BACK`).
+
+    Raises:
+        TypeError: ``scenario`` cannot answer subtasks at all (no ``subtask_answer``): scoring every
+            report against the hop in silence would be ``hop`` under another name.
     """
-    answer_of = getattr(scenario, "subtask_answer", None)
+    answer_of = getattr(scenario, "subtask_answer", None)  # checked just below: no silent default
+    if not callable(answer_of):
+        raise TypeError(f"expert_reference 'subtask' needs a scenario that answers subtasks (subtask_answer); "
+                        f"{getattr(scenario, 'name', type(scenario).__name__)!r} has none: use 'hop'")
 
     def score(task: Task, subtask: str, result: str) -> float | None:
-        gold = answer_of(task, subtask) if answer_of is not None else None
+        gold = answer_of(task, subtask)
         if gold is None:
-            return hop_expert_score(task, subtask, result)
+            by_hop = hop_expert_score(task, subtask, result)
+            return None if by_hop is None else ExpertScore(by_hop, SUBTASK_FELL_BACK)
         norm_gold = normalize_answer(gold)
         if norm_gold and f" {norm_gold} " in f" {normalize_answer(result)} ":
             return 1.0

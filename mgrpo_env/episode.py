@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import strict_json
+
 __all__ = [
     "ToolCall", "Turn", "AgentTrajectory", "EpisodeRecord", "write_jsonl", "read_jsonl",
     "compact_token_extras", "expand_token_extras",
@@ -244,7 +246,7 @@ def write_jsonl(path: str | Path, records: Iterable[EpisodeRecord], *, append: b
     n = 0
     with path.open("a" if append else "w", encoding="utf-8") as fh:
         for record in records:
-            fh.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+            fh.write(strict_json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
             n += 1
     return n
 

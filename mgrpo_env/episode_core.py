@@ -24,6 +24,7 @@ from mgrpo_scenarios import Scenario, Task
 
 from . import rewards as reward_fns
 from .core import (
+    ExpertScore,
     Limits,
     RewardConfig,
     WorldHandle,
@@ -308,7 +309,9 @@ class Episode:
         value = scorer(self.task, sub.task or "", sub.final)
         if value is None:
             return None, "none"
-        return float(value), getattr(scorer, "source", "custom")
+        if isinstance(value, ExpertScore):  # this value's own source (a subtask score that fell back to the hop)
+            return float(value), value.source
+        return float(value), getattr(scorer, "source", "custom")  # a user's scorer may name no source
 
     def _finish(self, end_reason: str) -> None:
         """Score the episode, pay every agent (R_M for the one that answers, R_S for each sub-agent),

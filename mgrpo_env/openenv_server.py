@@ -11,6 +11,11 @@ world (the loopback site, the search index, the browser): the URL policy, the to
 are the in-process env's, unchanged. A session whose client goes away is closed by the server and
 its env with it (``GET /sessions`` counts the open ones and the browser pages in use).
 
+Secrets: ``state()`` and every observation carry the question and what the agents may see; the
+task's gold answer, aliases, hops and metadata only once the episode is over (the final record, and
+``state()`` then), or throughout on a server started with ``reveal_answers`` (``--reveal-answers``,
+for evaluation tools).
+
 Contract kept: the server wraps the in-process env itself, so the agent order, the fresh ``sub_<n>``
 per delegation, the rewards and the episode record are the in-process ones. A step by an agent that
 is not the selected one, a step after the end and a step before a reset are refused with a clear
@@ -41,6 +46,7 @@ from .openenv_types import (  # openenv-core's classes, imported there without i
     EnvironmentMetadata,
     EpisodeState,
     HTTPEnvServer,
+    public_task,
 )
 from .single import SingleAgentEnv
 
@@ -52,15 +58,20 @@ DEFAULT_MAX_SESSIONS = 64
 
 class EnvSpec:
     """What every session's env is built from: the scenario (resolved once), its split, the limits,
-    the shared open world and the env keywords (``rewards``, ``tools``)."""
+    the shared open world and the env keywords (``rewards``, ``tools``).
+
+    ``reveal_answers``: ``state()`` shows the whole task (gold answer, aliases, hops, metadata) while
+    the episode runs, for evaluation tools and scripted oracles; False (the default) keeps them on the
+    server until the episode is over, so that no client on the port can read the reward's references."""
 
     def __init__(self, scenario: Any, split: str, world: Any, limits: Limits | None = None,
-                 env_kwargs: Mapping[str, Any] | None = None) -> None:
+                 env_kwargs: Mapping[str, Any] | None = None, *, reveal_answers: bool = False) -> None:
         self.scenario = scenario
         self.split = split
         self.world = world
         self.limits = limits or Limits()
         self.env_kwargs = dict(env_kwargs or {})
+        self.reveal_answers = reveal_answers
         self.envs_built = 0  # session envs built so far (openenv-core's /metadata and /state build one too)
         self._count_lock = threading.Lock()
 
@@ -131,10 +142,13 @@ class _SessionEnvironment(Environment[AgentAction, AgentObservation, EpisodeStat
 
     @property
     def state(self) -> EpisodeState:
-        task = self._record().task if self._episode else None
+        task, shown = None, False
+        if self._episode:  # the references stay here until the end (the final record holds them then)
+            shown = self._done or self.spec.reveal_answers
+            task = dict(self._record().task) if shown else public_task(self._record().task)
         return EpisodeState(episode_id=self._episode_id, step_count=self._steps, env=self.kind,
                             scenario=str(getattr(self.spec.scenario, "name", self.spec.scenario)),
-                            split=self.spec.split, task=task, done=self._done,
+                            split=self.spec.split, task=task, answers_shown=shown, done=self._done,
                             agent=None if not self._episode or self._done else self._selected())
 
     def get_metadata(self) -> EnvironmentMetadata:

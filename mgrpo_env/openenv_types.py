@@ -11,6 +11,7 @@ Needs the ``openenv`` extra (``pip install 'mgrpo[openenv]'``). Never imports to
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
@@ -47,11 +48,21 @@ from openenv.core.env_server.types import (  # noqa: E402
     State,
 )
 
-__all__ = ["AgentAction", "AgentObservation", "EpisodeState", "SINGLE_AGENT", "Environment", "EnvClient",
-           "HTTPEnvServer", "ConcurrencyConfig", "EnvironmentMetadata", "StepResult"]
+__all__ = ["AgentAction", "AgentObservation", "EpisodeState", "SINGLE_AGENT", "PUBLIC_TASK_FIELDS", "public_task",
+           "Environment", "EnvClient", "HTTPEnvServer", "ConcurrencyConfig", "EnvironmentMetadata", "StepResult"]
 
 #: The single-agent env's one agent, as its episode records name it.
 SINGLE_AGENT = "single_0"
+
+#: The task's fields a client may read while the episode runs: what the main agent is asked and the
+#: task's labels. The rest (``answer``, ``aliases``, ``hops``, ``metadata``: GAIA's holds the
+#: annotators' solution steps) are the reward's references, kept on the server until the end.
+PUBLIC_TASK_FIELDS = ("id", "question", "split", "kind")
+
+
+def public_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """``task`` (``Task.to_dict()``) without the reward's references: :data:`PUBLIC_TASK_FIELDS` only."""
+    return {name: task[name] for name in PUBLIC_TASK_FIELDS if name in task}
 
 
 class AgentAction(Action):
@@ -84,13 +95,21 @@ class AgentObservation(Observation):
 
 
 class EpisodeState(State):
-    """The session's episode: which env, which task, who acts (``state()``). ``task`` is the task's
-    dict (Task.to_dict()), gold answer included: for scripted policies and evaluation, as the
-    in-process ``env.task`` is; a learned policy must not read it."""
+    """The session's episode: which env, which task, who acts (``state()``).
+
+    ``task`` while the episode runs is what the agents may see (:func:`public_task`: its id, question,
+    split and kind); once the episode is over it is the whole task (``Task.to_dict()``: the gold
+    answer, aliases, hops and metadata), as the final record's is. A server started with
+    ``--reveal-answers`` (evaluation tools, scripted oracles) shows the whole task throughout;
+    ``answers_shown`` says which one a client got."""
 
     env: str = Field(default="", description="'hierarchy' or 'single'")
     scenario: str = Field(default="", description="the scenario's name")
     split: str = Field(default="", description="the split tasks are drawn from")
-    task: dict[str, Any] | None = Field(default=None, description="the current task (Task.to_dict())")
+    task: dict[str, Any] | None = Field(
+        default=None, description="the current task: id, question, split, kind while the episode runs; "
+                                  "the whole Task.to_dict() (answer, aliases, hops, metadata) once it is over "
+                                  "or on a server started with --reveal-answers")
+    answers_shown: bool = Field(default=False, description="task holds the gold answer, aliases, hops and metadata")
     agent: str | None = Field(default=None, description="the agent to act next; None when there is no episode or it ended")
     done: bool = Field(default=False, description="the current episode ended")

@@ -15,6 +15,7 @@ from .base import (
     split_parts,
     split_tasks,
 )
-from .registry import ENTRY_POINT_GROUP, SCENARIOS, get, names, register
+from .registry import ENTRY_POINT_GROUP, SCENARIOS, answers_subtasks, get, names, register
 
-__all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "DelegationMatch", "AttributesDelegations", "split_parts", "split_tasks", "get", "names", "register", "SCENARIOS", "ENTRY_POINT_GROUP"]
+__all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "DelegationMatch", "AttributesDelegations", "split_parts",
+           "split_tasks", "get", "names", "register", "answers_subtasks", "SCENARIOS", "ENTRY_POINT_GROUP"]

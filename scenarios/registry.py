@@ -19,7 +19,7 @@ from mgrpo_tools.registry import Registry, UnknownName
 
 from .base import Scenario
 
-__all__ = ["SCENARIOS", "register", "get", "names", "ENTRY_POINT_GROUP"]
+__all__ = ["SCENARIOS", "register", "get", "names", "answers_subtasks", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "mgrpo.scenarios"
 
@@ -66,3 +66,14 @@ def get(name: str, **kwargs: Any) -> Scenario:
         hint = f"; plug-ins that failed to load: {_broken}" if _broken else ""
         raise UnknownName(f"unknown scenario {name!r}; available: {', '.join(names()) or 'none'}{hint}")
     return SCENARIOS.get(name)(**kwargs)
+
+
+def answers_subtasks(name: str) -> bool | None:
+    """Whether the scenario registered as ``name`` answers subtasks (``subtask_answer(task, subtask)``,
+    what ``expert_reference: subtask`` scores against), read off its class without building it. None
+    when that cannot be told without building it (an unknown name, a factory that is not a class)."""
+    _load_entry_points()
+    factory = SCENARIOS.get(name) if name in SCENARIOS else None
+    if not isinstance(factory, type):
+        return None
+    return callable(getattr(factory, "subtask_answer", None))  # None: the class has no such method

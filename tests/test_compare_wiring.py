@@ -23,6 +23,7 @@ from mgrpo_algo.core.config import config_to_dict, load_config
 from mgrpo_algo.experiments import compare, report
 from mgrpo_algo.experiments import intervals as iv
 from mgrpo_algo.experiments.report import history_means
+from mgrpo_env import strict_json
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 
 ITERATIONS = 3  # per run; iteration i reports 4 + i rollouts (any count: the row sums them)
@@ -489,7 +490,8 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
         "browser timeout": 6, "fetch backend": 6, "search backend": 6}
     assert world.plots == [tmp / "out" / "curves.png"]
     text = (tmp / "out" / "summary.json").read_text()
-    assert text == json.dumps(summary, indent=2, default=str) + "\n"  # indented, paths and the like as text
+    # indented, paths and the like as text, a figure not measured (NaN in memory) as null: strict JSON
+    assert text == strict_json.dumps(summary, indent=2, default=str) + "\n" and strict_json.loads_strict(text)
     assert summary["reproduce"] == (f"mgrpo compare --config {tmp / 'out' / 'config.yaml'} --seeds 2 "
                                     f"--out {tmp / 'out'} --modes mgrpo,frozen-sub,single-agent")
     assert json.loads(text)["results"]["mgrpo"]["mean"]["after_em"] == \

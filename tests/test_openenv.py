@@ -296,3 +296,108 @@ def test_the_server_and_client_modules_load_neither_torch_nor_the_web_ui():
             "print([m for m in ('torch', 'gradio') if m in sys.modules]); import gradio")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"  # and a later ``import gradio`` still works (check=True)
+
+
+# -- what a client may see: the reward's references stay on the server until the end ------------------
+
+PUBLIC = ("id", "question", "split", "kind")
+DELEGATE = '<think>d</think><tool_call>{"name": "delegate", "arguments": {"task": "read a page"}}</tool_call>'
+ANSWER = "<think>t</think><answer>Nobody</answer>"
+
+
+def full_tasks(scenario) -> dict[str, dict]:
+    return {task.id: task.to_dict() for task in scenario.tasks(SPLIT)}
+
+
+def assert_hidden(state, observation, full: dict) -> None:
+    """Mid-episode: the state's task is the public part, and no reference the question does not
+    itself name (the gold answer, an alias, a hop's answer) is anywhere in the state or the observation."""
+    assert state.task == {k: full[k] for k in PUBLIC} and not state.answers_shown and not state.done
+    secrets = [s for s in (full["answer"], *full["aliases"], *(h["answer"] for h in full["hops"]))
+               if s and s.lower() not in full["question"].lower()]
+    assert secrets, "this seed's task names its references in its question: nothing to look for"
+    wire = json.dumps(state.model_dump(), ensure_ascii=False) + json.dumps(observation.model_dump(), ensure_ascii=False)
+    assert [s for s in secrets if s in wire] == []
+    assert observation.record is None and observation.reward_components == {}
+
+
+@pytest.mark.parametrize("kind", ["hierarchy", "single"])
+def test_state_keeps_the_answer_hops_and_aliases_until_the_episode_is_over(request, kind, scenario):
+    server = request.getfixturevalue(f"{kind}_server")
+    tasks = full_tasks(scenario)
+    agent = "main_0" if kind == "hierarchy" else "single_0"
+    with MGRPOEnvClient(server.url).sync() as client:
+        result = client.reset(seed=3)
+        full = tasks[client.state().task["id"]]
+        assert full["hops"] and full["answer"]
+        assert_hidden(client.state(), result.observation, full)
+        if kind == "hierarchy":  # a sub-agent acting: still hidden
+            result = client.step(AgentAction(agent=agent, text=DELEGATE))
+            assert result.observation.agent == "sub_0"
+            assert_hidden(client.state(), result.observation, full)
+            result = client.step(AgentAction(agent="sub_0", text="<think>r</think><result>nothing found</result>"))
+        result = client.step(AgentAction(agent=agent, text="no tags"))  # a format failure: the episode goes on
+        assert not result.done
+        assert_hidden(client.state(), result.observation, full)
+        result = client.step(AgentAction(agent=agent, text=ANSWER))
+        assert result.done
+        state = client.state()  # over: the whole task, as the final record holds it
+        assert state.answers_shown and state.done and state.task == full == result.observation.record["task"]
+
+
+@pytest.mark.parametrize("kind", ["hierarchy", "single"])
+def test_reveal_answers_shows_the_whole_task_during_the_episode(scenario, kind):
+    tasks = full_tasks(scenario)
+    extra = ("--reveal-answers", "--single") if kind == "single" else ("--reveal-answers",)
+    with ServeEnvProcess(*server_args(scenario, *extra)) as server, MGRPOEnvClient(server.url).sync() as client:
+        assert server.ready["reveal_answers"] is True and server.ready["env"] == kind
+        client.reset(seed=3)
+        state = client.state()
+        assert state.answers_shown and not state.done and state.task == tasks[state.task["id"]]
+        assert state.task["answer"] and state.task["hops"]
+
+
+# -- out of turn, truncated: by value over the wire ---------------------------------------------------
+
+def test_only_the_selected_agent_may_act_and_a_refused_turn_steps_nothing(hierarchy_server):
+    stolen = "<think>t</think><result>stolen</result>"
+    with MGRPOEnvClient(hierarchy_server.url).sync() as client:
+        client.reset(seed=2)
+        for agent in ("sub_0", "sub_1", "single_0", "nobody"):  # the main agent acts: everyone else is refused
+            with pytest.raises(EnvServerError, match=f"agent '{agent}' may not act now: the selected agent is 'main_0'"):
+                client.step(AgentAction(agent=agent, text=stolen))
+        assert (client.state().step_count, client.state().agent) == (0, "main_0")
+        assert client.step(AgentAction(agent="main_0", text=DELEGATE)).observation.agent == "sub_0"
+        for agent in ("main_0", "sub_1", "nobody"):  # a sub-agent acts: the main agent too is refused
+            with pytest.raises(EnvServerError, match=f"agent '{agent}' may not act now: the selected agent is 'sub_0'") as refused:
+                client.step(AgentAction(agent=agent, text=stolen))
+            assert refused.value.code == "EXECUTION_ERROR"
+        assert (client.state().step_count, client.state().agent) == (1, "sub_0")
+        report = "<think>r</think><result>what I found</result>"
+        assert client.step(AgentAction(agent="sub_0", text=report)).observation.agent == "main_0"
+        result = client.step(AgentAction(agent="main_0", text=ANSWER))
+        record = result.observation.record
+    # nothing of the refused turns reached the episode: each agent's turns are the accepted ones
+    assert [t["action"] for t in record["main"]["turns"]] == [DELEGATE, ANSWER]
+    assert [[t["action"] for t in s["turns"]] for s in record["subs"]] == [[report]]
+    assert record["subs"][0]["final"] == "what I found" and record["final_answer"] == "Nobody"
+
+
+@pytest.mark.parametrize("kind, limit, end", [("hierarchy", 8, "main_turn_limit"), ("single", 48, "turn_limit")])
+def test_a_turn_limit_episode_is_truncated_and_an_answered_one_terminated(request, kind, limit, end):
+    server = request.getfixturevalue(f"{kind}_server")
+    agent = "main_0" if kind == "hierarchy" else "single_0"
+    with MGRPOEnvClient(server.url).sync() as client:
+        result, steps = client.reset(seed=1), 0
+        while not result.done:  # malformed turns until the limit ends it
+            result = client.step(AgentAction(agent=agent, text="no tags"))
+            steps += 1
+        obs = result.observation
+        assert steps == limit and obs.agent is None
+        assert (obs.terminated, obs.truncated, obs.done) == (False, True, True)
+        assert (obs.record["end_reason"], obs.record["truncated"]) == (end, True)
+        client.reset(seed=1)
+        result = client.step(AgentAction(agent=agent, text=ANSWER))
+        obs = result.observation
+        assert (obs.terminated, obs.truncated, obs.done, result.done) == (True, False, True, True)
+        assert (obs.record["end_reason"], obs.record["truncated"]) == ("answer", False)

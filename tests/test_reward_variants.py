@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mgrpo_env.core import RewardConfig, expert_scorer, hop_expert_score
+from mgrpo_env.core import SUBTASK_FELL_BACK, RewardConfig, expert_scorer, hop_expert_score
 from mgrpo_env.rewards import paid_sub_reward
 
 
@@ -47,8 +47,10 @@ def test_expert_score_against_the_delegated_subtask(small_scenario):
     # the sub-agent answered what it was asked: the paper's score blames it, the subtask score does not
     assert hop_expert_score(task, subtask, right) < 1.0 and by_subtask(task, subtask, right) == 1.0
     assert by_subtask(task, subtask, task.hops[1].answer) < 1.0  # the hop's answer is not what was asked
-    # a subtask that is no hop of the question falls back to the hop score
-    assert by_subtask(task, "Who painted the sky?", task.hops[0].answer) == hop_expert_score(task, "Who painted the sky?", task.hops[0].answer)
+    # a subtask that is no hop of the question falls back to the hop score, and says so
+    fell_back = by_subtask(task, "Who painted the sky?", task.hops[0].answer)
+    assert fell_back == hop_expert_score(task, "Who painted the sky?", task.hops[0].answer)
+    assert fell_back.source == SUBTASK_FELL_BACK == "subtask>hops"
     assert small_scenario.subtask_answer(task, task.hops[0].question) == task.hops[0].answer
     assert small_scenario.subtask_answer(task, task.hops[1].question.replace(task.hops[1].entity, "Nobody Atall")) is None
     assert by_subtask.source == "subtask" and expert_scorer().source == "hops"
@@ -82,6 +84,13 @@ def test_config_fields_are_checked():
     assert cfg.sub_format_gate and cfg.expert_reference == "subtask"
     with pytest.raises(ValueError, match="expert_reference"):
         load_config(None, ["expert_reference=answer"])
+    # a scenario that cannot answer subtasks: refused as the config loads, in one line (not paid as 'hop')
+    for name in ("qa-file", "gaia"):
+        with pytest.raises(ValueError) as refused:
+            load_config(None, [f"scenario={name}", "expert_reference=subtask"])
+        assert str(refused.value) == (f"config field 'expert_reference' 'subtask' needs a scenario that answers "
+                                      f"subtasks (subtask_answer); {name!r} has none: use 'hop'")
+    assert load_config(None, ["scenario=qa-file"]).expert_reference == "hop"
     with pytest.raises(ValueError, match=r"warm_start.teacher.<mistake>.rate"):
         load_config(None, ["warm_start.teacher.answer_early.rate=1.5"])
     with pytest.raises(ValueError, match="roles"):
@@ -106,3 +115,16 @@ def test_paired_ratio_difference_by_hand():
     assert same["diff"] == same["low"] == same["high"] == 0.0
     # a question only one side saw counts (0, 0) on the other
     assert paired_ratio_difference({"a": (1, 2)}, {"b": (0, 2)})["diff"] == pytest.approx(0.5)
+
+
+def test_a_scorer_for_a_scenario_without_subtask_answers_is_refused(small_scenario):
+    """The env's own check, for what the config cannot tell (a plug-in factory, a caller that hands the
+    scorer the scenario's name instead of the scenario): an error, never the hop's score in silence."""
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.training.trainer import reward_config
+
+    cfg = load_config(None, ["expert_reference=subtask"])
+    for not_a_scenario in ("wiki-hops", object()):
+        with pytest.raises(TypeError, match=r"^expert_reference 'subtask' needs a scenario that answers subtasks"):
+            reward_config(cfg, not_a_scenario)
+    assert reward_config(cfg, small_scenario).expert.source == "subtask"

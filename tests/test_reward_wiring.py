@@ -166,3 +166,69 @@ def test_a_called_roles_worker_hands_score_sub_side_its_whole_scoring(monkeypatc
     assert handed["credit"] == credit and handed["outcome_groups"] == "subtask" and handed["role"] == "checker"
     assert metrics and all(key.startswith("checker/") for key in metrics), metrics
     assert len(written["advantages/0.json"]) == len(slots) == 4
+
+
+def _misdelegation_the_hop_pays_nothing_for(scenario, split: str):
+    """A chain task, its second hop asked about another entity of the same type, and that entity's
+    right answer, which shares no token with any hop's answer (the hop score pays it exactly 0)."""
+    from mgrpo_env.core import hop_expert_score
+
+    graph = scenario.graph()
+    by_name = {e.name: e for e in graph.entities}
+    for task in scenario.tasks(split):
+        if task.kind != "chain":
+            continue
+        hop = task.hops[1]
+        for other in graph.entities:
+            if other.type != by_name[hop.entity].type or other.name == hop.entity or other.name in hop.question:
+                continue
+            answer, subtask = graph.answer(other, hop.relation), hop.question.replace(hop.entity, other.name)
+            if answer and hop_expert_score(task, subtask, answer) == 0.0 and scenario.subtask_answer(task, subtask) == answer:
+                return task, subtask, answer
+    raise AssertionError("no chain task with a same-type entity whose answer shares no token with the hops'")
+
+
+@pytest.mark.parametrize("reference, paid, fell_back", [
+    ("subtask", [(1.0, "subtask"), (1.0, "subtask>hops")], 0.5),
+    ("hop", [(0.0, "hops"), (1.0, "hops")], None),
+])
+def test_the_trainer_as_built_pays_a_right_report_on_a_misdelegated_subtask(small_scenario, tmp_path, reference, paid,
+                                                                           fell_back):
+    """Through ``Trainer`` as it builds its rewards (its scenario, ``reward_config``, ``env_options``), not
+    the scorer alone. Episode 1: the main agent delegates the second hop about the wrong entity, the
+    sub-agent answers that subtask right; ``subtask`` pays it r_expert = 1, ``hop`` (the paper) 0.
+    Episode 2: a subtask the scenario cannot answer, reported with the first hop's answer: the hop's
+    score under both, and under ``subtask`` counted as a fallback (``sub/expert_fell_back``)."""
+    import numpy as np
+
+    import mgrpo_env
+    from mgrpo_algo.core.scoring import score_sub_side, sub_facts
+    from mgrpo_algo.training import trainer as trainer_module
+
+    cfg = load_config(None, [
+        f"out_dir={tmp_path / 'run'}", f"main.model={START / 'main'}", f"sub.model={START / 'sub'}",
+        f"scenario_kwargs={{num_entities: 300, seed: 0, profile: tiny, data_dir: {small_scenario.data_dir}}}",
+        "stages=[{split: stage2/train, iterations: 1}]", "checkpoint=false", f"expert_reference={reference}",
+    ])
+    records = []
+    with trainer_module.Trainer(cfg) as trainer, trainer.scenario.open() as world:
+        task, subtask, right = _misdelegation_the_hop_pays_nothing_for(trainer.scenario, "stage2/train")
+        assert trainer.scenario.subtask_answer(task, "Who painted the sky?") is None
+        env = mgrpo_env.raw_env(scenario=trainer.scenario, split="stage2/train", world=world,
+                                **trainer_module.env_options(cfg, trainer.reward_config))
+        for asked, report in ((subtask, right), ("Who painted the sky?", task.hops[0].answer)):
+            env.reset(options={"task_id": task.id})
+            call = json.dumps({"name": "delegate", "arguments": {"task": asked}})
+            for text in (f"<think>d</think><tool_call>{call}</tool_call>", f"<think>r</think><result>{report}</result>",
+                         f"<think>a</think><answer>{task.answer}</answer>"):
+                env.step(text)
+            record = env.record
+            assert record.correct and [(s.task, s.final) for s in record.subs] == [(asked, report)]
+            records.append(record)
+        env.close()
+    got = [(r.components["sub_0"]["expert"], r.components["sub_0"]["expert_source"]) for r in records]
+    assert got == paid
+    assert [r.components["sub_0"]["reward"] for r in records] == pytest.approx([0.1 + 0.4 + 0.5 * e for e, _ in paid])
+    _, metrics = score_sub_side(sub_facts(records), [[r.rewards["sub_0"]] for r in records], 2, 1,
+                                strategy="duplicate", rng=np.random.default_rng(0))
+    assert metrics.get("sub/expert_fell_back") == fell_back and metrics["sub/expert_disabled"] == 0.0

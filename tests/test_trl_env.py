@@ -118,3 +118,123 @@ def test_two_grpo_trainer_steps_train_the_planner_on_the_envs_rewards(small_scen
             else:  # the env would go on: only after a malformed turn, which pays R_M = 0 whatever follows
                 assert raw.trajectory("main_0").format_errors > 0 and episode["reward"] == 0.0, episode
         assert finished >= len(scored) // 2
+
+
+def _canonical(name: str, arguments: dict) -> str:
+    import json
+
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+@pytest.mark.parametrize("sampled, end, paid", [
+    # what TRL sampled is what the env was stepped with (the think aside): the env's pay
+    ("<think>plan</think>" + _canonical("delegate", {"task": "Who founded Velmora Press?"}), "env", 0.1),
+    # as many turns, but the first asked another subtask than the one the env ran: 0, counted as cut
+    ("<think>plan</think>" + _canonical("delegate", {"task": "Who founded Another Press?"}), "cut", 0.0),
+    ("<think>plan</think>" + _canonical("reason", {"problem": "Who founded Velmora Press?"}), "cut", 0.0),
+])
+def test_a_sampled_turn_unlike_the_stepped_one_pays_nothing_and_counts_as_cut(small_scenario, small_world, sampled,
+                                                                              end, paid):
+    """``FrozenSubEnv._finish`` by value, without TRL: the server session is stepped by the tool method
+    (its canonical call), then TRL's sampled turns are checked against it turn by turn, not by count."""
+    from mgrpo_algo.experiments.trl_env import FrozenSubEnv
+    from mgrpo_env.openenv_server import EnvSpec, HierarchyEnvironment
+
+    spec = EnvSpec(small_scenario, "stage2/test", small_world)
+    task_id = next(iter(small_scenario.tasks("stage2/test"))).id
+    system = HierarchyEnvironment(spec).reset(task_id=task_id).messages[0]
+    env = FrozenSubEnv(spec, lambda requests: ["<think>r</think><result>nothing found</result>"] * len(requests))
+    env.reset(task_id=task_id, prompt=[system, {"role": "user", "content": ""}])
+    assert "nothing found" in env.delegate(task="Who founded Velmora Press?")  # the env ran this subtask
+    cut, ends = FrozenSubEnv.cut, dict(FrozenSubEnv.ends)
+    # the planner's last turn (an answer) is stepped as sampled: the env ends, a wrong well-formed answer
+    reward = env._finish([sampled, "<think>done</think><answer>Nobody</answer>"])
+    assert env.done and env.record["end_reason"] == "answer" and env.record["rewards"]["main_0"] == pytest.approx(0.1)
+    assert (env.end, reward, FrozenSubEnv.cut - cut) == (end, pytest.approx(paid), int(end == "cut"))
+    assert FrozenSubEnv.ends == {**ends, end: ends.get(end, 0) + 1}  # every ending counted, by kind
+
+
+class _RecordingSub:
+    """A frozen sub policy that reports at once, keeps every request it read and every release."""
+
+    def __init__(self, report: str = "<think>r</think><result>nothing found</result>") -> None:
+        self.report, self.requests, self.released = report, [], []
+
+    def __call__(self, requests):
+        from mgrpo_env.rollout import PolicyResponse
+
+        self.requests += requests
+        return [PolicyResponse(self.report, {"n": len(self.requests)}) for _ in requests]
+
+    def release(self, episode: int, agent: str) -> None:
+        self.released.append((episode, agent))
+
+
+def _frozen_env(scenario, world, sub, weights=None, **env_kwargs):
+    from mgrpo_algo.experiments.trl_env import FrozenSubEnv
+    from mgrpo_env.openenv_server import EnvSpec, HierarchyEnvironment
+
+    spec = EnvSpec(scenario, "stage2/test", world, env_kwargs.pop("limits", None), env_kwargs)
+    task = next(iter(scenario.tasks("stage2/test")))
+    system = HierarchyEnvironment(spec).reset(task_id=task.id).messages[0]
+    return FrozenSubEnv(spec, sub, weights, iter(range(7, 10))), task, [system, {"role": "user", "content": ""}]
+
+
+def test_the_trl_environments_episode_by_value(small_scenario, small_world, monkeypatch):
+    """FrozenSubEnv's own steps, without TRL: the question it hands TRL, the sub-agents it plays (what their
+    policy reads, the history it keeps, the release), the pay with and without the config's weights, and
+    what it refuses (a dataset prompt that is not the env's, a tool after the end)."""
+    from mgrpo_env.core import Limits, RewardConfig
+
+    sub = _RecordingSub()
+    env, task, prompt = _frozen_env(small_scenario, small_world, sub)
+    with pytest.raises(ValueError, match="the dataset's prompt is not the env's system prompt"):
+        env.reset(task_id=task.id, prompt=[prompt[0], {"role": "user", "content": "not empty"}])
+    assert env.reset(task_id=task.id, prompt=prompt) == task.question  # what TRL appends to the user turn
+    assert (env.reward, env.end, env.done, env.record) == (0.0, "", False, None)
+    reply = env.delegate(task="Who founded Ünïcode Press?", context="a fact")
+    assert "nothing found" in reply and env.sub_turns == {"sub_0": [sub.report]}
+    (request,) = sub.requests
+    # episode 8: the refused reset above took 7 (each reset draws its own policy keys)
+    assert (request.episode, request.agent, request.role, request.task) == (8, "sub_0", "sub", None)
+    assert request.observation == request.messages[-1]["content"] and "Ünïcode Press" in request.observation
+    assert request.messages[0]["role"] == "system" and request.history == [{"n": 1}]  # its own extras, kept
+    assert sub.released == [(8, "sub_0")]  # the sub-agent reported: its policy state is let go
+    # the env was stepped with the call written canonically (non-ASCII kept as it is)
+    assert env._main_texts == ['<tool_call>{"name": "delegate", "arguments": {"task": "Who founded Ünïcode Press?", '
+                               '"context": "a fact"}}</tool_call>']
+    thought = env.reason(problem="which press is older?")
+    assert env._main_texts[-1] == '<tool_call>{"name": "reason", "arguments": {"problem": "which press is older?"}}</tool_call>'
+    assert thought and not env.done
+    answer = f"<think>a</think><answer>{task.answer}</answer>"
+    assert env._finish([*env._main_texts, answer]) == 1.0 and env.end == "env"  # right, the server's own pay
+    with pytest.raises(ValueError, match="^the episode is over$"):
+        env.delegate(task="again")
+    # the config's weights: R_M from the env's parts (format ok, correct), not the server's reward
+    for weights, text, paid in (((0.3, 0.7), task.answer, 1.0), ((0.3, 0.7), "Nobody", 0.3), ((0.0, 1.0), "Nobody", 0.0)):
+        env, task, prompt = _frozen_env(small_scenario, small_world, _RecordingSub(), weights)
+        env.reset(task_id=task.id, prompt=prompt)
+        assert env._finish([f"<think>a</think><answer>{text}</answer>"]) == pytest.approx(paid), (weights, text)
+        assert env.record["components"]["main_0"]["format_ok"] and env.end == "env"
+    # TRL stopped while the env still waits for the planner (a turn TRL ran and nothing after): 0, cut
+    env, task, prompt = _frozen_env(small_scenario, small_world, _RecordingSub(), (0.3, 0.7))
+    env.reset(task_id=task.id, prompt=prompt)
+    env.delegate(task="Who founded Velmora Press?")
+    assert (env._finish(list(env._main_texts)), env.end, env.done) == (0.0, "cut", False)
+    assert len(env._main_texts) == 1  # nothing stepped on TRL's behalf
+    # a malformed sampled turn: 0 whatever the env paid, counted under its own name
+    monkeypatch.setattr(type(env), "ends", {})
+    env, task, prompt = _frozen_env(small_scenario, small_world, _RecordingSub(), (0.3, 0.7))
+    env.reset(task_id=task.id, prompt=prompt)
+    assert env._finish([f"no tags {task.answer}"]) == 0.0 and env.end == "malformed" and type(env).ends == {"malformed": 1}
+    # the server's own pay when no weights are given, a 0 included (R_M weights [0, 1], a wrong answer)
+    env, task, prompt = _frozen_env(small_scenario, small_world, _RecordingSub(), rewards=RewardConfig(main_weights=(0.0, 1.0)))
+    env.reset(task_id=task.id, prompt=prompt)
+    assert env._finish(["<think>a</think><answer>Nobody</answer>"]) == 0.0 and env.end == "env"
+    assert type(env).ends == {"malformed": 1, "env": 1}
+    # a tool call that ends the episode (the main agent's last turn): the tool says the episode is over
+    env, task, prompt = _frozen_env(small_scenario, small_world, _RecordingSub(), limits=Limits(max_main_turns=1))
+    env.reset(task_id=task.id, prompt=prompt)
+    with pytest.raises(ValueError, match="^the episode is over$"):
+        env.delegate(task="Who founded Velmora Press?")
+    assert env.done and env.record["end_reason"] == "main_turn_limit"

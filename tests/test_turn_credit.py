@@ -37,6 +37,9 @@ def test_penalised_turns_are_the_malformed_ones_and_the_last_of_an_agent_without
     assert penalised_turns(_traj(["tool_call", "tool_call", "tool_call"], None)) == (2,)
     assert penalised_turns(_traj(["error", "tool_call", "error"], None)) == (0, 2)
     assert penalised_turns(_traj([], None)) == ()
+    # a trajectory as its JSON dict (turns unread): an error, not "no turn penalised" in silence
+    with pytest.raises(AttributeError, match="turns"):
+        penalised_turns(_traj(["error", "tool_call"], None).__dict__)
 
 
 def test_credited_turns_adds_its_terms_after_the_standardised_ones():

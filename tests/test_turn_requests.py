@@ -66,3 +66,30 @@ def test_a_lost_or_repeated_turn_is_refused():
     skipped = TurnRequest(0, "main_0", "main", 5, [{"role": "user", "content": "r"}])
     with pytest.raises(ValueError, match="start at 5, the worker holds 3"):
         keeper.expand(skipped, [])
+
+
+def test_the_rebuilt_request_by_value_and_releases_of_unknown_agents():
+    """What mutation testing found loose (issue 53): the observation the policy reads is the chat's last
+    message, the history is the worker's own list, answers and requests pair one to one, and releasing
+    an agent either side never held is no error (a collection releases every agent it started)."""
+    keeper, sender = ChatKeeper(), TurnSender()
+    history = [{"completion_ids": [1, 2]}]
+    turn = TurnRequest(3, "sub_1", "sub", 0, [{"role": "system", "content": "s"}, {"role": "user", "content": "find X"}])
+    request = keeper.expand(turn, history)
+    assert request == PolicyRequest(3, "sub_1", "sub", "find X", [*turn.new_messages], None, history)
+    assert request.history is history and request.observation == "find X"
+    keeper.answered([request], ["<think>t</think><result>X</result>"])
+    reply = keeper.expand(TurnRequest(3, "sub_1", "sub", 3, [{"role": "user", "content": "tool said Y"}]), [])
+    assert reply.observation == "tool said Y" and [m["content"] for m in reply.messages] == [
+        "s", "find X", "<think>t</think><result>X</result>", "tool said Y"]
+    empty = keeper.expand(TurnRequest(4, "main_0", "main", 0, []), [])  # nothing yet: an empty observation
+    assert (empty.observation, empty.messages) == ("", [])
+    with pytest.raises(ValueError, match="zip"):  # one answer for two requests: refused, not half applied
+        keeper.answered([reply, reply], ["only one"])
+    for side in (keeper, sender):
+        side.release(99, "main_0")  # never held: nothing to drop, no error
+    sender.answered([reply])
+    assert sender.sent == {(3, "sub_1"): 5}
+    sender.release(3, "sub_1")
+    keeper.release(3, "sub_1")
+    assert sender.sent == {} and set(keeper.chats) == {(4, "main_0")}

@@ -289,7 +289,9 @@ class TrainConfig:
     expert_reference: str = "hop"
     """What r_expert scores a report against: "hop" (the paper: the gold answer of the question's hop)
     or "subtask" (the scenario's answer to the subtask the main agent actually delegated, so a
-    sub-agent is not blamed for a mis-delegation; falls back to "hop" where the scenario cannot answer)."""
+    sub-agent is not blamed for a mis-delegation). A scenario without ``subtask_answer`` is refused when the
+    config loads; a subtask the scenario cannot answer is scored against the hop, counted in
+    ``sub/expert_fell_back`` (its ``expert_source``: ``subtask>hops``)."""
     tools: dict[str, list[str]] = field(default_factory=dict)
     """Each role's tools by name, e.g. ``{main: [delegate], sub: [search, visit]}`` (the names in
     ``mgrpo_env.protocol.TOOLS``, a registered tool's included; the main agent only ``delegate`` and
@@ -370,6 +372,11 @@ class TrainConfig:
         _check(len(self.sub_weights) == 3, "sub_weights", "needs 3 values (b1, b2, b3)")
         _check(self.expert_reference in EXPERT_REFERENCES, "expert_reference",
                f"must be one of {EXPERT_REFERENCES}, got {self.expert_reference!r}")
+        if self.expert_reference == "subtask":  # refused here, not paid as 'hop' in silence (issue 53)
+            from mgrpo_scenarios import answers_subtasks
+
+            _check(answers_subtasks(self.scenario) is not False, "expert_reference",
+                   f"'subtask' needs a scenario that answers subtasks (subtask_answer); {self.scenario!r} has none: use 'hop'")
         _check(self.torch_threads >= 1, "torch_threads", "must be >= 1")
         from mgrpo_env.protocol import check_tool_names
         from mgrpo_env.roles import ROLE_TABLE

@@ -27,6 +27,7 @@ import numpy as np
 
 from mgrpo_env import align
 from mgrpo_env.attribution import delegation_judgements
+from mgrpo_env.core import SUBTASK_FELL_BACK
 from mgrpo_env.episode import EpisodeRecord
 
 from .advantages import get_estimator, group_stats, step_advantages
@@ -153,9 +154,9 @@ def turn_credit(config: Any) -> TurnCredit:
 def penalised_turns(trajectory: Any) -> tuple[int, ...]:
     """The turns a format penalty falls on: each malformed turn (``kind == "error"``) and, when the
     agent ended without its final (``final`` None: a turn limit), its last turn."""
-    turns = list(getattr(trajectory, "turns", None) or [])
+    turns = list(trajectory.turns)  # no default: a trajectory without turns is a wiring error, not "no penalty"
     out = [i for i, turn in enumerate(turns) if turn.kind == "error"]
-    if turns and getattr(trajectory, "final", None) is None and (len(turns) - 1) not in out:
+    if turns and trajectory.final is None and (len(turns) - 1) not in out:
         out.append(len(turns) - 1)
     return tuple(out)
 
@@ -461,6 +462,8 @@ def score_sub_side(
     sources = [f.expert_source for f in subs if f.expert_source is not None]
     if sources:
         metrics[f"{role}/expert_disabled"] = sources.count("none") / len(sources)
+        if any(s.startswith("subtask") for s in sources):  # expert_reference: subtask, its hop fallbacks counted
+            metrics[f"{role}/expert_fell_back"] = sources.count(SUBTASK_FELL_BACK) / len(sources)
     return sub, metrics
 
 

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env import strict_json
 from mgrpo_env.attribution import attribution_counts_by_question, attribution_rates
 from mgrpo_env.mistakes import counts_by_question, rates_of_counts
 from mgrpo_env.roles import ROLE_TABLE, ROLES
@@ -344,7 +345,7 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
         sorted(p for name in ("eval_before.jsonl", "episodes.jsonl", "eval_after.jsonl") for p in out.glob(f"seed*/*/{name}")))
     summary["verdict"] = verdict(summary)
     plot_curves(curves, out / "curves.png")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (out / "summary.json").write_text(strict_json.dumps(summary, indent=2, default=str) + "\n")
     (out / "report.md").write_text(markdown(summary))
     return summary
 

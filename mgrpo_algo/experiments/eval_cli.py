@@ -21,6 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env import strict_json
 from mgrpo_env.roles import ROLES
 
 __all__ = ["AGENTS", "AGENT_FORMS", "add_eval_parser", "build_scenario", "cmd_eval", "resolve_agent"]
@@ -273,7 +274,7 @@ def _run(args: argparse.Namespace, config: Any, scenario: Any, paths: dict[str, 
 
     def keep(record: Any) -> None:  # each finished episode is on disk at once: Ctrl-C loses only unfinished ones
         if sink is not None:
-            sink.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+            sink.write(strict_json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
             sink.flush()
 
     runs, records, first, report, greedy = [], [], [], None, None

@@ -12,7 +12,6 @@ Two ways to run an agent:
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -24,6 +23,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from mgrpo_env import strict_json
 from mgrpo_env.tool_health import call_failure
 from mgrpo_scenarios import Scenario, Task, Verdict, split_tasks
 from mgrpo_scenarios.verifiers import token_f1
@@ -347,8 +347,8 @@ def write_report(report: EvalReport, out_dir: str | Path, *, extra: dict[str, An
     ``outcomes.jsonl`` (one line per task) under ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps({**report.summary(), **(extra or {})}, indent=2) + "\n")
+    (out / "summary.json").write_text(strict_json.dumps({**report.summary(), **(extra or {})}, indent=2) + "\n")
     with (out / "outcomes.jsonl").open("w") as fh:
         for o in report.outcomes:
-            fh.write(json.dumps(asdict(o), ensure_ascii=False) + "\n")
+            fh.write(strict_json.dumps(asdict(o), ensure_ascii=False) + "\n")
     return out

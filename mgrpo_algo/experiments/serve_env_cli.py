@@ -2,6 +2,7 @@
 
     mgrpo serve-env --scenario wiki-hops [--single] [--split stage2] [--host 127.0.0.1] [--port 8000]
                     [--set num_entities=300] [--limit max_main_turns=8] [--max-sessions 64]
+                    [--reveal-answers]
 
 It opens the scenario's world once (shared by every session), binds the port (``--port 0``: a free
 one), prints one JSON line ``{"url": ..., "env": ..., "scenario": ..., "split": ...}`` once clients
@@ -38,6 +39,9 @@ def add_serve_env_parser(sub: Any) -> None:
     se.add_argument("--limit", action="append", default=[], metavar="KEY=VALUE",
                     help="an episode limit (mgrpo_env.Limits field: max_main_turns=8, max_sub_turns=6, ...)")
     se.add_argument("--max-sessions", type=int, default=None, help="sessions served at once (default 64)")
+    se.add_argument("--reveal-answers", action="store_true",
+                    help="for evaluation tools: state() shows the task's gold answer, aliases, hops and metadata "
+                         "while the episode runs (default: only once it is over)")
     se.add_argument("--session-timeout", type=float, default=None,
                     help="close a session idle this many seconds (default: only a disconnect closes one)")
     se.set_defaults(func=cmd_serve_env)
@@ -75,13 +79,14 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
         sock.close()
         raise SystemExit(f"mgrpo: cannot bind {args.host}:{args.port}: {exc}") from None
     with sock, scenario.open() as world:
-        spec = EnvSpec(scenario, args.split, world, limits, env_kwargs)
+        spec = EnvSpec(scenario, args.split, world, limits, env_kwargs, reveal_answers=args.reveal_answers)
         app = create_app(spec, single=args.single, max_sessions=args.max_sessions or DEFAULT_MAX_SESSIONS,
                          session_timeout_s=args.session_timeout)
         sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
         host, port = sock.getsockname()[:2]
         print(json.dumps({"url": f"http://{host}:{port}", "env": "single" if args.single else "hierarchy",
-                          "scenario": getattr(scenario, "name", args.scenario), "split": args.split}), flush=True)
+                          "scenario": getattr(scenario, "name", args.scenario), "split": args.split,
+                          "reveal_answers": args.reveal_answers}), flush=True)
         # uvicorn catches Ctrl-C and SIGTERM itself and shuts down gracefully (every connection closed,
         # so every session and its env); then it restores the handlers it found and raises the signal
         # again: ours turn it into KeyboardInterrupt, so the world below is closed too.

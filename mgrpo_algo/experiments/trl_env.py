@@ -146,6 +146,8 @@ class FrozenSubEnv:
 
     #: episodes TRL ended while the env still expected the planner (paid 0), over every instance
     cut = 0
+    #: every scored episode's ending over every instance: "env", "cut" or "malformed" -> count
+    ends: dict[str, int] = {}
 
     def __init__(self, env: Any, sub_policy: Any, main_weights: Sequence[float] | None = None,
                  episode_ids: Any = None) -> None:
@@ -285,6 +287,7 @@ class FrozenSubEnv:
             type(self).cut += 1
         else:
             self.end = "env"
+        type(self).ends[self.end] = type(self).ends.get(self.end, 0) + 1
         return self.reward
 
     def _close(self) -> None:

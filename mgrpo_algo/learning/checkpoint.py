@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from mgrpo_env import strict_json
+
 from ..core.config import LearnerConfig
 
 __all__ = ["LearnerCheckpoints"]
@@ -65,7 +67,7 @@ class LearnerCheckpoints:
         meta = {"role": self.role, "step": self.step, "config": asdict(self.config)}
         if extra is not None:
             meta["extra"] = extra
-        (tmp / _META_FILE).write_text(json.dumps(meta, indent=2))
+        (tmp / _META_FILE).write_text(strict_json.dumps(meta, indent=2))
         state = {"optimizer": self.optimizer.state_dict(), "rng": _rng_state()}
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()

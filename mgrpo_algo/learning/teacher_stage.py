@@ -31,6 +31,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env import strict_json
 from mgrpo_env.mistakes import mistake_rates
 from mgrpo_env.rollout import collect
 from mgrpo_env.teacher import ImperfectTeacher
@@ -189,7 +190,7 @@ def teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str | Path
                       "matched_to_hierarchy": target_steps is not None}
             record = {"key": keys[role], "counts": counts, "teacher": stats.get(role, {}), "metrics": metrics,
                       "budget": budget, "from": str(source)}
-            (target / "warm_start.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+            (target / "warm_start.json").write_text(strict_json.dumps(record, indent=2, default=str) + "\n")
     return done
 
 
@@ -318,7 +319,7 @@ def shared_teacher_warm_start(scenario: Any, start_dir: str | Path, out_dir: str
               "shown": mix.shown(), "per_role_oracle_stage_steps": oracle_steps}
     record = {"key": key, "counts": counts, "teacher": seen, "metrics": metrics, "budget": budget, "from": str(source),
               "roles": list(roles)}
-    record_file.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    record_file.write_text(strict_json.dumps(record, indent=2, default=str) + "\n")
     return target
 
 

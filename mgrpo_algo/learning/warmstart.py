@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from mgrpo_env import strict_json
 from mgrpo_env.roles import ROLE_TABLE, env_roles
 from mgrpo_env.rollout import collect
 from mgrpo_env.scripted import OraclePolicy
@@ -400,4 +401,4 @@ def _fit_roles(model_paths: Mapping[str, str], chats: Mapping[str, Any], held: M
         target.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(target)
         tokenizer.save_pretrained(target)
-        (target / "warm_start.json").write_text(json.dumps({"key": keys[role], "counts": counts, "metrics": metrics}, indent=2) + "\n")
+        (target / "warm_start.json").write_text(strict_json.dumps({"key": keys[role], "counts": counts, "metrics": metrics}, indent=2) + "\n")

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env import strict_json
 from mgrpo_env.roles import ROLES
 
 __all__ = [
@@ -425,7 +426,7 @@ def _build_once(folder: Path, key: Mapping[str, Any], make: Any) -> None:
     tmp.mkdir(parents=True)
     try:
         make(tmp)
-        (tmp / _MANIFEST).write_text(json.dumps({"key": dict(key)}, indent=2, sort_keys=True, default=str) + "\n")
+        (tmp / _MANIFEST).write_text(strict_json.dumps({"key": dict(key)}, indent=2, sort_keys=True, default=str) + "\n")
         if folder.exists():
             folder.rmdir()  # empty (checked above)
         try:

@@ -414,7 +414,7 @@ def save_for_engine(model: Any, folder: str | os.PathLike) -> Path:
     for stale in [*folder.glob("model-*.safetensors"), *folder.glob("*.index.json"), *folder.glob("*.bin")]:
         stale.unlink()
     os.replace(tmp, folder / "model.safetensors")  # the reload never reads a half-written file
-    import json
+    from mgrpo_env import strict_json
 
-    (folder / "config.json").write_text(json.dumps(config, indent=2, default=str) + "\n")
+    (folder / "config.json").write_text(strict_json.dumps(config, indent=2, default=str) + "\n")
     return folder

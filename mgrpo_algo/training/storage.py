@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
+from mgrpo_env import strict_json
+
 __all__ = ["COMMIT_MARKER", "RunStorage", "StorageUnreachable", "drop_json_after", "write_json"]
 
 T = TypeVar("T")
@@ -52,7 +54,7 @@ def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as JSON at ``path`` atomically (a temporary file renamed over it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}")
-    tmp.write_text(json.dumps(data))
+    tmp.write_text(strict_json.dumps(data))
     os.replace(tmp, path)
 
 
@@ -188,7 +190,7 @@ class RunStorage:
                 write_json(self.local / rel, data)
             else:
                 self._makedirs(self.path(rel).rsplit("/", 1)[0])
-                self.fs.pipe_file(self.path(rel), json.dumps(data).encode())
+                self.fs.pipe_file(self.path(rel), strict_json.dumps(data).encode())
 
     def move(self, src: str, dst: str) -> None:
         """The file ``src`` to ``dst`` (renamed; copied then deleted without a rename: idempotent, so a

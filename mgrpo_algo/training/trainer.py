@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import mgrpo_scenarios
+from mgrpo_env import strict_json
 from mgrpo_env.attribution import attribution_counts_by_question, attribution_rates, supports_attribution
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
@@ -168,8 +169,8 @@ class Trainer:
         unpinned = not_in_force(config.kernels.pin)  # a library caller that did not pin: said, not silent
         if unpinned:
             warnings.warn(unpinned, stacklevel=2)
-        (self.out / "config.json").write_text(json.dumps({**config_to_dict(config), "provenance": kernel_state()},
-                                                         indent=2, default=str) + "\n")
+        (self.out / "config.json").write_text(strict_json.dumps({**config_to_dict(config), "provenance": kernel_state()},
+                                                                indent=2, default=str) + "\n")
         # the env pays R_M and R_S once, with the judge wherever the roles run
         self.reward_config = reward_config(config, self.scenario, config.expert_judge.make())
         self._warned_no_expert = False
@@ -290,7 +291,7 @@ class Trainer:
             "time/iteration": t_updated - t_start,
         })
         with (self.out / "metrics.jsonl").open("a") as fh:
-            fh.write(json.dumps(metrics) + "\n")
+            fh.write(strict_json.dumps(metrics) + "\n")
         self.faults.hit("loop_before_commit", role="loop", iteration=t)
         # commit: the workers checkpointed t when they applied it; loop_state.json (atomic) names t and the sizes
         sizes = {name: (self.out / name).stat().st_size for name in ("metrics.jsonl", "episodes.jsonl")}
