@@ -93,8 +93,8 @@ def test_different_seed_differs() -> None:
 
 def test_metadata_and_root(scenario: WikiHops) -> None:
     meta = scenario.metadata
-    assert meta["version"] == "2" and meta["seed"] == 0 and meta["num_entities"] == N and meta["js_fraction"] == 0.1
-    assert scenario.root.name == f"v2-s0-n{N}-js0.1"
+    assert meta["version"] == "3" and meta["seed"] == 0 and meta["num_entities"] == N and meta["js_fraction"] == 0.1
+    assert scenario.root.name == f"v3-s0-n{N}-js0.1"
     manifest = scenario.manifest()
     assert manifest["metadata"] == json.loads(json.dumps(meta))
     assert set(manifest["build_seconds"]) == {"generate", "write", "index", "total"}

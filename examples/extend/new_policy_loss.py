@@ -76,6 +76,7 @@ def main(out: Path) -> None:
         *SETTING,
         "main.learner.policy_loss=cispo", "main.learner.loss_options={eps_max: 1.5}",
         "main.learner.ppo_epochs=2",  # a second pass, where the ratio leaves 1 and the clip can act
+        "questions_per_iteration=4",  # with 2, the refreshed oracle clone's 8 rollouts all paid alike: no update
         f"out_dir={out / 'run'}", f"models_dir={out / 'models'}",
     ])
     with Trainer(config) as trainer:
