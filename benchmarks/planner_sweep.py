@@ -25,6 +25,8 @@ import mgrpo_scenarios
 from mgrpo_algo.core.config import load_config
 from mgrpo_algo.experiments import intervals as iv
 from mgrpo_algo.experiments.attribution_stats import attribution_summary
+from mgrpo_algo.experiments.percent import interval_text as _ci
+from mgrpo_algo.experiments.percent import pct as _pct
 from mgrpo_env import strict_json
 from mgrpo_env.attribution import attribution_counts_by_question
 from mgrpo_env.episode import read_jsonl
@@ -53,14 +55,6 @@ def run_figures(folder: Path, reference: list[Any] | None, scenario: Any) -> dic
         "attribution": attribution,
         "minutes": row.get("minutes"),
     }
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
-
-
-def _ci(c: dict[str, float] | None) -> str:
-    return "-" if not c else f"{100 * c['diff']:+.1f} [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}]"
 
 
 def table(rows: list[dict[str, Any]]) -> str:

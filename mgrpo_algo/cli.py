@@ -246,36 +246,27 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
     teacher = config.warm_start.teacher
     if args.shared:
         return _shared_warm_start(args, config, scenario)
+    if args.refresh and (not args.from_dir or args.oracle_out):
+        print("mgrpo: --refresh fine-tunes a prebuilt oracle clone: give --from DIR (and no --oracle-out)", file=sys.stderr)
+        return 2
     if args.refresh:
         # The oracle's own demonstrations (the teacher with every rate 0), from a prebuilt oracle clone: a
         # clone brought up to a changed world in minutes, where stage 1 from scratch takes over an hour.
-        if not args.from_dir or args.oracle_out:
-            print("mgrpo: --refresh fine-tunes a prebuilt oracle clone: give --from DIR (and no --oracle-out)",
-                  file=sys.stderr)
-            return 2
         for mistake in teacher.mistakes.values():
             mistake.rate, mistake.roles, mistake.question_kinds = 0.0, {}, {}
+    elif args.from_dir and not teacher.enabled:
+        print("mgrpo: --from trains the teacher stage, but warm_start.teacher has no rate above 0", file=sys.stderr)
+        return 2
+    if args.from_dir:
+        # Stage 2 only (or the refresh), from a prebuilt stage-1 folder (the committed oracle clone): minutes, not an hour.
         from .learning.teacher_stage import teacher_warm_start
         from .policies.prebuilt import verify_folder
 
         for role in ROLES:
             verify_folder(Path(args.from_dir) / role)
         paths = {role: str(p) for role, p in teacher_warm_start(
-            scenario, args.from_dir, Path(config.models_dir) / "refresh", config.warm_start, limits=config.limits,
-            tools=config.tools, refresh=True).items()}
-    elif args.from_dir:
-        # Stage 2 only, from a prebuilt stage-1 folder (the committed oracle clone): minutes, not an hour.
-        if not teacher.enabled:
-            print("mgrpo: --from trains the teacher stage, but warm_start.teacher has no rate above 0", file=sys.stderr)
-            return 2
-        from .learning.teacher_stage import teacher_warm_start
-        from .policies.prebuilt import verify_folder
-
-        for role in ROLES:
-            verify_folder(Path(args.from_dir) / role)
-        paths = {role: str(p) for role, p in teacher_warm_start(
-            scenario, args.from_dir, Path(config.models_dir) / "teacher", config.warm_start, limits=config.limits,
-            tools=config.tools).items()}
+            scenario, args.from_dir, Path(config.models_dir) / ("refresh" if args.refresh else "teacher"),
+            config.warm_start, limits=config.limits, tools=config.tools, refresh=args.refresh).items()}
     else:
         for role in ROLES:
             getattr(config, role).model = ""  # always the config's own tiny models, warm-started

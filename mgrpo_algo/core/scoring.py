@@ -176,10 +176,10 @@ def credited_turns(base: float, steps: Sequence[float] | None, step_weight: floa
     if judged is not None and len(judged) != num_turns:
         raise ValueError(f"{len(judged)} delegation judgements for {num_turns} turns")
     bad = set(penalised)
-    delegated = [None if judged is None or judged[t] is None else credit.delegation * (2.0 * float(judged[t]) - 1.0)
-                 for t in range(num_turns)]
+    judged = judged if judged is not None else [None] * num_turns
     return tuple(v + credit.success_likelihood * success - (credit.format_penalty if t in bad else 0.0)
-                 + (delegated[t] or 0.0) for t, v in enumerate(values))
+                 + (0.0 if judged[t] is None else credit.delegation * (2.0 * float(judged[t]) - 1.0))
+                 for t, v in enumerate(values))
 
 
 @dataclass(frozen=True)

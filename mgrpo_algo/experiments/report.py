@@ -17,6 +17,8 @@ from typing import Any
 from mgrpo_env.tool_health import backend_failure_line
 
 from ..core.modes import MODES
+from .percent import interval_text
+from .percent import pct as _pct
 from .report_attribution import attribution_checks, attribution_section
 
 __all__ = ["DIFFERENCES", "differences", "format_table", "verdict", "markdown", "history_means", "interval_text",
@@ -39,24 +41,11 @@ def differences(modes: Sequence[str] | None = None) -> tuple[tuple[str, str, str
 DIFFERENCES = differences()
 
 
-def _pct(x: float | None, sign: bool = False) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return f"{x * 100:{'+.1f' if sign else '.1f'}}"
-
-
 def _pm(stats: Mapping[str, Mapping[str, float]], key: str, sign: bool = False) -> str:
     mean = stats["mean"].get(key)
     if mean is None or math.isnan(mean):
         return "-"
     return f"{_pct(mean, sign)} ± {stats['std'][key] * 100:.1f}"
-
-
-def interval_text(iv: Mapping[str, float] | None) -> str:
-    """``+12.3 [+5.1, +19.0]`` in points, or ``-`` when the interval was not computed."""
-    if not iv:
-        return "-"
-    return f"{_pct(iv['diff'], True)} [{_pct(iv['low'], True)}, {_pct(iv['high'], True)}]"
 
 
 def format_table(summary: Mapping[str, Any]) -> str:

@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .percent import interval_text as _ci
+from .percent import pct as _pct
+
 __all__ = ["OUTCOME_NAMES", "attribution_section", "attribution_checks", "DELEGATION_TARGET"]
 
 #: The words the report uses for each outcome (mgrpo_env.attribution.OUTCOMES).
@@ -19,16 +22,6 @@ OUTCOME_NAMES = {
 }
 #: The share of delegations asking a needed hop (per question, averaged) M-GRPO's planner should reach.
 DELEGATION_TARGET = 0.80
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.1f}"
-
-
-def _ci(change: Mapping[str, float] | None) -> str:
-    if not change:
-        return "-"
-    return f"{change['diff'] * 100:+.1f} [{change['low'] * 100:+.1f}, {change['high'] * 100:+.1f}]"
 
 
 def attribution_checks(summary: Mapping[str, Any]) -> list[dict[str, Any]]:

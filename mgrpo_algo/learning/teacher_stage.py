@@ -112,19 +112,23 @@ def _stage_key(scenario: Any, cfg: WarmStartConfig, role: str, start: Path, limi
     return json.loads(json.dumps(key, default=str))
 
 
+def _record_of(folder: Path) -> dict[str, Any] | None:
+    """A role folder's warm_start.json, or None."""
+    file = folder / "warm_start.json"
+    return json.loads(file.read_text()) if file.is_file() else None
+
+
 def _stage_steps_of(folder: Path) -> int:
     """Optimiser steps of the last teacher stage recorded in a role folder (0 when none)."""
-    file = folder / "warm_start.json"
-    budget = json.loads(file.read_text()).get("budget") if file.is_file() else None
+    budget = (_record_of(folder) or {}).get("budget")
     return int(budget["teacher_stage_steps"]) if budget else 0
 
 
 def _steps_of(folder: Path) -> int | None:
     """Optimiser steps recorded in a role folder's warm_start.json (both stages when it has both)."""
-    file = folder / "warm_start.json"
-    if not file.is_file():
+    record = _record_of(folder)
+    if record is None:
         return None
-    record = json.loads(file.read_text())
     budget = record.get("budget")
     return int(budget["total_steps"]) if budget else int(record.get("metrics", {}).get("steps", 0)) or None
 
