@@ -75,12 +75,14 @@ TARGETS = {
     "mgrpo_algo/policies/vllm_server.py": 0.90,
     "mgrpo_algo/training/trainer.py": 0.90,
     "mgrpo_algo/training/workers.py": 0.90,
-    # issue 53: what crosses to a role worker per turn (no gold answer, no whole chat). storage.py is not
-    # here yet: its first run (tests/test_run_storage.py alone) detected 62% (317 killed, 136 survived, 59
-    # without a test: copy_folder_to, create_folder), under the target
+    # issue 53: what crosses to a role worker per turn (no gold answer, no whole chat); the TRL environment; the
+    # served env's sessions and its client (tests/test_openenv_client.py: the real server in a thread of the test
+    # process, so the client and the server are mutmut's copies); the run storage the role workers share
     "mgrpo_env/turn_requests.py": 0.90,
     "mgrpo_algo/experiments/trl_env.py": 0.90,
     "mgrpo_env/openenv_server.py": 0.90,
+    "mgrpo_algo/training/storage.py": 0.90,
+    "mgrpo_env/openenv_client.py": 0.90,
 }
 
 #: Folders whose package has another name (pyproject's package-dir): mutmut names a mutant after its file's
@@ -114,6 +116,11 @@ BEFORE = {
     # survivors prompted (vllm_server's killed count includes its 2 timeouts)
     "mgrpo_env/teacher.py": (396, 61, 0, 457),
     "mgrpo_algo/policies/vllm_server.py": (85, 42, 0, 127),
+    # issue 53: the run storage's first run (tests/test_run_storage.py as commit ea3d081 has it; the killed count
+    # includes its timeout); the client's first run (tests/test_openenv_client.py's first version; it had no
+    # test mutmut could run before: tests/test_openenv.py serves from a child process)
+    "mgrpo_algo/training/storage.py": (333, 135, 45, 513),
+    "mgrpo_env/openenv_client.py": (112, 16, 0, 128),
 }
 
 #: Modules scored on some functions only (only their mutants are run; the others are left to the
@@ -425,7 +432,9 @@ def write(modules: dict, out: Path, note: str = "") -> bool:
               "modules, their first complete run (commit 1826326), before the tests its survivors prompted; for "
               "the speed modules (issue 34), their first run (the tests of commit 91f3a93), before the tests its "
               "survivors prompted; for the teacher and the vLLM watchdog (issue 46), their first complete run "
-              "(commit fa872d5), before the tests its survivors prompted."]
+              "(commit fa872d5), before the tests its survivors prompted; for the run storage and the OpenEnv "
+              "client (issue 53), their first run (commit ea3d081's storage tests; the client's first in-process "
+              "tests), before the tests its survivors prompted."]
     lines += ["", "## Survivors kept", "",
               "Each is equivalent to the original, differs only on a CUDA device, or differs only in a timing "
               "no test on a shared machine can tell (the reason says which); the reason is given "

@@ -500,40 +500,7 @@ KEPT[_VS + "ǁVLLMServerǁhealthy__mutmut_4"] = (
     "trust_env=None instead of False: httpx 0.29 only tests it for truth (`trust_env and ...` in _client.py and _config.py), so None reads the "
     "environment's proxies no more than False does (True is killed by test_health_checks_ignore_a_proxy...)")
 
-# issue 53: the TRL environment's episode (mgrpo_algo/experiments/trl_env.py)
-_TRL = "mgrpo_algo.experiments.trl_env."
-_TRL_ZIP = ("zip without strict=True in _finish: the branch runs only when len(raw) == len(seen) (the `or` "
-            "before it), so strict has nothing to refuse")
-_TRL_MAIN = ("the default of components.get('main_0'): the env's final observation always holds main_0's parts "
-             "(HierarchyEnvironment._observe sets reward_components from the record, main_0 first)")
-_TRL_CORRECT = ("the default of components.get('correct'): main_0's parts always hold 'correct' (Episode._finish "
-                "writes format_ok, correct and reward for it)")
-KEPT.update({
-    _TRL + "x__canonical_call__mutmut_6": (
-        "json.dumps(ensure_ascii=None): json reads a falsy ensure_ascii as False, as written (the test's non-ASCII "
-        "subtask comes out unescaped either way)"),
-    _TRL + "xǁFrozenSubEnvǁ_finish__mutmut_38": _TRL_ZIP,
-    _TRL + "xǁFrozenSubEnvǁ_finish__mutmut_41": _TRL_ZIP,
-    _TRL + "xǁFrozenSubEnvǁ_finish__mutmut_42": _TRL_ZIP,
-    _TRL + "xǁFrozenSubEnvǁ_settle__mutmut_6": _TRL_MAIN,
-    _TRL + "xǁFrozenSubEnvǁ_settle__mutmut_8": _TRL_MAIN,
-    _TRL + "xǁFrozenSubEnvǁ_settle__mutmut_29": _TRL_CORRECT,
-    _TRL + "xǁFrozenSubEnvǁ_settle__mutmut_31": _TRL_CORRECT,
-    _TRL + "xǁFrozenSubEnvǁ_settle__mutmut_34": _TRL_CORRECT,
-})
+# issue 53 (the TRL environment, the served env and its client, the run storage): benchmarks/mutation_kept_wire.py
+from mutation_kept_wire import KEPT as _WIRE  # noqa: E402 - benchmarks/ is the script's folder
 
-# issue 53: the served env's sessions (mgrpo_env/openenv_server.py)
-_SRV = "mgrpo_env.openenv_server.xǁ"
-_SRV_MAIN = ("the default of env.rewards.get('main_0'): the AEC env's rewards hold main_0 from the reset on "
-             "(PettingZoo pays every agent it has, 0 until the end), so the default is never read")
-KEPT.update({
-    _SRV + "HierarchyEnvironmentǁ_observe__mutmut_46": (
-        "reward_components from the record before the end too: the record's components are empty until "
-        "Episode._finish writes them, so mid-episode it is the same {}"),
-    _SRV + "HierarchyEnvironmentǁ_observe__mutmut_52": _SRV_MAIN,
-    _SRV + "HierarchyEnvironmentǁ_observe__mutmut_54": _SRV_MAIN,
-    _SRV + "HierarchyEnvironmentǁ_observe__mutmut_57": _SRV_MAIN,
-    _SRV + "_SessionEnvironmentǁstep__mutmut_10": (
-        "_step_env(None, text): both envs' _step_env ignore the agent (the AEC env steps its own selection, the "
-        "single env has one agent); step refused any other agent just before"),
-})
+KEPT.update(_WIRE)
