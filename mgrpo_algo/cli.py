@@ -205,7 +205,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(format_table(summary))
     print(summary["verdict"]["text"])
     print(backend_failure_line(failures))
-    print(f"wrote {args.out}/summary.json, report.md, curves.png; TensorBoard: tensorboard --logdir {args.out}/tb")
+    print(f"wrote {args.out}/summary.json, report.md, headline.png and the detail figures; TensorBoard: tensorboard --logdir {args.out}/tb")
     return 0
 
 
@@ -400,7 +400,7 @@ def _parser(prog: str = "mgrpo") -> argparse.ArgumentParser:
     cp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field, dotted for nested ones (eval.limit=50)")
     cp.add_argument("--seeds", type=int, default=3, help="seeds per mode: config seed, seed + 1, ...")
-    cp.add_argument("--out", default="runs/compare", help="folder for summary.json, report.md, curves.png, tb/, runs")
+    cp.add_argument("--out", default="runs/compare", help="folder for summary.json, report.md, the figures (headline.png, ...), tb/, runs")
     cp.add_argument("--modes", default=None,
                     help=f"comma-separated modes to compare (default: every registered mode: {','.join(mode_names())})")
     cp.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -110,11 +110,13 @@ def test_png_report_and_tensorboard(compared):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out, summary = compared
-    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    figures = ["headline.png", "training.png", "endings.png", "mistakes.png", "attribution.png"]
+    assert all((out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in figures)
     report = (out / "report.md").read_text()
+    assert all(f"({name})" in report for name in figures)
     assert "| mode | start mean@1 | after mean@1 | Δ [95% CI] | start greedy |" in report and "| single-agent |" in report
     assert "## Paired differences" in report and "| mgrpo: after - start |" in report
-    assert "![" in report and "curves.png" in report and summary["verdict"]["text"] in report
+    assert "![" in report and "headline.png" in report and summary["verdict"]["text"] in report
     assert "mgrpo compare --config" in report and (out / "config.yaml").is_file()
     # tool backend failures are counted over every episode file and named in the report (issue 21)
     assert summary["tool_backend_failures"] == {} and "tool backend failures: none." in report

@@ -284,7 +284,7 @@ def fake(monkeypatch, tmp_path):
     monkeypatch.setattr(hf_policy, "TransformersPolicy", Policy)
     monkeypatch.setattr(evaluate, "evaluate_agents", fake_eval())
     monkeypatch.setattr(torch.utils.tensorboard, "SummaryWriter", Writer)
-    monkeypatch.setattr(plots, "plot_curves", lambda curves, path: (world.curves.update(curves), world.plots.append(path)))
+    monkeypatch.setattr(plots, "write_figures", lambda curves, summary, out: (world.curves.update(curves), world.plots.append(out)))
     return world, tmp_path
 
 
@@ -478,6 +478,11 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
         pooled("mgrpo", "after"), pooled("frozen-sub", "after"), seed=3)
     assert summary["intervals"]["after: frozen-sub - single-agent"] == iv.paired_difference(
         pooled("frozen-sub", "after"), pooled("single-agent", "after"), seed=3)
+    # each mode's mean@k with its own interval, pooled over seeds the same way (the headline figure's)
+    assert summary["accuracy"]["mgrpo"] == {"start": iv.mean_interval(pooled("mgrpo", "start"), seed=3),
+                                            "after": iv.mean_interval(pooled("mgrpo", "after"), seed=3)}
+    assert summary["accuracy"]["single-agent"]["after"]["mean"] == pytest.approx(
+        summary["results"]["single-agent"]["mean"]["after_em"])
     # the summary's own fields
     assert summary["seeds"] == [3, 4] and summary["modes"] == list(compare.MODES)
     assert summary["budget"] == {"iterations": 3, "questions_per_iteration": 2, "group_size": 2, "rollouts": 12}  # the budget: 3 x 2 x 2
@@ -488,7 +493,7 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
     # backend failures counted over every run's start, training and after episodes (6 runs each)
     assert summary["command"] == "mgrpo compare x" and summary["tool_backend_failures"] == {
         "browser timeout": 6, "fetch backend": 6, "search backend": 6}
-    assert world.plots == [tmp / "out" / "curves.png"]
+    assert world.plots == [tmp / "out"]
     text = (tmp / "out" / "summary.json").read_text()
     # indented, paths and the like as text, a figure not measured (NaN in memory) as null: strict JSON
     assert text == strict_json.dumps(summary, indent=2, default=str) + "\n" and strict_json.loads_strict(text)

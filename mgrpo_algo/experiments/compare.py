@@ -11,7 +11,8 @@ Output folder::
 
     summary.json              per mode: per seed and mean / std / min / max over seeds
     report.md                 the table, the curves, the command that reproduces it, the verdict
-    curves.png                reward and accuracy per mode and role, held-out points
+    headline.png              held-out mean@k start -> after, the held-out curve, who lost the answers
+    training.png, endings.png, mistakes.png, attribution.png   the details by topic (plots.DETAILS)
     config.yaml               the config the comparison ran (``--config`` it to reproduce)
     seed<S>/<mode>/           the trainer's run (metrics.jsonl, episodes.jsonl, checkpoints) and
                               eval_before.jsonl / eval_after.jsonl (``mgrpo view`` reads them)
@@ -251,7 +252,7 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
                  command: str | None, jobs: int, program: str) -> dict[str, Any]:
 
     from ..training.trainer import mode_model_paths
-    from .plots import plot_curves
+    from .plots import write_figures
 
     modes = list(modes if modes is not None else mode_names())
     scenario = check_compare(config, seeds, modes)
@@ -325,6 +326,10 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
         "warm_start": {key: _warm_record(paths) for key, paths in starts.items()},
         "results": results,
         "intervals": _intervals(scores, config.seed),
+        # each mode's held-out mean@k, start and after (the reference: its one evaluation, "after"), pooled
+        # over seeds, with its 95% bootstrap interval
+        "accuracy": {name: {side: iv.mean_interval(iv.pool_runs(s[side]), seed=config.seed)
+                            for side in ("start", "after") if s.get(side)} for name, s in scores.items()},
         "reference": reference,
         # each mode's held-out mistake rates before -> after, pooled over seeds, with intervals
         "mistakes": {mode: {"start": rates_of_counts(pool_counts(c["start"])),
@@ -344,7 +349,7 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
     summary["tool_backend_failures"] = backend_failures_in_files(
         sorted(p for name in ("eval_before.jsonl", "episodes.jsonl", "eval_after.jsonl") for p in out.glob(f"seed*/*/{name}")))
     summary["verdict"] = verdict(summary)
-    plot_curves(curves, out / "curves.png")
+    write_figures(curves, summary, out)
     (out / "summary.json").write_text(strict_json.dumps(summary, indent=2, default=str) + "\n")
     (out / "report.md").write_text(markdown(summary))
     return summary
@@ -357,7 +362,8 @@ def curve_point(records: Sequence[Any], *, questions: int, samples: int, max_del
     from any evaluation's records that cover it: the start and
     the after-training evaluations give the curve's first and last points on the same questions the
     points between them were evaluated on. mean@k (``em``) and F1 (the evaluation's ``report`` when it
-    evaluated exactly the subset), and how the episodes end (``mgrpo_env.mistakes.ENDING_RATE_KEYS``)."""
+    evaluated exactly the subset) with the 95% bootstrap band of mean@k over the subset's questions
+    (``em_low``, ``em_high``), and how the episodes end (``mgrpo_env.mistakes.ENDING_RATE_KEYS``)."""
     from mgrpo_env.mistakes import ENDING_RATE_KEYS, mistake_rates
     from mgrpo_scenarios.verifiers import token_f1
 
@@ -372,7 +378,8 @@ def curve_point(records: Sequence[Any], *, questions: int, samples: int, max_del
     else:
         em = sum(bool(r.correct) for r in subset) / len(subset)
         f1 = sum(token_f1(r.final_answer or "", r.task.get("answer", ""), r.task.get("aliases", ())) for r in subset) / len(subset)
-    point = {"em": em, "f1": f1, "episodes": float(len(subset))}
+    band = iv.mean_interval(iv.per_question(subset))  # the curve's 95% band: a bootstrap over its questions
+    point = {"em": em, "em_low": band["low"], "em_high": band["high"], "f1": f1, "episodes": float(len(subset))}
     point.update({k: float(rates[k]) for k in ENDING_RATE_KEYS if rates.get(k) is not None})
     return point
 
