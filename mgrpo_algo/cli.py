@@ -353,9 +353,9 @@ def _cmd_view(args: argparse.Namespace) -> int:
     target = Path(args.out) if args.out else (run_dir.parent if run_dir.is_file() else run_dir) / "view.html"
     existed = target.exists()
     try:
-        out, shown, total = write_view(args.run_dir, args.out, max_episodes=args.max_episodes)
-    except (OSError, ValueError) as exc:
-        print(f"mgrpo: {exc}", file=sys.stderr)
+        out, shown, total = write_view(args.run_dir, args.out, max_episodes=args.max_episodes, scenario=args.scenario)
+    except (OSError, ValueError, KeyError) as exc:  # KeyError: an unknown --scenario, its message names the known
+        print(f"mgrpo: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return 2
     print(f"wrote {out} ({shown} of {total} episodes){'; it replaced the previous one' if existed else ''}")
     return 0
@@ -450,6 +450,9 @@ def _parser(prog: str = "mgrpo") -> argparse.ArgumentParser:
     vw.add_argument("run_dir", help="run folder holding episodes.jsonl (or the JSONL file itself)")
     vw.add_argument("--out", default=None, help="HTML file to write (default: RUN_DIR/view.html)")
     vw.add_argument("--max-episodes", type=int, default=2000, help="render at most this many episodes")
+    vw.add_argument("--scenario", default=None,
+                    help="the episodes' scenario, for the outcome filters and the first wrong turn (default: the "
+                         "scenario of RUN_DIR/config.json, where there is one)")
     vw.set_defaults(func=_cmd_view)
     return parser
 
