@@ -486,3 +486,28 @@ def test_pool_seeds_recomputes_the_comparisons_figures(compared):
         assert ours["after_minus_start"] == summary["intervals"][f"{mode}: after - start"]
         assert ours["mistakes"]["after"] == summary["mistakes"][mode]["after"]
     assert result["differences"]["after: mgrpo - frozen-sub"] == summary["intervals"]["after: mgrpo - frozen-sub"]
+
+
+def test_the_held_out_curve_leaves_training_and_the_after_evaluation_bit_identical(small_scenario, tmp_path):
+    """Curve points evaluated every update on every held-out question (eval.every=1, curve_limit=4) against
+    none (eval.every=0): the same training episodes, the same training metrics but for the curve's own
+    (heldout/...) and the clock's (the demo fingerprint's filter), and the same after-training episodes: the
+    curve draws on no training RNG."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from demo_fingerprint import _kept
+
+    runs = {}
+    for name, every in (("curve", "1"), ("none", "0")):
+        out = tmp_path / name
+        args = ["compare", "--seeds", "1", "--out", str(out), "--modes", "mgrpo"]
+        for item in [*_settings(small_scenario, tmp_path), f"eval.every={every}", "eval.curve_limit=4"]:
+            args += ["--set", item]
+        assert main(args) == 0
+        metrics = [json.loads(line) for line in (out / "seed0" / "mgrpo" / "metrics.jsonl").read_text().splitlines()]
+        runs[name] = (_run_files(out, "mgrpo"), [{k: v for k, v in m.items() if _kept(k, v) and not k.startswith("heldout/")}
+                                                  for m in metrics])
+    assert len(runs["curve"][1]) == 2 and any(k.startswith("heldout/") for k in json.loads(
+        (tmp_path / "curve" / "seed0" / "mgrpo" / "metrics.jsonl").read_text().splitlines()[0]))
+    assert runs["curve"] == runs["none"]
