@@ -72,7 +72,7 @@ class World:
     closed: list = field(default_factory=list)  # out_dir of each trainer compare closed
     bars: list = field(default_factory=list)  # one per training run
     starts: list = field(default_factory=list)  # role_model_paths calls: (seed, data dir, roles)
-    plots: list = field(default_factory=list)  # the curves.png paths
+    plots: list = field(default_factory=list)  # the output folders figures were written into
     bootstrap_seeds: list = field(default_factory=list)  # the seed of every paired difference
     mistake_changes: list = field(default_factory=list)  # (seed, result) of every mistake-rate change
 
