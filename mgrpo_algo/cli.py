@@ -405,8 +405,8 @@ def _parser(prog: str = "mgrpo") -> argparse.ArgumentParser:
                     help=f"comma-separated modes to compare (default: every registered mode: {','.join(mode_names())})")
     cp.add_argument("--quiet", action="store_true", help="no progress bars")
     cp.add_argument("--jobs", type=int, default=1,
-                    help="processes: the hierarchy's modes and the single agent's run side by side with 2 "
-                         "(same numbers as 1; each uses torch_threads)")
+                    help="processes: each (seed, mode) run and the reference evaluation go longest first to "
+                         "the least loaded (same numbers as 1; each uses torch_threads)")
     cp.set_defaults(func=_cmd_compare)
 
     cf = sub.add_parser("config", help="every config field (the TrainConfig tree) with its default and its doc")

@@ -389,8 +389,10 @@ def compared_in_process(small_scenario, tmp_path_factory):
 
 def _compare_once(small_scenario, tmp, placement: str, *extra: str) -> dict:
     out = tmp / (placement + "".join(extra))
+    # sampled, as the demo's evaluations (each start evaluation seeded by its run's seed, a greedy pass beside)
     args = ["compare", "--seeds", "1", "--out", str(out), "--modes", "mgrpo,frozen-sub,single-agent",
-            "--set", f"placement={{kind: {placement}}}", *extra]
+            "--set", f"placement={{kind: {placement}}}", "--set", "eval.temperature=1.0", "--set", "eval.samples=2",
+            *extra]
     for item in _settings(small_scenario, tmp):
         args += ["--set", item]
     assert main(args) == 0
@@ -409,8 +411,10 @@ def test_compare_on_role_workers_gives_the_in_process_numbers(placement, small_s
 
 def _measured(value):
     """``value`` without what a run's clock, folder and uuids decide (seconds, rates per minute, paths of the output
-    folder): what must not depend on how the runs were spread over processes. NaN as a string (NaN != NaN)."""
-    clock = ("_s", "seconds", "per_minute", "out_dir", "command", "reproduce", "wall", "latency", "episode_id")
+    folder; the stats store's bytes written, which count its health records' time stamps): what must not
+    depend on how the runs were spread over processes. NaN as a string (NaN != NaN)."""
+    clock = ("_s", "seconds", "per_minute", "out_dir", "command", "reproduce", "wall", "latency", "episode_id",
+             "bytes_written")
     if isinstance(value, dict):
         return {k: _measured(v) for k, v in value.items() if not (k.endswith(clock) or k.startswith("time/"))}
     if isinstance(value, list):
@@ -418,20 +422,22 @@ def _measured(value):
     return "nan" if isinstance(value, float) and math.isnan(value) else value
 
 
-def _run_files(out: Path, mode: str) -> dict:
-    """What a mode's run wrote: its config's start models and every episode of its evaluations and training."""
+def _run_files(out: Path, mode: str, *, metrics: bool = True) -> dict:
+    """What a mode's run wrote: its config's start models, every episode of its evaluations and training,
+    and (``metrics``) every iteration's metrics."""
     run = out / "seed0" / mode
     config = json.loads((run / "config.json").read_text())
     files = {"models": {role: config[role]["model"] for role in ("main", "sub", "single")}}
-    for name in ("eval_before.jsonl", "episodes.jsonl", "eval_after.jsonl"):
+    for name in ("eval_before.jsonl", "episodes.jsonl", "eval_after.jsonl", *(["metrics.jsonl"] if metrics else [])):
         files[name] = [_measured(json.loads(line)) for line in (run / name).read_text().splitlines()]
     return files
 
 
 def test_compare_with_two_jobs_gives_the_same_numbers(small_scenario, compared_in_process):
-    """--jobs 2 runs the single agent's mode in a worker process beside the hierarchy's: mode by mode, by
-    value, the same figures (every row of every seed, the means over seeds, the curves, the mistake rates
-    and their intervals), the same start models, and the same episodes written, as one process."""
+    """--jobs 2 runs mgrpo here and frozen-sub then single-agent in a worker process (longest first), which
+    evaluates the hierarchy's start again on its own: mode by mode, by value, the same figures (every row of
+    every seed, the means over seeds, the curves, the mistake rates and their intervals), the same start
+    models, and the same episodes and metrics written (the start's too), as one process."""
     tmp, reference = compared_in_process
     summary = _compare_once(small_scenario, tmp, "in-process", "--jobs", "2")
     assert _numbers(summary) == _numbers(reference)
@@ -506,7 +512,7 @@ def test_the_held_out_curve_leaves_training_and_the_after_evaluation_bit_identic
             args += ["--set", item]
         assert main(args) == 0
         metrics = [json.loads(line) for line in (out / "seed0" / "mgrpo" / "metrics.jsonl").read_text().splitlines()]
-        runs[name] = (_run_files(out, "mgrpo"), [{k: v for k, v in m.items() if _kept(k, v) and not k.startswith("heldout/")}
+        runs[name] = (_run_files(out, "mgrpo", metrics=False), [{k: v for k, v in m.items() if _kept(k, v) and not k.startswith("heldout/")}
                                                   for m in metrics])
     assert len(runs["curve"][1]) == 2 and any(k.startswith("heldout/") for k in json.loads(
         (tmp_path / "curve" / "seed0" / "mgrpo" / "metrics.jsonl").read_text().splitlines()[0]))
