@@ -4,7 +4,7 @@
   ``<!-- mgrpo:demo-report -->`` and ``<!-- mgrpo:demo-table -->`` (the README's table) in a page are replaced by what docs/gen_reference.py and the demo's own
   report (``mgrpo_algo.experiments.report.markdown`` of benchmarks/results/demo_seed0/summary.json) give;
 - the figures under benchmarks/results/ join the site at their repository paths, so a page shows
-  ``../benchmarks/results/demo_seed0/curves.png`` and a strict build checks the link;
+  ``../benchmarks/results/demo_seed0/headline.png`` and a strict build checks the link;
 - ``$...$`` and ``$$...$$`` (pymdownx.arithmatex, generic mode) become MathML at build time
   (latex2mathml), which browsers draw natively: no script and nothing fetched when a page is viewed.
 """
@@ -28,14 +28,14 @@ FIGURES = ("benchmarks/results",)
 
 
 def demo_report(page_src: str) -> str:
-    """The committed demo's report, headings one level down and its figure linked from ``page_src``."""
+    """The committed demo's report, headings one level down and its figures linked from ``page_src``."""
     from mgrpo_algo.experiments.report import markdown
 
     text = markdown(gen_results.load_summary())
     text = re.sub(r"^(#+) ", r"#\1 ", text, flags=re.M)
     text = re.sub(r"^## .*\n", "", text, count=1)  # the report's title: the page has its own
     up = "../" * page_src.count("/")
-    return text.replace("](curves.png)", f"]({up}benchmarks/results/demo_seed0/curves.png)")
+    return re.sub(r"\]\((\w+\.png)\)", rf"]({up}benchmarks/results/demo_seed0/\1)", text)
 
 
 GENERATED = {

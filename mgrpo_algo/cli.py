@@ -205,7 +205,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(format_table(summary))
     print(summary["verdict"]["text"])
     print(backend_failure_line(failures))
-    print(f"wrote {args.out}/summary.json, report.md, curves.png; TensorBoard: tensorboard --logdir {args.out}/tb")
+    print(f"wrote {args.out}/summary.json, report.md, headline.png and the detail figures; TensorBoard: tensorboard --logdir {args.out}/tb")
     return 0
 
 
@@ -353,9 +353,9 @@ def _cmd_view(args: argparse.Namespace) -> int:
     target = Path(args.out) if args.out else (run_dir.parent if run_dir.is_file() else run_dir) / "view.html"
     existed = target.exists()
     try:
-        out, shown, total = write_view(args.run_dir, args.out, max_episodes=args.max_episodes)
-    except (OSError, ValueError) as exc:
-        print(f"mgrpo: {exc}", file=sys.stderr)
+        out, shown, total = write_view(args.run_dir, args.out, max_episodes=args.max_episodes, scenario=args.scenario)
+    except (OSError, ValueError, KeyError) as exc:  # KeyError: an unknown --scenario, its message names the known
+        print(f"mgrpo: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return 2
     print(f"wrote {out} ({shown} of {total} episodes){'; it replaced the previous one' if existed else ''}")
     return 0
@@ -400,13 +400,13 @@ def _parser(prog: str = "mgrpo") -> argparse.ArgumentParser:
     cp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field, dotted for nested ones (eval.limit=50)")
     cp.add_argument("--seeds", type=int, default=3, help="seeds per mode: config seed, seed + 1, ...")
-    cp.add_argument("--out", default="runs/compare", help="folder for summary.json, report.md, curves.png, tb/, runs")
+    cp.add_argument("--out", default="runs/compare", help="folder for summary.json, report.md, the figures (headline.png, ...), tb/, runs")
     cp.add_argument("--modes", default=None,
                     help=f"comma-separated modes to compare (default: every registered mode: {','.join(mode_names())})")
     cp.add_argument("--quiet", action="store_true", help="no progress bars")
     cp.add_argument("--jobs", type=int, default=1,
-                    help="processes: the hierarchy's modes and the single agent's run side by side with 2 "
-                         "(same numbers as 1; each uses torch_threads)")
+                    help="processes: each (seed, mode) run and the reference evaluation go longest first to "
+                         "the least loaded (same numbers as 1; each uses torch_threads)")
     cp.set_defaults(func=_cmd_compare)
 
     cf = sub.add_parser("config", help="every config field (the TrainConfig tree) with its default and its doc")
@@ -450,6 +450,9 @@ def _parser(prog: str = "mgrpo") -> argparse.ArgumentParser:
     vw.add_argument("run_dir", help="run folder holding episodes.jsonl (or the JSONL file itself)")
     vw.add_argument("--out", default=None, help="HTML file to write (default: RUN_DIR/view.html)")
     vw.add_argument("--max-episodes", type=int, default=2000, help="render at most this many episodes")
+    vw.add_argument("--scenario", default=None,
+                    help="the episodes' scenario, for the outcome filters and the first wrong turn (default: the "
+                         "scenario of RUN_DIR/config.json, where there is one)")
     vw.set_defaults(func=_cmd_view)
     return parser
 

@@ -28,13 +28,14 @@ rates (``outcome/<kind>/<outcome>``, out of that kind's episodes).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mgrpo_scenarios import AttributesDelegations, Task
 
 from .mistakes import add_counts
 
-__all__ = ["OUTCOMES", "LOST_BY", "episode_outcome", "attribution_counts", "attribution_counts_by_question",
+__all__ = ["OUTCOMES", "LOST_BY", "WrongTurn", "episode_outcome", "first_wrong_turn", "attribution_counts", "attribution_counts_by_question",
            "attribution_rates", "mean_of_question_rates", "supports_attribution", "delegation_judgements"]
 
 #: One outcome per episode (module docstring), in the order reports list them.
@@ -70,6 +71,14 @@ def episode_outcome(record: Any, scenario: AttributesDelegations) -> tuple[str, 
     Raises:
         ValueError: the record's task has no hops (nothing to attribute against).
     """
+    outcome, delegations, _ = _outcome_and_hop(record, scenario)
+    return outcome, delegations
+
+
+def _outcome_and_hop(record: Any, scenario: AttributesDelegations
+                     ) -> tuple[str, list[tuple[int | None, str, bool | None]], int | None]:
+    """:func:`episode_outcome`, and the hop the outcome is about (the first in solving order that no
+    sub-agent reported right; None for ``right``, ``no_answer`` and ``main_combine``)."""
     data = _as_dict(record)
     task = Task.from_dict(data["task"])
     if not task.hops:
@@ -85,17 +94,90 @@ def episode_outcome(record: Any, scenario: AttributesDelegations) -> tuple[str, 
             reported_right.update(h for h in range(len(task.hops)) if scenario.hop_answered(task, h, str(final)))
     main_final = _field(data.get("main") or {}, "final")
     if data.get("correct"):
-        return "right", delegations
+        return "right", delegations, None
     if main_final is None:
-        return "no_answer", delegations
+        return "no_answer", delegations, None
     missing = [h for h in _solving_order(task) if h not in reported_right]
     if not missing:
-        return "main_combine", delegations
+        return "main_combine", delegations, None
     first = missing[0]
     asked = [right for hop, _, right in delegations if hop == first]
     if not asked:
-        return "main_not_asked", delegations
-    return ("sub_wrong" if any(r is not None for r in asked) else "sub_no_result"), delegations
+        return "main_not_asked", delegations, first
+    return ("sub_wrong" if any(r is not None for r in asked) else "sub_no_result"), delegations, first
+
+
+@dataclass(frozen=True)
+class WrongTurn:
+    """Where a hierarchy episode's answer was first lost (:func:`first_wrong_turn`): ``agent`` (its name in the
+    record, e.g. ``main_0`` or ``sub_1``), ``turn`` (0-based, into that agent's turns) and ``why`` (one line)."""
+
+    outcome: str
+    agent: str
+    turn: int
+    why: str
+
+
+def _delegating_turns(main: Mapping[str, Any], subs: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    """Per sub-agent (in order) the main agent's turn that started it: the delegation whose tool call names
+    it, else the next successful delegation not yet claimed (records written before calls named agents)."""
+    turns = main.get("turns") or []
+    delegating = [i for i, t in enumerate(turns) if (t.get("tool_call") or {}).get("tool") == "delegate"
+                  and (t.get("tool_call") or {}).get("ok")]
+    agents = {i: ((turns[i].get("tool_call") or {}).get("meta") or {}).get("agent") for i in delegating}
+    named = {agent: i for i, agent in agents.items() if agent is not None}
+    out: list[int | None] = []
+    for sub in subs:
+        turn = named.get(sub.get("agent"))
+        if turn is None:
+            turn = next((i for i in delegating if i not in out and i not in named.values()), None)
+        out.append(turn)
+    return out
+
+
+def first_wrong_turn(record: Any, scenario: AttributesDelegations) -> WrongTurn | None:
+    """The first turn that went wrong in a hierarchy episode that lost its answer (None when it is right,
+    for a single-agent episode or a task without hops), by the outcome of :func:`episode_outcome`:
+
+    - ``main_not_asked``: the main agent's first delegation that asked no hop of the task; when every
+      delegation asked one, its last turn (it answered without asking the missing hop);
+    - ``sub_wrong``: the last turn (the report) of the first sub-agent asked the missing hop that reported
+      another answer; ``sub_no_result``: the last turn of the first sub-agent asked it (it ended without a
+      result);
+    - ``main_combine``: the main agent's last turn (a wrong answer from right reports); ``no_answer``: its last
+      turn (where it ran out of turns or broke the format).
+
+    A sub-agent without turns is marked at the main agent's turn that delegated to it.
+    """
+    data = _as_dict(record)
+    main = data.get("main") or {}
+    if main.get("role") == "single" or not (data["task"].get("hops") or []):
+        return None
+    outcome, delegations, hop = _outcome_and_hop(data, scenario)
+    if outcome == "right":
+        return None
+    agent, last = str(main.get("agent") or "main"), max(len(main.get("turns") or []) - 1, 0)
+    subs = list(data.get("subs") or [])
+    starts = _delegating_turns(main, subs)
+    if outcome == "no_answer":
+        return WrongTurn(outcome, agent, last, f"no answer: the main agent ended without one ({data.get('end_reason') or 'no answer'})")
+    if outcome == "main_combine":
+        return WrongTurn(outcome, agent, last, "failed to combine: every hop was reported right, the answer is wrong")
+    hops = data["task"]["hops"]
+    if outcome == "main_not_asked":
+        for (asked, miss, _), turn in zip(delegations, starts, strict=True):
+            if asked is None and turn is not None:
+                return WrongTurn(outcome, agent, turn, f"asked no hop of the task ({miss.replace('_', ' ')})")
+        return WrongTurn(outcome, agent, last, f"never asked the needed hop {hop}: {hops[hop].get('question')!r}")
+    want = (lambda right: right is False) if outcome == "sub_wrong" else (lambda right: right is None)
+    i = next(i for i, (asked, _, right) in enumerate(delegations) if asked == hop and want(right))
+    sub = subs[i]
+    gold = hops[hop].get("answer")
+    why = (f"reported hop {hop} wrong: {sub.get('final')!r} (gold {gold!r})" if outcome == "sub_wrong"
+           else f"no result for hop {hop}: {hops[hop].get('question')!r}")
+    if sub.get("turns"):
+        return WrongTurn(outcome, str(sub.get("agent")), len(sub["turns"]) - 1, why)
+    return WrongTurn(outcome, agent, starts[i] if starts[i] is not None else last, why)
 
 
 def attribution_counts(record: Any, scenario: AttributesDelegations) -> dict[str, tuple[int, int]]:

@@ -57,6 +57,7 @@ class EnvConnectionLost(ConnectionError):
 
 class MGRPOEnvClient(EnvClient[AgentAction, AgentObservation, EpisodeState]):
     """openenv-core's async WebSocket client for the mgrpo env server (``.sync()`` for a blocking one).
+    Keywords other than those below go to openenv-core's ``EnvClient``.
 
     Args:
         base_url: the server (``http://127.0.0.1:8000`` or ``ws://...``).
@@ -65,7 +66,6 @@ class MGRPOEnvClient(EnvClient[AgentAction, AgentObservation, EpisodeState]):
         connect_timeout_s: the longest wait for the WebSocket handshake. openenv-core's 10 s default
             timed out 91 of 683 handshakes of 16 clients on a host at a load average of 17-25
             (docs/guides/openenv.md); a refused or absent server still fails at once.
-        Other keywords go to openenv-core's ``EnvClient``.
     """
 
     def __init__(self, base_url: str, *, message_timeout_s: float = 120.0, connect_timeout_s: float = 60.0,

@@ -12,6 +12,7 @@ from mgrpo_env.attribution import (
     attribution_counts_by_question,
     attribution_rates,
     episode_outcome,
+    first_wrong_turn,
     supports_attribution,
 )
 from mgrpo_scenarios import DelegationMatch, Hop, Task
@@ -162,3 +163,61 @@ def test_the_report_section_lists_every_outcome_per_mode_and_kind(scenario):
     assert "| mgrpo | aggregation | 0.0 -> 0.0 | 100.0 -> 100.0 |" in text
     assert "| founded | founder |" in text and "100.0 -> 100.0 | 100.0 -> 100.0 |" in text
     assert attribution_section({}) == []
+
+
+def _episode(task: Task, subs: list[tuple[str, str | None, int]], final: str | None, correct: bool = False,
+             named: bool = True) -> dict:
+    """A record with turns: the main agent delegates each subtask in turn (sub_i, ``n`` turns, the last its
+    result), then answers ``final`` (or breaks the format when None)."""
+    calls = [{"action": "", "kind": "tool_call", "tool_call": {"tool": "delegate", "arguments": {"task": t}, "ok": True,
+                                                                 "meta": {"agent": f"sub_{i}"} if named else {}}}
+             for i, (t, _, _) in enumerate(subs)]
+    main = {"agent": "main_0", "role": "main", "final": final,
+            "turns": [*calls, {"action": "", "kind": "answer" if final is not None else "error"}]}
+    agents = [{"agent": f"sub_{i}", "role": "sub", "task": t, "final": f,
+               "turns": [{"action": "", "kind": "tool_call"}] * (n - 1) + [{"action": "", "kind": "result"}] * (n > 0)}
+              for i, (t, f, n) in enumerate(subs)]
+    return {"task": CHAIN.to_dict() if task is CHAIN else task.to_dict(), "correct": correct, "main": main, "subs": agents,
+            "end_reason": "answer" if final is not None else "main_turn_limit"}
+
+
+HOP0, HOP1, HOP2 = "Who founded Velmora Press?", "Where was Orvel Dunmarch born?", "How many people were born in Ashgrove?"
+
+
+@pytest.mark.parametrize(("subs", "final", "mark"), [
+    # the second delegation asks another relation (turn 1); hop 2 is then never asked
+    ([(HOP0, "Orvel Dunmarch", 2), ("In what year was Velmora Press founded?", "1801", 2), (HOP1, "Ashgrove", 2)],
+     "1801", ("main_not_asked", "main_0", 1, "asked no hop of the task (other relation)")),
+    # every delegation asks a hop, hop 1 is never asked: the answer (turn 1) is the loss
+    ([(HOP0, "Orvel Dunmarch", 2)], "Orvel Dunmarch",
+     ("main_not_asked", "main_0", 1, "never asked the needed hop 1: 'Where was Orvel Dunmarch born?'")),
+    # sub_1 reports hop 1 wrong in its third turn
+    ([(HOP0, "Orvel Dunmarch", 2), (HOP1, "Brelmouth", 3), ("How many people were born in Brelmouth?", "2", 2)], "2",
+     ("sub_wrong", "sub_1", 2, "reported hop 1 wrong: 'Brelmouth' (gold 'Ashgrove')")),
+    # hop 0 asked twice: sub_0 ran out of turns (its 2nd), sub_1 too; the first is marked
+    ([(HOP0, None, 2), (HOP0, None, 3)], "x", ("sub_no_result", "sub_0", 1, "no result for hop 0: 'Who founded Velmora Press?'")),
+    # a sub-agent without turns: the main agent's delegation to it (turn 1)
+    ([(HOP0, "Orvel Dunmarch", 1), (HOP1, None, 0)], "x", ("sub_no_result", "main_0", 1,
+                                                            "no result for hop 1: 'Where was Orvel Dunmarch born?'")),
+    # every hop right, a wrong answer in the main agent's last turn (3)
+    ([(HOP0, "Orvel Dunmarch", 1), (HOP1, "Ashgrove", 1), (HOP2, "5", 1)], "Ashgrove",
+     ("main_combine", "main_0", 3, "failed to combine: every hop was reported right, the answer is wrong")),
+    ([(HOP0, "Orvel Dunmarch", 1)], None,
+     ("no_answer", "main_0", 1, "no answer: the main agent ended without one (main_turn_limit)")),
+])
+def test_the_first_wrong_turn_of_each_outcome_by_hand(scenario, subs, final, mark):
+    got = first_wrong_turn(_episode(CHAIN, subs, final), scenario)
+    assert (got.outcome, got.agent, got.turn, got.why) == mark
+
+
+def test_no_wrong_turn_when_right_single_or_without_hops_and_delegations_matched_without_names(scenario):
+    right = _episode(CHAIN, [(HOP0, "Orvel Dunmarch", 1), (HOP1, "Ashgrove", 1), (HOP2, "5", 1)], "5", correct=True)
+    assert first_wrong_turn(right, scenario) is None
+    single = {**right, "correct": False, "main": {**right["main"], "role": "single"}}
+    assert first_wrong_turn(single, scenario) is None
+    no_hops = {**right, "correct": False, "task": {**right["task"], "hops": []}}
+    assert first_wrong_turn(no_hops, scenario) is None
+    # records from before tool calls named their sub-agent: the delegations are matched in order
+    old = _episode(CHAIN, [(HOP0, "Orvel Dunmarch", 2), ("Where was Ulla Varn born?", "x", 2)], "x", named=False)
+    got = first_wrong_turn(old, scenario)
+    assert (got.outcome, got.agent, got.turn) == ("main_not_asked", "main_0", 1)

@@ -110,11 +110,13 @@ def test_png_report_and_tensorboard(compared):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out, summary = compared
-    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    figures = ["headline.png", "training.png", "endings.png", "mistakes.png", "attribution.png"]
+    assert all((out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in figures)
     report = (out / "report.md").read_text()
+    assert all(f"({name})" in report for name in figures)
     assert "| mode | start mean@1 | after mean@1 | Δ [95% CI] | start greedy |" in report and "| single-agent |" in report
     assert "## Paired differences" in report and "| mgrpo: after - start |" in report
-    assert "![" in report and "curves.png" in report and summary["verdict"]["text"] in report
+    assert "![" in report and "headline.png" in report and summary["verdict"]["text"] in report
     assert "mgrpo compare --config" in report and (out / "config.yaml").is_file()
     # tool backend failures are counted over every episode file and named in the report (issue 21)
     assert summary["tool_backend_failures"] == {} and "tool backend failures: none." in report
@@ -387,8 +389,10 @@ def compared_in_process(small_scenario, tmp_path_factory):
 
 def _compare_once(small_scenario, tmp, placement: str, *extra: str) -> dict:
     out = tmp / (placement + "".join(extra))
+    # sampled, as the demo's evaluations (each start evaluation seeded by its run's seed, a greedy pass beside)
     args = ["compare", "--seeds", "1", "--out", str(out), "--modes", "mgrpo,frozen-sub,single-agent",
-            "--set", f"placement={{kind: {placement}}}", *extra]
+            "--set", f"placement={{kind: {placement}}}", "--set", "eval.temperature=1.0", "--set", "eval.samples=2",
+            *extra]
     for item in _settings(small_scenario, tmp):
         args += ["--set", item]
     assert main(args) == 0
@@ -407,8 +411,10 @@ def test_compare_on_role_workers_gives_the_in_process_numbers(placement, small_s
 
 def _measured(value):
     """``value`` without what a run's clock, folder and uuids decide (seconds, rates per minute, paths of the output
-    folder): what must not depend on how the runs were spread over processes. NaN as a string (NaN != NaN)."""
-    clock = ("_s", "seconds", "per_minute", "out_dir", "command", "reproduce", "wall", "latency", "episode_id")
+    folder; the stats store's bytes written, which count its health records' time stamps): what must not
+    depend on how the runs were spread over processes. NaN as a string (NaN != NaN)."""
+    clock = ("_s", "seconds", "per_minute", "out_dir", "command", "reproduce", "wall", "latency", "episode_id",
+             "bytes_written")
     if isinstance(value, dict):
         return {k: _measured(v) for k, v in value.items() if not (k.endswith(clock) or k.startswith("time/"))}
     if isinstance(value, list):
@@ -416,20 +422,22 @@ def _measured(value):
     return "nan" if isinstance(value, float) and math.isnan(value) else value
 
 
-def _run_files(out: Path, mode: str) -> dict:
-    """What a mode's run wrote: its config's start models and every episode of its evaluations and training."""
+def _run_files(out: Path, mode: str, *, metrics: bool = True) -> dict:
+    """What a mode's run wrote: its config's start models, every episode of its evaluations and training,
+    and (``metrics``) every iteration's metrics."""
     run = out / "seed0" / mode
     config = json.loads((run / "config.json").read_text())
     files = {"models": {role: config[role]["model"] for role in ("main", "sub", "single")}}
-    for name in ("eval_before.jsonl", "episodes.jsonl", "eval_after.jsonl"):
+    for name in ("eval_before.jsonl", "episodes.jsonl", "eval_after.jsonl", *(["metrics.jsonl"] if metrics else [])):
         files[name] = [_measured(json.loads(line)) for line in (run / name).read_text().splitlines()]
     return files
 
 
 def test_compare_with_two_jobs_gives_the_same_numbers(small_scenario, compared_in_process):
-    """--jobs 2 runs the single agent's mode in a worker process beside the hierarchy's: mode by mode, by
-    value, the same figures (every row of every seed, the means over seeds, the curves, the mistake rates
-    and their intervals), the same start models, and the same episodes written, as one process."""
+    """--jobs 2 runs mgrpo here and frozen-sub then single-agent in a worker process (longest first), which
+    evaluates the hierarchy's start again on its own: mode by mode, by value, the same figures (every row of
+    every seed, the means over seeds, the curves, the mistake rates and their intervals), the same start
+    models, and the same episodes and metrics written (the start's too), as one process."""
     tmp, reference = compared_in_process
     summary = _compare_once(small_scenario, tmp, "in-process", "--jobs", "2")
     assert _numbers(summary) == _numbers(reference)
@@ -484,3 +492,28 @@ def test_pool_seeds_recomputes_the_comparisons_figures(compared):
         assert ours["after_minus_start"] == summary["intervals"][f"{mode}: after - start"]
         assert ours["mistakes"]["after"] == summary["mistakes"][mode]["after"]
     assert result["differences"]["after: mgrpo - frozen-sub"] == summary["intervals"]["after: mgrpo - frozen-sub"]
+
+
+def test_the_held_out_curve_leaves_training_and_the_after_evaluation_bit_identical(small_scenario, tmp_path):
+    """Curve points evaluated every update on every held-out question (eval.every=1, curve_limit=4) against
+    none (eval.every=0): the same training episodes, the same training metrics but for the curve's own
+    (heldout/...) and the clock's (the demo fingerprint's filter), and the same after-training episodes: the
+    curve draws on no training RNG."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from demo_fingerprint import _kept
+
+    runs = {}
+    for name, every in (("curve", "1"), ("none", "0")):
+        out = tmp_path / name
+        args = ["compare", "--seeds", "1", "--out", str(out), "--modes", "mgrpo"]
+        for item in [*_settings(small_scenario, tmp_path), f"eval.every={every}", "eval.curve_limit=4"]:
+            args += ["--set", item]
+        assert main(args) == 0
+        metrics = [json.loads(line) for line in (out / "seed0" / "mgrpo" / "metrics.jsonl").read_text().splitlines()]
+        runs[name] = (_run_files(out, "mgrpo", metrics=False), [{k: v for k, v in m.items() if _kept(k, v) and not k.startswith("heldout/")}
+                                                  for m in metrics])
+    assert len(runs["curve"][1]) == 2 and any(k.startswith("heldout/") for k in json.loads(
+        (tmp_path / "curve" / "seed0" / "mgrpo" / "metrics.jsonl").read_text().splitlines()[0]))
+    assert runs["curve"] == runs["none"]

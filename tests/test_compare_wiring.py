@@ -72,7 +72,7 @@ class World:
     closed: list = field(default_factory=list)  # out_dir of each trainer compare closed
     bars: list = field(default_factory=list)  # one per training run
     starts: list = field(default_factory=list)  # role_model_paths calls: (seed, data dir, roles)
-    plots: list = field(default_factory=list)  # the curves.png paths
+    plots: list = field(default_factory=list)  # the output folders figures were written into
     bootstrap_seeds: list = field(default_factory=list)  # the seed of every paired difference
     mistake_changes: list = field(default_factory=list)  # (seed, result) of every mistake-rate change
 
@@ -284,7 +284,7 @@ def fake(monkeypatch, tmp_path):
     monkeypatch.setattr(hf_policy, "TransformersPolicy", Policy)
     monkeypatch.setattr(evaluate, "evaluate_agents", fake_eval())
     monkeypatch.setattr(torch.utils.tensorboard, "SummaryWriter", Writer)
-    monkeypatch.setattr(plots, "plot_curves", lambda curves, path: (world.curves.update(curves), world.plots.append(path)))
+    monkeypatch.setattr(plots, "write_figures", lambda curves, summary, out: (world.curves.update(curves), world.plots.append(out)))
     return world, tmp_path
 
 
@@ -478,6 +478,11 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
         pooled("mgrpo", "after"), pooled("frozen-sub", "after"), seed=3)
     assert summary["intervals"]["after: frozen-sub - single-agent"] == iv.paired_difference(
         pooled("frozen-sub", "after"), pooled("single-agent", "after"), seed=3)
+    # each mode's mean@k with its own interval, pooled over seeds the same way (the headline figure's)
+    assert summary["accuracy"]["mgrpo"] == {"start": iv.mean_interval(pooled("mgrpo", "start"), seed=3),
+                                            "after": iv.mean_interval(pooled("mgrpo", "after"), seed=3)}
+    assert summary["accuracy"]["single-agent"]["after"]["mean"] == pytest.approx(
+        summary["results"]["single-agent"]["mean"]["after_em"])
     # the summary's own fields
     assert summary["seeds"] == [3, 4] and summary["modes"] == list(compare.MODES)
     assert summary["budget"] == {"iterations": 3, "questions_per_iteration": 2, "group_size": 2, "rollouts": 12}  # the budget: 3 x 2 x 2
@@ -488,7 +493,7 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
     # backend failures counted over every run's start, training and after episodes (6 runs each)
     assert summary["command"] == "mgrpo compare x" and summary["tool_backend_failures"] == {
         "browser timeout": 6, "fetch backend": 6, "search backend": 6}
-    assert world.plots == [tmp / "out" / "curves.png"]
+    assert world.plots == [tmp / "out"]
     text = (tmp / "out" / "summary.json").read_text()
     # indented, paths and the like as text, a figure not measured (NaN in memory) as null: strict JSON
     assert text == strict_json.dumps(summary, indent=2, default=str) + "\n" and strict_json.loads_strict(text)
@@ -581,3 +586,75 @@ def test_evaluation_policies_run_in_process_even_for_a_served_role(fake, small_s
     policies = compare.evaluation_policies(cfg, {"main": "m", "sub": "s"}, {"main": "m", "sub": "s"}, 0)
     assert {type(p).__name__ for p in policies.values()} == {"Policy"}  # the fake TransformersPolicy
     assert policies["sub"].model.path == "s"
+
+
+class InProcessPool:
+    """``ProcessPoolExecutor``'s stand-in: a submitted call runs at once in this process (where the fakes
+    are), so a ``--jobs`` run's units show in ``world`` as its worker would have run them."""
+
+    def __init__(self, max_workers, mp_context):
+        self.max_workers = max_workers
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def submit(self, fn, *args):
+        result = fn(*args)
+        return types.SimpleNamespace(result=lambda: result)
+
+
+def _without_clock(value):
+    """``value`` less what the (fake) clock decides: what must not depend on how units were spread."""
+    if isinstance(value, dict):
+        return {k: _without_clock(v) for k, v in value.items() if not k.endswith(("seconds", "per_minute", "out_dir",
+                                                                                "reproduce"))}
+    if isinstance(value, (list, tuple)):
+        return [_without_clock(v) for v in value]
+    return "nan" if isinstance(value, float) and math.isnan(value) else value
+
+
+def _start_evaluation(e: dict) -> tuple:
+    """A start evaluation as the numbers see it: greedy pass or not, its models' kind, seed and policies."""
+    return e["name"].endswith("greedy"), e["kind"], e["seed"], sorted(e["policies"].items())
+
+
+def test_two_jobs_spread_the_units_and_give_the_one_process_figures(fake, small_scenario, monkeypatch):
+    """--jobs 2, 2 seeds, sampled, with the reference: longest first, the worker gets seed 4's hierarchy
+    runs and single-agent run, this process seed 3's and the reference. Each process evaluates the
+    start of each group it runs (its seed's), the greedy pass of a start under the config's seed; every
+    figure and every start episode file equal to one process's, which evaluates each start once per seed."""
+    import concurrent.futures
+
+    world, tmp = fake
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", InProcessPool)
+    cfg = config(small_scenario, "eval.temperature=0.5", "eval.samples=2", f"eval.reference={tmp / 'oracle'}")
+    two = compare.run_compare(cfg, seeds=2, out_dir=tmp / "out" / "two", progress=True, jobs=2)
+    starts_two = [_start_evaluation(e) for e in world.evals if e["name"].startswith("start")]
+    runs_two = [(t["seed"], t["mode"]) for t in world.trainers]
+    bars_two = [b.args[1:] for b in world.bars]
+    ref_two = [(e["seed"], e["progress"]) for e in world.evals if e["name"] == "reference"]
+    world.evals.clear(), world.trainers.clear(), world.bars.clear()
+    one = compare.run_compare(cfg, seeds=2, out_dir=tmp / "out" / "one", progress=True, jobs=1)
+    starts_one = [_start_evaluation(e) for e in world.evals if e["name"].startswith("start")]
+
+    # the worker's units ran first here (InProcessPool), then this process's; bars only in this process
+    assert runs_two == [(4, "mgrpo"), (4, "frozen-sub"), (4, "single-agent"),
+                        (3, "mgrpo"), (3, "frozen-sub"), (3, "single-agent")]
+    assert bars_two == [("seed 4 mgrpo", "iter", True), ("seed 4 frozen-sub", "iter", True),
+                        ("seed 4 single-agent", "iter", True), ("seed 3 mgrpo", "iter", False),
+                        ("seed 3 frozen-sub", "iter", False), ("seed 3 single-agent", "iter", False)]
+    assert ref_two == [(3, True)]  # once, in this process, under the config's seed
+    # one start evaluation per group and seed either way; the greedy pass once per group and process,
+    # always under the config's seed (its policies too): seed 4's worker repeats it
+    assert sorted(starts_two) == sorted(starts_one + [s for s in starts_one if s[0]])
+    assert [(s[1], s[2]) for s in starts_two if s[0]] == [("hierarchy", 3), ("single", 3)] * 2
+    assert _without_clock(two) == _without_clock(one)
+    for seed in (3, 4):
+        for mode in compare.MODES:
+            assert (tmp / "out" / "two" / f"seed{seed}" / mode / "eval_before.jsonl").read_text() == \
+                   (tmp / "out" / "one" / f"seed{seed}" / mode / "eval_before.jsonl").read_text(), (seed, mode)
+    assert (tmp / "out" / "two" / "eval_reference.jsonl").read_text() == (tmp / "out" / "one" / "eval_reference.jsonl").read_text()
+

@@ -106,7 +106,7 @@ def test_front_page_renders_with_the_demos_figure(server, browser):
     assert tab.locator("article h1").first.inner_text().rstrip("¶") == "mgrpo"
     assert "make demo" in tab.locator("article").inner_text()
     images = loaded_images(tab)
-    assert images.get("benchmarks/results/demo_seed0/curves.png", 0) > 0, images
+    assert images.get("benchmarks/results/demo_seed0/headline.png", 0) > 0, images
     assert not errors and not outside, (errors, outside)
     tab.close()
 

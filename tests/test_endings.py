@@ -112,6 +112,13 @@ def test_a_curve_point_reads_the_subsets_episodes_only():
     assert point["f1"] == pytest.approx(2 / 4)  # Paris twice, Rome (0) once, no answer (0) once
     assert point["turn_limit_episodes"] == pytest.approx(1 / 4) and point["sub_no_result"] == pytest.approx(1.0)
     assert point["answered_accuracy"] == pytest.approx(2 / 3)
+    # the band: q0 and q1 are each right once in two, so every bootstrap resample of them means 1/2
+    assert (point["em_low"], point["em_high"]) == (0.5, 0.5)
+    # q0 twice right, q1 never: a resample holds q0 0, 1 or 2 times (means 0, 1/2, 1; chances 1/4, 1/2, 1/4)
+    apart = [_episode("q0", ["answer"], True, True, [], seed=10), _episode("q0", ["answer"], True, True, [], seed=11),
+             _episode("q1", ["answer"], True, False, [], seed=12), _episode("q1", ["answer"], True, False, [], seed=13)]
+    spread = curve_point(apart, questions=2, samples=2, max_delegations=3)
+    assert (spread["em"], spread["em_low"], spread["em_high"]) == (0.5, 0.0, 1.0)
     # an evaluation of exactly the subset gives its own EM and F1 (its report)
     reported = curve_point(eps[:4], questions=2, samples=2, max_delegations=3,
                            report=types.SimpleNamespace(exact_match=0.25, f1=0.3))

@@ -297,7 +297,10 @@ first and the last quarter of the iterations:
 
 tool backend failures: none.
 
-![reward, accuracy and held-out curves](curves.png)
+![held-out mean@k start and after, the held-out curve, the answers lost by each role](headline.png)
+
+The details, by topic: [training reward and accuracy](training.png); [format and how episodes end](endings.png); \
+[decision mistakes](mistakes.png).
 
 Reproduce:
 

@@ -35,18 +35,25 @@ def run_dir(small_scenario, small_world, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(run_dir):
+def browser():
+    """One headless Chromium for the module's pages (Playwright's sync API runs one instance at a time)."""
     sync_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
         pytest.skip("no Chromium at /usr/bin/chromium")
+    with sync_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def page(run_dir, browser):
     folder, _ = run_dir
     assert main(["view", str(folder)]) == 0
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        tab = browser.new_page()
-        tab.goto((folder / "view.html").resolve().as_uri())
-        yield tab
-        browser.close()
+    tab = browser.new_page()
+    tab.goto((folder / "view.html").resolve().as_uri())
+    yield tab
+    tab.close()
 
 
 def test_page_counts_and_episode_tree(page, run_dir):
@@ -151,3 +158,83 @@ def test_a_training_runs_sub_advantages_are_joined_by_the_records_key(tmp_path):
     (folder / "4.json").write_text(json.dumps([{"index": 0}]))
     with pytest.raises(ValueError, match=r"4\.json: not a sub side's advantages"):
         join_sub_advantages(records, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def attributed_run(small_scenario, small_world, tmp_path_factory):
+    """A run folder as a training run leaves it (episodes.jsonl beside config.json, which names the scenario):
+    the imperfect teacher's episodes (it answers early, reports without a visit: answers lost by the main
+    agent and by the sub-agents) and the oracle's (right)."""
+    from mgrpo_algo.core.config import config_to_dict, load_config
+    from mgrpo_env.teacher import teacher_policies
+
+    tasks = list(small_scenario.tasks("stage2/test"))[:10]
+    teacher = teacher_policies(small_scenario, ["main", "sub"], {"answer_early": 0.5, "report_without_visit": 0.5,
+                                                                 "visit_wrong_hit": 0.3}, seed=3)
+    oracle = {"main": OraclePolicy(small_scenario, "main"), "sub": OraclePolicy(small_scenario, "sub")}
+    records = collect(small_scenario, tasks, 2, teacher, world=small_world, seed=5)
+    records += collect(small_scenario, tasks[:2], 1, oracle, world=small_world)
+    folder = tmp_path_factory.mktemp("attributed")
+    write_jsonl(folder / "episodes.jsonl", records)
+    config = load_config(None, [f"scenario_kwargs={{num_entities: 300, data_dir: {small_scenario.data_dir}}}"])
+    (folder / "config.json").write_text(json.dumps(config_to_dict(config), default=str))
+    return folder, records
+
+
+def test_the_viewer_filters_by_outcome_and_role_and_marks_the_first_wrong_turn(attributed_run, small_scenario, browser):
+    """Driven in Chromium: the outcome and lost-by filters show exactly the episodes of that outcome / role,
+    and each lost episode marks one turn, checked against the record without the attribution's own code:
+    a sub-agent's wrong report is its last turn, a result that is not the gold answer of the hop it was
+    asked; an early answer is the main agent's answer turn; opening an episode scrolls the mark into view."""
+    from mgrpo_env.attribution import LOST_BY, episode_outcome
+
+    folder, records = attributed_run
+    outcomes = [episode_outcome(r, small_scenario)[0] for r in records]
+    assert {"right", "sub_wrong", "main_not_asked"} <= set(outcomes), outcomes  # the run has each kind
+    assert main(["view", str(folder)]) == 0
+    tab = browser.new_page(viewport={"width": 1200, "height": 700})
+    tab.goto((folder / "view.html").resolve().as_uri())
+    episodes = tab.locator("details.ep")
+
+    def visible() -> list[int]:
+        return [i for i in range(episodes.count()) if episodes.nth(i).is_visible()]
+
+    for outcome in ("sub_wrong", "main_not_asked", "right"):
+        tab.select_option("#outcome", outcome)
+        assert visible() == [i for i, o in enumerate(outcomes) if o == outcome], outcome
+        assert tab.inner_text("#shown") == str(outcomes.count(outcome))
+    tab.select_option("#outcome", "all")
+    for role in ("main", "sub"):
+        tab.select_option("#lost-by", role)
+        assert visible() == [i for i, o in enumerate(outcomes) if LOST_BY.get(o) == role], role
+    tab.select_option("#lost-by", "all")
+    assert episodes.nth(outcomes.index("right")).locator("li.turn.wrong").count() == 0
+    checked = set()
+    for i, (record, outcome) in enumerate(zip(records, outcomes, strict=True)):
+        if outcome == "right":
+            continue
+        marked = episodes.nth(i).locator("li.turn.wrong")
+        assert marked.count() == 1, (i, outcome)
+        agent, turn = marked.get_attribute("data-agent"), int(marked.get_attribute("data-turn"))
+        if outcome == "sub_wrong":
+            sub = next(s for s in record.subs if s.agent == agent)
+            hop = small_scenario.match_delegation(_task(record), sub.task).hop
+            assert turn == len(sub.turns) - 1 and sub.turns[turn].kind == "result", i
+            assert hop is not None and sub.final != record.task["hops"][hop]["answer"], i
+            assert f"reported hop {hop} wrong" in marked.locator(".wrongmark").text_content()
+        elif outcome == "main_not_asked" and record.main.turns[-1].kind == "answer":
+            assert (agent, turn) == (record.main.agent, len(record.main.turns) - 1), i  # answered early
+        checked.add(outcome)
+    assert checked == {"sub_wrong", "main_not_asked"}
+    # opening a lost episode brings its mark into view
+    first = outcomes.index("sub_wrong")
+    episodes.nth(first).locator("summary").first.click()
+    top = episodes.nth(first).locator("li.turn.wrong").evaluate("e => e.getBoundingClientRect().top")
+    assert 0 <= top <= 700
+    tab.close()
+
+
+def _task(record):
+    from mgrpo_scenarios import Task
+
+    return Task.from_dict(record.task)

@@ -3,7 +3,7 @@
 For each seed and mode (``mgrpo``, ``frozen-sub``, ``single-agent``)::
 
     start  = the warm-started (stage-1) models, the same for every seed and mode that uses them
-    before = held-out EM / F1 of the start               # mgrpo and frozen-sub share it: evaluated once
+    before = held-out EM / F1 of the start               # mgrpo and frozen-sub share it: once per process
     train  = the config's RL stages (iterations x B x K rollouts, identical across modes)
     after  = held-out EM / F1 of the trained in-memory models
 
@@ -11,7 +11,8 @@ Output folder::
 
     summary.json              per mode: per seed and mean / std / min / max over seeds
     report.md                 the table, the curves, the command that reproduces it, the verdict
-    curves.png                reward and accuracy per mode and role, held-out points
+    headline.png              held-out mean@k start -> after, the held-out curve, who lost the answers
+    training.png, endings.png, mistakes.png, attribution.png   the details by topic (plots.DETAILS)
     config.yaml               the config the comparison ran (``--config`` it to reproduce)
     seed<S>/<mode>/           the trainer's run (metrics.jsonl, episodes.jsonl, checkpoints) and
                               eval_before.jsonl / eval_after.jsonl (``mgrpo view`` reads them)
@@ -46,6 +47,7 @@ from ..core.kernels import check_in_force, kernel_state
 from ..core.modes import mode_names
 from ..core.seeding import torch_threads
 from . import intervals as iv
+from . import schedule
 from .attribution_stats import attribution_summary, has_attribution
 from .mistake_stats import mistake_changes, pool_counts
 from .report import differences, format_table, history_means, markdown, verdict
@@ -172,14 +174,14 @@ def greedy_em(config: TrainConfig, scenario: Any, make_policies: Any, *, seed: i
 
 
 def _full_evaluation(config: TrainConfig, scenario: Any, make_policies: Any, *, seed: int, progress: bool,
-                     name: str, greedy_cache: dict[Any, float] | None = None, greedy_key: Any = None
-                     ) -> tuple[dict[str, Any], list[Any], float]:
+                     name: str, greedy_cache: dict[Any, float] | None = None, greedy_key: Any = None,
+                     greedy_seed: int | None = None) -> tuple[dict[str, Any], list[Any], float]:
     """The held-out evaluation of one set of models: ``eval.samples`` at ``eval.temperature``, plus a
     greedy pass when that samples and ``eval.greedy`` is on. ``make_policies(cfg)`` builds the policies
     for a config (the greedy pass needs temperature 0). Returns (figures, records, seconds); figures
     carry ``scores`` ({question: [correct, ...]}), kept in memory for the paired intervals. A greedy
     pass does not depend on the seed: with ``greedy_cache`` it runs once per ``greedy_key`` (the start
-    models), not once per seed."""
+    models), not once per seed, under ``greedy_seed`` when given (the same episodes in any process)."""
     t = time.perf_counter()
     report, records = evaluate_policies(config, scenario, make_policies(config), limit=config.eval.limit, seed=seed,
                                         progress=progress, name=name)
@@ -196,7 +198,8 @@ def _full_evaluation(config: TrainConfig, scenario: Any, make_policies: Any, *, 
     elif config.eval.greedy:
         cache = {} if greedy_cache is None or greedy_key is None else greedy_cache
         if greedy_key not in cache:
-            cache[greedy_key] = greedy_em(config, scenario, make_policies, seed=seed, name=name)
+            cache[greedy_key] = greedy_em(config, scenario, make_policies, name=name,
+                                          seed=seed if greedy_seed is None else greedy_seed)
         figures["greedy_em"] = cache[greedy_key]
     else:
         figures["greedy_em"] = float("nan")
@@ -232,8 +235,9 @@ def run_compare(
     rerun into the same folder never mixes runs. ``command`` (the CLI's) is recorded in the report;
     ``program`` starts the command line the report gives to reproduce the run (a script that registers
     a mode names itself: the installed ``mgrpo`` does not know that mode).
-    ``jobs`` > 1 runs the groups of modes that share start models (the hierarchy's; the single agent's)
-    in parallel processes: each run is seeded on its own, so the numbers do not depend on ``jobs``.
+    ``jobs`` > 1 spreads the units of work (each seed and mode's run, the reference evaluation) over that
+    many processes, longest first (:mod:`.schedule`); a process evaluates the start of each group it
+    runs (once per seed). Each unit is seeded on its own, so the numbers do not depend on ``jobs``.
     """
     import transformers
 
@@ -251,7 +255,7 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
                  command: str | None, jobs: int, program: str) -> dict[str, Any]:
 
     from ..training.trainer import mode_model_paths
-    from .plots import plot_curves
+    from .plots import write_figures
 
     modes = list(modes if modes is not None else mode_names())
     scenario = check_compare(config, seeds, modes)
@@ -266,44 +270,45 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
         if key not in starts:
             starts[key] = mode_model_paths(config, scenario, mode)  # a mode's own start included
     start_seconds = time.perf_counter() - t0
-    # One group per start model set (the hierarchy's modes share theirs, and its start evaluation); with
-    # jobs > 1 the groups run side by side in worker processes (each run is seeded alone: same numbers).
+    # One group per start model set (the hierarchy's modes share theirs, and its start evaluation). The
+    # units of work (each (seed, mode) run, the reference evaluation) are spread over `jobs` processes,
+    # longest first (schedule.assign); each is seeded alone, so the numbers do not depend on `jobs`.
     groups: dict[str, list[str]] = {}
     for mode in modes:
         groups.setdefault(_start_name(mode), []).append(mode)
-    keys = sorted(groups, key=lambda k: -len(groups[k]))  # the largest group runs here, with the progress bars
+    keys = sorted(groups, key=lambda k: -len(groups[k]))  # one process's order: the largest group first
     reference_group = keys[-1] if config.eval.reference else None
-    jobs = max(1, min(jobs, len(keys)))
-    outcome: dict[str, Any] = {}
-    if jobs == 1:
-        for key in keys:
-            outcome[key] = run_group(config, groups[key], starts[key], seeds, str(out), progress, key == reference_group)
+    work = schedule.units({key: groups[key] for key in keys}, [config.seed + i for i in range(seeds)], reference_group)
+    plan = schedule.assign(work, jobs)
+    outcome: list[dict[str, Any]] = []
+    if len(plan) == 1:
+        outcome.append(run_units(config, plan[0], starts, str(out), progress))
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=jobs - 1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {key: pool.submit(run_group, config, groups[key], starts[key], seeds, str(out), False,
-                                        key == reference_group) for key in keys[1:]}
-            outcome[keys[0]] = run_group(config, groups[keys[0]], starts[keys[0]], seeds, str(out), progress,
-                                         keys[0] == reference_group)
-            outcome.update({key: future.result() for key, future in futures.items()})
+        with ProcessPoolExecutor(max_workers=len(plan) - 1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(run_units, config, units, starts, str(out), False) for units in plan[1:]]
+            outcome.append(run_units(config, plan[0], starts, str(out), progress))  # here: the longest unit, the bars
+            outcome += [future.result() for future in futures]
+    runs = {(run["mode"], run["seed"]): run for result in outcome for run in result["runs"]}
     per_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     curves: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     counts: dict[str, dict[str, list[Any]]] = {m: {"start": [], "after": []} for m in modes}
-    reference = None
-    for key in keys:
-        for mode, runs in outcome[key]["runs"].items():
-            for run in runs:
-                per_mode[mode].append(run["row"])
-                curves[mode].append(run["curve"])
-                scores[mode]["start"].append(run["before_scores"])
-                scores[mode]["after"].append(run["after_scores"])
-                counts[mode]["start"].append(run["before_counts"])
-                counts[mode]["after"].append(run["after_counts"])
-        if outcome[key].get("reference"):
-            reference = outcome[key]["reference"]
-            scores["reference"] = {"after": [reference.pop("scores")]}
+    for mode in modes:  # seed by seed, whichever process ran them
+        for run in (runs[mode, config.seed + i] for i in range(seeds)):
+            per_mode[mode].append(run["row"])
+            curves[mode].append(run["curve"])
+            scores[mode]["start"].append(run["before_scores"])
+            scores[mode]["after"].append(run["after_scores"])
+            counts[mode]["start"].append(run["before_counts"])
+            counts[mode]["after"].append(run["after_counts"])
+    reference = next((result["reference"] for result in outcome if result.get("reference")), None)
+    if reference:
+        scores["reference"] = {"after": [reference.pop("scores")]}
+    # per group, the first process that ran a unit of it (every process is pinned as the controller)
+    provenance = {key: next(result["provenance"] for result, units in zip(outcome, plan, strict=True)
+                            if any(unit.group == key for unit in units)) for key in keys}
     results = {}
     for mode, rows in per_mode.items():
         stats = {key: aggregate([r[key] for r in rows]) for key in AGGREGATED}
@@ -325,6 +330,10 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
         "warm_start": {key: _warm_record(paths) for key, paths in starts.items()},
         "results": results,
         "intervals": _intervals(scores, config.seed),
+        # each mode's held-out mean@k, start and after (the reference: its one evaluation, "after"), pooled
+        # over seeds, with its 95% bootstrap interval
+        "accuracy": {name: {side: iv.mean_interval(iv.pool_runs(s[side]), seed=config.seed)
+                            for side in ("start", "after") if s.get(side)} for name, s in scores.items()},
         "reference": reference,
         # each mode's held-out mistake rates before -> after, pooled over seeds, with intervals
         "mistakes": {mode: {"start": rates_of_counts(pool_counts(c["start"])),
@@ -338,13 +347,13 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
         "command": command,
         "reproduce": _reproduce(out, seeds, modes, program),
         # what decides the float rounding (CPU, kernels in force, versions, threads), per process of the run
-        "provenance": {"controller": kernel_state(), "groups": {key: outcome[key]["provenance"] for key in keys}},
+        "provenance": {"controller": kernel_state(), "groups": provenance},
     }
     # a missing browser or search backend lowers every number: counted over every episode file of the run
     summary["tool_backend_failures"] = backend_failures_in_files(
         sorted(p for name in ("eval_before.jsonl", "episodes.jsonl", "eval_after.jsonl") for p in out.glob(f"seed*/*/{name}")))
     summary["verdict"] = verdict(summary)
-    plot_curves(curves, out / "curves.png")
+    write_figures(curves, summary, out)
     (out / "summary.json").write_text(strict_json.dumps(summary, indent=2, default=str) + "\n")
     (out / "report.md").write_text(markdown(summary))
     return summary
@@ -357,7 +366,8 @@ def curve_point(records: Sequence[Any], *, questions: int, samples: int, max_del
     from any evaluation's records that cover it: the start and
     the after-training evaluations give the curve's first and last points on the same questions the
     points between them were evaluated on. mean@k (``em``) and F1 (the evaluation's ``report`` when it
-    evaluated exactly the subset), and how the episodes end (``mgrpo_env.mistakes.ENDING_RATE_KEYS``)."""
+    evaluated exactly the subset) with the 95% bootstrap band of mean@k over the subset's questions
+    (``em_low``, ``em_high``), and how the episodes end (``mgrpo_env.mistakes.ENDING_RATE_KEYS``)."""
     from mgrpo_env.mistakes import ENDING_RATE_KEYS, mistake_rates
     from mgrpo_scenarios.verifiers import token_f1
 
@@ -372,7 +382,8 @@ def curve_point(records: Sequence[Any], *, questions: int, samples: int, max_del
     else:
         em = sum(bool(r.correct) for r in subset) / len(subset)
         f1 = sum(token_f1(r.final_answer or "", r.task.get("answer", ""), r.task.get("aliases", ())) for r in subset) / len(subset)
-    point = {"em": em, "f1": f1, "episodes": float(len(subset))}
+    band = iv.mean_interval(iv.per_question(subset))  # the curve's 95% band: a bootstrap over its questions
+    point = {"em": em, "em_low": band["low"], "em_high": band["high"], "f1": f1, "episodes": float(len(subset))}
     point.update({k: float(rates[k]) for k in ENDING_RATE_KEYS if rates.get(k) is not None})
     return point
 
@@ -486,11 +497,13 @@ def _train_and_evaluate(
     return row, curve_data, (after_scores, after_counts)
 
 
-def run_group(config: TrainConfig, modes: Sequence[str], paths: Mapping[str, str], seeds: int, out_dir: str,
-              progress: bool, with_reference: bool) -> dict[str, Any]:
-    """Every seed of ``modes`` (which share the start models ``paths`` and so one start evaluation per
-    seed), and the reference start's evaluation when asked. Runs in the caller's process or in a
-    worker process of ``compare --jobs``; returns plain data (rows, curves, per-question scores)."""
+def run_units(config: TrainConfig, units: Sequence[schedule.Unit], starts: Mapping[str, Mapping[str, str]],
+              out_dir: str, progress: bool) -> dict[str, Any]:
+    """The given units of work, in order: each (seed, mode) run from its group's start models
+    (``starts[unit.group]``), and the reference start's evaluation. A group's start evaluation is done
+    once per seed in this process, for the first of its runs here (seeded alone, it gives the same
+    episodes in any process). Runs in the caller's process or in a worker process of ``compare --jobs``;
+    returns plain data (rows, curves, per-question scores)."""
     import torch
 
     import mgrpo_scenarios
@@ -500,46 +513,53 @@ def run_group(config: TrainConfig, modes: Sequence[str], paths: Mapping[str, str
     check_in_force()  # a --jobs worker pinned as its parent, or stopped
     scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
     out = Path(out_dir)
-    result: dict[str, Any] = {"runs": {mode: [] for mode in modes}, "provenance": kernel_state()}
-    if with_reference:
-        # a start evaluated beside the runs (the oracle clone): sampled like the starts, no greedy pass
-        ref_paths = {role: str(Path(config.eval.reference) / role) for role in ("main", "sub")}
-        ref_config = copy.deepcopy(config)
-        ref_config.eval.greedy = False
-        figures, ref_records, _ = _full_evaluation(
-            ref_config, scenario, lambda c: evaluation_policies(c, ref_paths, ref_paths, config.seed), seed=config.seed,
-            progress=progress, name="reference")
-        write_jsonl(out / "eval_reference.jsonl", ref_records)
-        reference_counts = figures.pop("mistake_counts")
-        if has_attribution(reference_counts):
-            figures["attribution"] = attribution_rates(reference_counts)
-        result["reference"] = {"path": config.eval.reference, "name": Path(config.eval.reference).name, **figures}
+    result: dict[str, Any] = {"runs": [], "provenance": kernel_state()}
     before_cache: dict[Any, tuple[dict[str, Any], list[Any], float]] = {}
-    greedy_starts: dict[Any, float] = {}  # greedy EM of the start: the same for every seed
-    for i in range(seeds):
-        seed = config.seed + i
-        for mode in modes:
-            run_dir, tb_dir = out / f"seed{seed}" / mode, out / "tb" / f"seed{seed}" / mode
-            for folder in (run_dir, tb_dir):
-                shutil.rmtree(folder, ignore_errors=True)
-            # greedy evaluation of the same start gives the same episodes for every seed: evaluate it once
-            cache_key = None if config.eval.temperature == 0 else seed
-            if cache_key not in before_cache:
-                before_cache[cache_key] = _full_evaluation(
-                    config, scenario, lambda c, p=paths, s=seed: evaluation_policies(c, p, p, s), seed=seed,
-                    progress=progress, name=f"start seed{seed}", greedy_cache=greedy_starts, greedy_key="start")
-            before, records, before_seconds = before_cache[cache_key]
-            write_jsonl(run_dir / "eval_before.jsonl", records)
-            row, curve_data, (after_scores, after_counts) = _train_and_evaluate(config, scenario, mode, seed, paths,
-                                                                                run_dir, tb_dir, before, progress, records)
-            row["eval_seconds"] += before_seconds
-            result["runs"][mode].append({"row": row, "curve": curve_data, "before_scores": before["scores"],
-                                         "after_scores": after_scores, "before_counts": before["mistake_counts"],
-                                         "after_counts": after_counts})
+    greedy_starts: dict[Any, float] = {}  # greedy EM of a group's start: the same for every seed
+    for unit in units:
+        if unit.mode == schedule.REFERENCE:
+            result["reference"] = _reference(config, scenario, out, progress)
+            continue
+        mode, seed, paths = unit.mode, unit.seed, starts[unit.group]
+        run_dir, tb_dir = out / f"seed{seed}" / mode, out / "tb" / f"seed{seed}" / mode
+        for folder in (run_dir, tb_dir):
+            shutil.rmtree(folder, ignore_errors=True)
+        # a greedy evaluation of a start (the evaluation itself, or its greedy pass) gives the same episodes
+        # for every seed: done once per group, under the config's seed, whichever seed a process meets first
+        start_seed = config.seed if config.eval.temperature == 0 else seed
+        if (unit.group, start_seed) not in before_cache:
+            before_cache[unit.group, start_seed] = _full_evaluation(
+                config, scenario, lambda c, p=paths, s=start_seed: evaluation_policies(
+                    c, p, p, config.seed if c.eval.temperature == 0 else s), seed=start_seed, progress=progress,
+                name=f"start seed{start_seed}", greedy_cache=greedy_starts, greedy_key=unit.group,
+                greedy_seed=config.seed)
+        before, records, before_seconds = before_cache[unit.group, start_seed]
+        write_jsonl(run_dir / "eval_before.jsonl", records)
+        row, curve_data, (after_scores, after_counts) = _train_and_evaluate(config, scenario, mode, seed, paths,
+                                                                            run_dir, tb_dir, before, progress, records)
+        row["eval_seconds"] += before_seconds
+        result["runs"].append({"mode": mode, "seed": seed, "row": row, "curve": curve_data,
+                               "before_scores": before["scores"], "after_scores": after_scores,
+                               "before_counts": before["mistake_counts"], "after_counts": after_counts})
     return result
 
 
+def _reference(config: TrainConfig, scenario: Any, out: Path, progress: bool) -> dict[str, Any]:
+    """The reference start (``eval.reference``, the oracle clone) evaluated beside the runs: sampled like
+    the starts under the config's seed, no greedy pass; its episodes in ``eval_reference.jsonl``."""
+    from mgrpo_env.episode import write_jsonl
 
+    ref_paths = {role: str(Path(config.eval.reference) / role) for role in ("main", "sub")}
+    ref_config = copy.deepcopy(config)
+    ref_config.eval.greedy = False
+    figures, ref_records, _ = _full_evaluation(
+        ref_config, scenario, lambda c: evaluation_policies(c, ref_paths, ref_paths, config.seed), seed=config.seed,
+        progress=progress, name="reference")
+    write_jsonl(out / "eval_reference.jsonl", ref_records)
+    reference_counts = figures.pop("mistake_counts")
+    if has_attribution(reference_counts):
+        figures["attribution"] = attribution_rates(reference_counts)
+    return {"path": config.eval.reference, "name": Path(config.eval.reference).name, **figures}
 
 
 def _intervals(scores: Mapping[str, Mapping[str, list[dict[str, list[bool]]]]], seed: int) -> dict[str, Any]:

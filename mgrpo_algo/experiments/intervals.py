@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["per_question", "mean_at_k", "pass_at_k", "question_means", "paired_difference", "paired_ratio_difference",
-           "paired_mean_ratio_difference", "pool_runs"]
+__all__ = ["per_question", "mean_at_k", "pass_at_k", "question_means", "mean_interval", "paired_difference",
+           "paired_ratio_difference", "paired_mean_ratio_difference", "pool_runs"]
 
 
 def per_question(records: Iterable[Any]) -> dict[str, list[bool]]:
@@ -58,6 +58,29 @@ def pass_at_k(scores: Mapping[str, Sequence[bool]], k: int | None = None) -> flo
 def question_means(scores: Mapping[str, Sequence[bool]]) -> dict[str, float]:
     """Each question's share of correct samples."""
     return {q: float(np.mean(v)) for q, v in scores.items()}
+
+
+def mean_interval(scores: Mapping[str, Sequence[bool]], *, confidence: float = 0.95, resamples: int = 10_000,
+                  seed: int = 0) -> dict[str, float]:
+    """mean@k of ``scores`` with a percentile bootstrap interval over questions (each question's mean over
+    its samples is one observation, as in the paired differences; unpaired, so the question-to-question
+    spread stays in it). Returns ``{"mean", "low", "high", "questions", "confidence"}``, fractions.
+
+    Two questions, one always right and one never: a resample holds 0, 1 or 2 copies of the right one
+    (means 0, 0.5, 1 with chances 1/4, 1/2, 1/4), so the 95% interval is [0, 1].
+
+    >>> r = mean_interval({"q1": [True, True], "q2": [False, False]})
+    >>> r["mean"], r["low"], r["high"], r["questions"]
+    (0.5, 0.0, 1.0, 2.0)
+    """
+    means = np.array([np.mean(v) for v in scores.values()], dtype=np.float64)
+    if not len(means):
+        raise ValueError("an interval of mean@k needs at least one question")
+    rng = np.random.default_rng(seed)
+    stats = means[rng.integers(0, len(means), size=(resamples, len(means)))].mean(axis=1)
+    alpha = (1.0 - confidence) / 2
+    return {"mean": float(means.mean()), "low": float(np.quantile(stats, alpha)),
+            "high": float(np.quantile(stats, 1 - alpha)), "questions": float(len(means)), "confidence": confidence}
 
 
 def pool_runs(runs: Sequence[Mapping[str, Sequence[bool]]]) -> dict[str, list[bool]]:

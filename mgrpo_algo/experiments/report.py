@@ -19,6 +19,7 @@ from mgrpo_env.tool_health import backend_failure_line
 from ..core.modes import MODES
 from .percent import interval_text
 from .percent import pct as _pct
+from .plots import DETAILS, HEADLINE
 from .report_attribution import attribution_checks, attribution_section
 
 __all__ = ["DIFFERENCES", "differences", "format_table", "verdict", "markdown", "history_means", "interval_text",
@@ -334,8 +335,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
         "",
         backend_failure_line(failures) + ".",
         "",
-        "![reward, accuracy and held-out curves](curves.png)",
-        "",
+        *_figures_section(summary),
         "Reproduce:",
         "",
         "```bash",
@@ -346,6 +346,14 @@ def markdown(summary: Mapping[str, Any]) -> str:
         lines += ["", f"Ran as: `{summary['command']}`"]
     lines += _provenance_section(summary)
     return "\n".join(lines) + "\n"
+
+
+def _figures_section(summary: Mapping[str, Any]) -> list[str]:
+    """The headline figure, and a link to each detail figure (``plots.DETAILS``; the attribution one only
+    where the summary has attribution)."""
+    details = [(name, what) for name, what in DETAILS if name != "attribution.png" or summary.get("attribution")]
+    return [f"![held-out mean@k start and after, the held-out curve, the answers lost by each role]({HEADLINE})", "",
+            "The details, by topic: " + "; ".join(f"[{what}]({name})" for name, what in details) + ".", ""]
 
 
 def _provenance_section(summary: Mapping[str, Any]) -> list[str]:

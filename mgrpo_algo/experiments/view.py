@@ -6,8 +6,11 @@ rewards and their components, end reason, timings), the main agent's turns in or
 delegation the sub-agent it started (task, context, turns with their tool calls, result, format
 flag, expert score, reward; for a training run, the advantages: A_M from the records, A_S joined
 from the sub side's own ``workers/<role>/advantages/<t>.json`` by the records' ``trajectory_key``).
-The page has inline CSS and a little vanilla JS (filter, search,
-expand long texts) and loads nothing. All record text is untrusted model output: every string goes
+Where the run's scenario can attribute outcomes (:mod:`mgrpo_env.attribution`), each episode carries its
+outcome and the role that lost it (two filters), and its first wrong turn is marked (the delegation
+that asked no needed hop, the sub-agent's wrong report or missing result, the main agent's wrong
+combination) and scrolled into view when the episode opens. The page has inline CSS and a little
+vanilla JS (filters, search, expand long texts) and loads nothing. All record text is untrusted model output: every string goes
 through :func:`html.escape`.
 """
 
@@ -18,9 +21,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.attribution import LOST_BY, OUTCOMES, WrongTurn, first_wrong_turn, supports_attribution
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 
-__all__ = ["join_sub_advantages", "load_episodes", "render_html", "write_view"]
+__all__ = ["join_sub_advantages", "load_episodes", "render_html", "write_view", "run_scenario", "wrong_turns"]
 
 DEFAULT_MAX_EPISODES = 2000
 LONG_CHARS = 600  # texts longer than this start folded behind an expand button
@@ -150,22 +154,26 @@ def _tool_call(call: ToolCall) -> str:
             + (f'<div class="metas">{meta}</div>' if meta else "") + "</div>")
 
 
-def _turn(turn: Turn, index: int, sub_html: str = "") -> str:
+def _turn(turn: Turn, index: int, sub_html: str = "", agent: str = "", mark: WrongTurn | None = None) -> str:
+    """Turn ``index`` (1-based) of ``agent``; the episode's first wrong turn (``mark``) carries the mark."""
     kind = _e(turn.kind) + (f" ({_e(turn.error_kind)})" if turn.error_kind else "")
+    wrong = mark is not None and mark.agent == agent and mark.turn == index - 1
+    flag = f' <span class="badge bad wrongmark">first wrong turn: {_e(mark.why)}</span>' if wrong else ""
     parts = [f'<div class="turnhead"><span class="idx">#{index}</span> <span class="kind k-{_e(turn.kind)}">{kind}</span>'
-             f"{_advantage(turn.extra)}</div>",
+             f"{_advantage(turn.extra)}{flag}</div>",
              f'<div class="lbl">action</div>{_text(turn.action, "txt action")}']
     if turn.tool_call is not None:
         parts.append(_tool_call(turn.tool_call))
     parts.append(sub_html)
     if turn.observation:
         parts.append(f'<div class="lbl">observation</div>{_text(turn.observation, "txt obs")}')
-    return f'<li class="turn">{"".join(parts)}</li>'
+    return (f'<li class="turn{" wrong" if wrong else ""}" data-agent="{_e(agent)}" data-turn="{index - 1}">'
+            f'{"".join(parts)}</li>')
 
 
-def _sub(sub: AgentTrajectory, components: dict[str, Any]) -> str:
+def _sub(sub: AgentTrajectory, components: dict[str, Any], mark: WrongTurn | None = None) -> str:
     comp = components.get(sub.agent) if isinstance(components.get(sub.agent), dict) else {}
-    turns = "".join(_turn(t, i) for i, t in enumerate(sub.turns, 1))
+    turns = "".join(_turn(t, i, agent=sub.agent, mark=mark) for i, t in enumerate(sub.turns, 1))
     rows = [("task", _text(sub.task, "txt task")), ("context", _text(sub.context))]
     summary = (f'<span class="agent">{_e(sub.agent)}</span> {_badge(sub.format_ok, "format ok", "format bad")} '
                f"expert {_num(sub.expert)} reward {_num(sub.reward)}{_advantage(comp)}"
@@ -182,7 +190,7 @@ def _is_delegation(turn: Turn) -> bool:
             and DELEGATE_LIMIT_ERROR not in turn.observation[:80])
 
 
-def _main(record: EpisodeRecord) -> str:
+def _main(record: EpisodeRecord, mark: WrongTurn | None = None) -> str:
     """The main agent's turns; each delegation holds the sub-agent it started (subs are in order)."""
     subs = list(record.subs)
     items = []
@@ -192,9 +200,9 @@ def _main(record: EpisodeRecord) -> str:
             named = turn.tool_call.meta.get("agent") if turn.tool_call is not None else None
             match = next((s for s in subs if s.agent == named), subs[0])
             subs.remove(match)
-            sub_html = _sub(match, record.components)
-        items.append(_turn(turn, i, sub_html))
-    rest = "".join(_sub(s, record.components) for s in subs)  # delegations that could not be matched
+            sub_html = _sub(match, record.components, mark)
+        items.append(_turn(turn, i, sub_html, record.main.agent, mark))
+    rest = "".join(_sub(s, record.components, mark) for s in subs)  # delegations that could not be matched
     if rest:
         rest = f'<div class="lbl">other sub-agents</div>{rest}'
     main = record.main
@@ -226,14 +234,25 @@ def _header(record: EpisodeRecord) -> str:
     return _kv_rows(rows)
 
 
-def _episode(record: EpisodeRecord, index: int) -> str:
+def _episode(record: EpisodeRecord, index: int, outcome: str = "", mark: WrongTurn | None = None) -> str:
+    """One episode; ``outcome`` (:data:`mgrpo_env.attribution.OUTCOMES`, "" when not attributed) and the role
+    that lost it are in its data attributes (the filters read them), ``mark`` its first wrong turn."""
     question = str((record.task or {}).get("question", ""))
     final = "(no answer)" if record.final_answer is None else str(record.final_answer)
-    mark = '<span class="badge good">correct</span>' if record.correct else '<span class="badge bad">incorrect</span>'
-    summary = (f'<span class="idx">{index}</span> {mark} <span class="q">{_e(question[:200])}</span> '
+    badge = '<span class="badge good">correct</span>' if record.correct else '<span class="badge bad">incorrect</span>'
+    lost_by = LOST_BY.get(outcome, "")
+    lost = f' <span class="badge lost">lost by {_e(lost_by)}: {_e(OUTCOME_TEXT[outcome])}</span>' if lost_by else ""
+    summary = (f'<span class="idx">{index}</span> {badge}{lost} <span class="q">{_e(question[:200])}</span> '
                f'<span class="dim">-&gt; {_e(final[:80])} | {len(record.subs)} subs</span>')
-    return (f'<details class="ep" data-correct="{int(bool(record.correct))}" data-q="{_e(question.lower())}">'
-            f"<summary>{summary}</summary>{_header(record)}{_main(record)}</details>")
+    return (f'<details class="ep" data-correct="{int(bool(record.correct))}" data-outcome="{_e(outcome)}" '
+            f'data-lost-by="{_e(lost_by)}" data-q="{_e(question.lower())}">'
+            f"<summary>{summary}</summary>{_header(record)}{_main(record, mark)}</details>")
+
+
+#: What each outcome says in an episode's badge and in the outcome filter.
+OUTCOME_TEXT = {"right": "right", "no_answer": "no answer", "main_combine": "failed to combine the reports",
+                "main_not_asked": "never asked a needed hop", "sub_wrong": "reported a hop wrong",
+                "sub_no_result": "no result for a hop"}
 
 
 # --- the page ----------------------------------------------------------------------------------
@@ -261,22 +280,33 @@ ol.turns{padding-left:22px}li.turn{margin:6px 0;border-top:1px dotted #ccc;paddi
 .tool{background:#fff8e6;border:1px solid #f0dca8;border-radius:3px;padding:3px 6px;margin:4px 0}
 .toolname{font-weight:700;font-family:monospace}.err{color:#a12}.lat{color:#666;font-size:12px}
 .meta{font-size:12px;margin-right:10px;color:#555}.agent{font-weight:700}
+.lost{background:#fde9c8;color:#7a4300}li.turn.wrong{border:2px solid #c33;border-radius:4px;padding:4px;background:#fff3f3}
 """
 
 JS = """
 (function(){
   var eps = Array.prototype.slice.call(document.querySelectorAll('details.ep'));
   var filter = document.getElementById('filter'), search = document.getElementById('search');
+  var outcome = document.getElementById('outcome'), lostBy = document.getElementById('lost-by');
   var shown = document.getElementById('shown');
   function apply(){
-    var f = filter.value, q = search.value.trim().toLowerCase(), n = 0;
+    var f = filter.value, q = search.value.trim().toLowerCase(), o = outcome.value, l = lostBy.value, n = 0;
     eps.forEach(function(e){
-      var ok = (f === 'all' || (f === 'correct') === (e.dataset.correct === '1')) && (!q || e.dataset.q.indexOf(q) >= 0);
+      var ok = (f === 'all' || (f === 'correct') === (e.dataset.correct === '1')) && (!q || e.dataset.q.indexOf(q) >= 0)
+        && (o === 'all' || e.dataset.outcome === o) && (l === 'all' || e.dataset.lostBy === l);
       e.hidden = !ok; if (ok) n++;
     });
     shown.textContent = n;
   }
-  filter.addEventListener('change', apply); search.addEventListener('input', apply);
+  [filter, outcome, lostBy].forEach(function(s){ s.addEventListener('change', apply); });
+  search.addEventListener('input', apply);
+  // an episode opens on what went wrong: its first wrong turn scrolled into view
+  eps.forEach(function(e){
+    e.addEventListener('toggle', function(){
+      var w = e.open && e.querySelector('li.turn.wrong');
+      if (w) w.scrollIntoView({block: 'center'});
+    });
+  });
   document.addEventListener('click', function(ev){
     var b = ev.target;
     if (!b.classList || !b.classList.contains('more')) return;
@@ -288,15 +318,20 @@ JS = """
 """
 
 
-def render_html(records: list[EpisodeRecord], *, title: str = "mgrpo run", total: int | None = None) -> str:
-    """The whole page for ``records``; ``total`` (when larger) is how many the run holds."""
+def render_html(records: list[EpisodeRecord], *, title: str = "mgrpo run", total: int | None = None,
+                marks: list[tuple[str, WrongTurn | None]] | None = None) -> str:
+    """The whole page for ``records``; ``total`` (when larger) is how many the run holds; ``marks`` (per
+    record, :func:`wrong_turns`) the outcome and first wrong turn of each, for the filters and the mark."""
     total = len(records) if total is None else total
+    marks = marks or [("", None)] * len(records)
     correct = sum(bool(r.correct) for r in records)
+    present = [o for o in OUTCOMES if any(outcome == o for outcome, _ in marks)]
+    outcomes = "".join(f'<option value="{o}">{_e(OUTCOME_TEXT[o])}</option>' for o in present)
     note = ""
     if total > len(records):
         note = (f'<p class="note">Showing the first {len(records)} of {total} episodes '
                 f"(raise the cap with --max-episodes).</p>")
-    episodes = "\n".join(_episode(r, i) for i, r in enumerate(records, 1))
+    episodes = "\n".join(_episode(r, i, *marks[i - 1]) for i, r in enumerate(records, 1))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
@@ -305,6 +340,9 @@ def render_html(records: list[EpisodeRecord], *, title: str = "mgrpo run", total
 <div class="controls">
 <label>show <select id="filter"><option value="all">all</option><option value="correct">correct</option>
 <option value="incorrect">incorrect</option></select></label>
+<label>outcome <select id="outcome"><option value="all">all</option>{outcomes}</select></label>
+<label>lost by <select id="lost-by"><option value="all">any role</option><option value="main">main agent</option>
+<option value="sub">sub-agents</option></select></label>
 <label>search questions <input id="search" type="search" placeholder="text in the question"></label>
 <span class="counts"><b id="shown">{len(records)}</b> shown of <b id="total">{len(records)}</b> episodes:
 <span id="n-correct">{correct}</span> correct, <span id="n-incorrect">{len(records) - correct}</span> incorrect</span>
@@ -315,15 +353,50 @@ def render_html(records: list[EpisodeRecord], *, title: str = "mgrpo run", total
 """
 
 
-def write_view(run_dir: str | Path, out: str | Path | None = None, *,
-               max_episodes: int = DEFAULT_MAX_EPISODES) -> tuple[Path, int, int]:
+def run_scenario(folder: Path, name: str | None = None) -> Any:
+    """The scenario whose episodes a run folder holds: ``name`` (default options) when given, else the
+    ``scenario`` and ``scenario_kwargs`` of the folder's ``config.json`` (a training run's, one of compare's
+    seed folders); None without either."""
+    import mgrpo_scenarios
+
+    if name:
+        return mgrpo_scenarios.get(name)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        name, kwargs = config["scenario"], dict(config.get("scenario_kwargs") or {})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return mgrpo_scenarios.get(name, **kwargs)
+
+
+def wrong_turns(records: list[EpisodeRecord], scenario: Any) -> list[tuple[str, WrongTurn | None]] | None:
+    """Per record its outcome and first wrong turn (:func:`mgrpo_env.attribution.first_wrong_turn`); None when
+    the scenario cannot attribute. A single-agent episode or a task without hops gets ("", None)."""
+    from mgrpo_env.attribution import episode_outcome
+
+    if scenario is None or not supports_attribution(scenario):
+        return None
+    out: list[tuple[str, WrongTurn | None]] = []
+    for record in records:
+        attributable = record.main is not None and record.main.role != "single" and (record.task or {}).get("hops")
+        out.append((episode_outcome(record, scenario)[0], first_wrong_turn(record, scenario)) if attributable
+                   else ("", None))
+    return out
+
+
+def write_view(run_dir: str | Path, out: str | Path | None = None, *, max_episodes: int = DEFAULT_MAX_EPISODES,
+               scenario: str | None = None) -> tuple[Path, int, int]:
     """Render ``RUN_DIR/episodes.jsonl`` (or a JSONL file given directly) to ``out``
-    (default ``RUN_DIR/view.html``); returns (the page, episodes shown, episodes in the run)."""
+    (default ``RUN_DIR/view.html``); returns (the page, episodes shown, episodes in the run). The outcome
+    filters and the first wrong turn need the run's scenario (:func:`run_scenario`: ``scenario`` by name,
+    else the folder's ``config.json``)."""
     run_dir = Path(run_dir)
     source = run_dir if run_dir.is_file() else run_dir / "episodes.jsonl"
     records, total = load_episodes(source, max_episodes)
     join_sub_advantages(records, source.parent)
+    marks = wrong_turns(records, run_scenario(source.parent, scenario))
     target = Path(out) if out else source.parent / "view.html"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_html(records, title=f"mgrpo run: {source.parent}", total=total), encoding="utf-8")
+    target.write_text(render_html(records, title=f"mgrpo run: {source.parent}", total=total, marks=marks),
+                      encoding="utf-8")
     return target, len(records), total
