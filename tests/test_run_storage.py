@@ -18,15 +18,29 @@ from mgrpo_algo.training.trajectories import Trajectories
 from mgrpo_algo.training.worker_state import WorkerState
 
 
-@pytest.fixture(params=["folder", "memory", "fsspec-folder"])
-def storage(request, tmp_path):
-    if request.param == "folder":
+def _made_storage(kind: str, tmp_path):
+    if kind == "folder":
         made = RunStorage.of_run(tmp_path / "out", str(tmp_path / "run"))
-    elif request.param == "fsspec-folder":  # a file system with folders but no rename used (commit markers)
+    elif kind == "fsspec-folder":  # a file system with folders but no rename used (commit markers)
         made = RunStorage.of_run(tmp_path / "out", f"local://{tmp_path / 'run'}")
     else:  # one memory file system per process: a fresh root per test
         made = RunStorage.of_run("", f"memory://mgrpo-test-{uuid.uuid4().hex}")
     made.create()
+    return made
+
+
+@pytest.fixture(params=["folder", "memory", "fsspec-folder"])
+def storage(request, tmp_path):
+    made = _made_storage(request.param, tmp_path)
+    yield made
+    made.close()
+
+
+@pytest.fixture(params=["memory", "fsspec-folder"])
+def remote_storage(request, tmp_path):
+    """The storages written through fsspec (a local folder is read in place and renamed into place whole)."""
+    made = _made_storage(request.param, tmp_path)
+    assert made.local is None
     yield made
     made.close()
 
@@ -259,9 +273,8 @@ def test_a_committed_folder_copied_out_replaces_the_destination(storage, tmp_pat
         assert not (storage.scratch() / "downloads" / "final" / "main").exists()
 
 
-def test_a_download_is_replaced_and_uploads_leave_no_scratch_behind(storage):
-    if storage.local is not None:
-        pytest.skip("a local storage is read in place and written by the writers themselves")
+def test_a_download_is_replaced_and_uploads_leave_no_scratch_behind(remote_storage):
+    storage = remote_storage
     files = storage.child("final")
     given = []
     files.save_folder("main", lambda f: (given.append(f), _write_checkpoint(f, 1, files=3)))
@@ -276,11 +289,10 @@ def test_a_download_is_replaced_and_uploads_leave_no_scratch_behind(storage):
     assert storage.scratch_dir == [] and storage.scratch() != scratch
 
 
-def test_a_replacement_cut_while_the_old_files_go_leaves_no_committed_folder(storage, monkeypatch):
+def test_a_replacement_cut_while_the_old_files_go_leaves_no_committed_folder(remote_storage, monkeypatch):
     """The old folder's marker goes first: a save cut while it deletes the old files leaves a folder that is
     no checkpoint (removed on recovery), never a committed one missing files."""
-    if storage.local is not None:
-        pytest.skip("a local folder is renamed into place whole")
+    storage = remote_storage
     files = storage.child("workers/main")
     files.save_folder("checkpoints/iter-1", lambda f: _write_checkpoint(f, 1))
     files.write_json("checkpoints/notes.json", {"a file": "not a folder"})
