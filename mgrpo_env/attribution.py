@@ -35,7 +35,7 @@ from mgrpo_scenarios import AttributesDelegations, Task
 
 from .mistakes import add_counts
 
-__all__ = ["OUTCOMES", "LOST_BY", "WrongTurn", "episode_outcome", "first_wrong_turn", "attribution_counts", "attribution_counts_by_question",
+__all__ = ["OUTCOMES", "LOST_BY", "WrongTurn", "attributable", "episode_outcome", "first_wrong_turn", "attribution_counts", "attribution_counts_by_question",
            "attribution_rates", "mean_of_question_rates", "supports_attribution", "delegation_judgements"]
 
 #: One outcome per episode (module docstring), in the order reports list them.
@@ -56,6 +56,13 @@ def _as_dict(record: Any) -> Mapping[str, Any]:
 
 def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def attributable(record: Any) -> bool:
+    """Whether an episode has an outcome to attribute: a hierarchy episode (not the single agent's) whose
+    task has gold hops."""
+    data = _as_dict(record)
+    return _field(data.get("main") or {}, "role") != "single" and bool(data["task"].get("hops"))
 
 
 def _solving_order(task: Task) -> list[int]:
@@ -151,7 +158,7 @@ def first_wrong_turn(record: Any, scenario: AttributesDelegations) -> WrongTurn 
     """
     data = _as_dict(record)
     main = data.get("main") or {}
-    if main.get("role") == "single" or not (data["task"].get("hops") or []):
+    if not attributable(data):
         return None
     outcome, delegations, hop = _outcome_and_hop(data, scenario)
     if outcome == "right":
@@ -184,7 +191,7 @@ def attribution_counts(record: Any, scenario: AttributesDelegations) -> dict[str
     """One episode's ``{figure: (count, out of)}`` (module docstring); empty for a single-agent episode
     or a task without hops."""
     data = _as_dict(record)
-    if _field(data.get("main") or {}, "role") == "single" or not (data["task"].get("hops") or []):
+    if not attributable(data):
         return {}
     outcome, delegations = episode_outcome(data, scenario)
     kind = data["task"].get("kind") or "unknown"

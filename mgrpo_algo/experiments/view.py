@@ -21,7 +21,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mgrpo_env.attribution import LOST_BY, OUTCOMES, WrongTurn, first_wrong_turn, supports_attribution
+from mgrpo_env.attribution import (
+    LOST_BY,
+    OUTCOMES,
+    WrongTurn,
+    attributable,
+    first_wrong_turn,
+    supports_attribution,
+)
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 
 __all__ = ["join_sub_advantages", "load_episodes", "render_html", "write_view", "run_scenario", "wrong_turns"]
@@ -372,15 +379,12 @@ def run_scenario(folder: Path, name: str | None = None) -> Any:
 def wrong_turns(records: list[EpisodeRecord], scenario: Any) -> list[tuple[str, WrongTurn | None]] | None:
     """Per record its outcome and first wrong turn (:func:`mgrpo_env.attribution.first_wrong_turn`); None when
     the scenario cannot attribute. A single-agent episode or a task without hops gets ("", None)."""
-    from mgrpo_env.attribution import episode_outcome
-
     if scenario is None or not supports_attribution(scenario):
         return None
     out: list[tuple[str, WrongTurn | None]] = []
     for record in records:
-        attributable = record.main is not None and record.main.role != "single" and (record.task or {}).get("hops")
-        out.append((episode_outcome(record, scenario)[0], first_wrong_turn(record, scenario)) if attributable
-                   else ("", None))
+        mark = first_wrong_turn(record, scenario)  # None for a right episode and for one with nothing to attribute
+        out.append((mark.outcome, mark) if mark else ("right" if attributable(record) else "", None))
     return out
 
 
