@@ -2,7 +2,7 @@
 
 The rates match the imperfect teacher's mistake kinds (:mod:`mgrpo_env.teacher`), so the same
 numbers describe a teacher's demonstrations, a start model's evaluation, each training iteration's
-rollouts and the evaluation after RL (compare's report.md and curves.png show them per mode).
+rollouts and the evaluation after RL (compare's report.md and its detail figures show them per mode).
 
 Hierarchy records (a main agent and its sub-agents):
 
