@@ -13,7 +13,7 @@ from test_reward_variants import _same_type_misdelegation
 from mgrpo_algo.core.config import load_config
 from mgrpo_algo.core.modes import MODES, ModeSpec
 from mgrpo_algo.core.seeding import eval_seed
-from mgrpo_algo.experiments import compare
+from mgrpo_algo.experiments import compare, units
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, ToolCall, Turn
 
 SHARED = "shared-parts-test"
@@ -99,7 +99,7 @@ def _record(hops: int, delegations: int) -> EpisodeRecord:
 def test_mistakes_are_counted_under_the_configs_delegation_limit(monkeypatch):
     """Two delegations on a four-hop question: early under 3 delegations allowed, not under 2."""
     report = types.SimpleNamespace(exact_match=1.0, f1=1.0, num_tasks=1)
-    monkeypatch.setattr(compare, "evaluate_policies", lambda *a, **k: (report, [_record(hops=4, delegations=2)]))
+    monkeypatch.setattr(units, "evaluate_policies", lambda *a, **k: (report, [_record(hops=4, delegations=2)]))
     counts = {}
     for limit in (2, 3):
         cfg = load_config(None, [f"limits.max_delegations={limit}", "eval.temperature=0"])

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from mgrpo_algo.core.config import config_to_dict, load_config
-from mgrpo_algo.experiments import compare, report
+from mgrpo_algo.experiments import compare, report, units
 from mgrpo_algo.experiments import intervals as iv
 from mgrpo_algo.experiments.report import history_means
 from mgrpo_env import strict_json
@@ -255,13 +255,14 @@ def fake(monkeypatch, tmp_path):
         def __init__(self, log_dir):
             self.rows = world.scalars.setdefault(str(Path(log_dir).relative_to(tmp_path / "out")), [])
 
-        def add_scalar(self, tag, value, step):
+        def add_scalar(self, tag, value, step, walltime=None):
             self.rows.append((tag, value, step))
 
         def close(self):
             pass
 
     monkeypatch.setattr(compare, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    monkeypatch.setattr(units, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))  # the units' clock
     monkeypatch.setattr(tqdm, "tqdm", Bar)
     paired_difference = iv.paired_difference
 
@@ -445,12 +446,13 @@ def test_every_figure_comes_from_the_right_models_run_seed_and_metric(fake, smal
             # TensorBoard: start and after at steps 0 and ITERATIONS, the curve at 2, every numeric metric per step
             tb = world.scalars[f"tb/seed{seed}/{mode}"]
             first, middle, last = row["curve"]
+            # (the run writes its own steps; step 0, the start, is written when the run is joined with its start)
             assert [(t, v, s) for t, v, s in tb if t.startswith("eval/")] == [
-                ("eval/em", before_em, 0), ("eval/f1", f1_of(before_em), 0),
-                ("eval/curve_em", first["em"], 0), ("eval/curve_f1", first["f1"], 0),
                 ("eval/curve_em", curve_em, 2), ("eval/curve_f1", f1_of(curve_em), 2),
                 ("eval/curve_em", last["em"], ITERATIONS), ("eval/curve_f1", last["f1"], ITERATIONS),
-                ("eval/em", after_em, ITERATIONS), ("eval/f1", f1_of(after_em), ITERATIONS)]
+                ("eval/em", after_em, ITERATIONS), ("eval/f1", f1_of(after_em), ITERATIONS),
+                ("eval/em", before_em, 0), ("eval/f1", f1_of(before_em), 0),
+                ("eval/curve_em", first["em"], 0), ("eval/curve_f1", first["f1"], 0)]
             assert sorted((t, v, s) for t, v, s in tb if not t.startswith("eval/")) == sorted(
                 (key, float(value), h["iteration"]) for h in logged for key, value in h.items() if key != "iteration")
         # the means over seeds are of these rows
@@ -547,24 +549,25 @@ def test_a_rerun_replaces_the_seed_folders_and_one_mode_runs_alone(fake, small_s
     assert row["eval_seconds"] == pytest.approx(4 * EVAL_S)
 
 
-def test_a_greedy_pass_is_cached_under_its_key_only(fake, small_scenario):
-    """``_full_evaluation``'s greedy cache: one greedy pass per key; without a key, every call runs its own
-    and nothing is stored."""
+def test_a_greedy_pass_runs_under_its_own_seed_when_given(fake, small_scenario):
+    """``_full_evaluation``'s greedy pass: under ``greedy_seed`` when given (compare: the config's, for
+    every start unit, so the group's one greedy pass is the same whichever seed's unit makes it), else
+    under the evaluation's seed; with ``eval.greedy`` off, none (NaN)."""
     world, _ = fake
     cfg = config(small_scenario, "eval.temperature=0.5")
     scenario = compare.check_compare(cfg, 1, ["mgrpo"])
     paths = {"main": "m", "sub": "s"}
-    cache: dict = {}
 
-    def evaluate(key):
-        return compare._full_evaluation(cfg, scenario, lambda c: compare.evaluation_policies(c, paths, paths, 3),
-                                        seed=3, progress=False, name="x", greedy_cache=cache, greedy_key=key)[0]
+    def evaluate(c, **kwargs):
+        return compare._full_evaluation(c, scenario, lambda c: compare.evaluation_policies(c, paths, paths, 3),
+                                        seed=4, progress=False, name="x", **kwargs)[0]
 
     greedy = expected((("main", ("m", 0)), ("sub", ("s", 0))), 3, 1, 0.0, 3)[0]
-    assert [evaluate(None)["greedy_em"] for _ in range(2)] == [greedy, greedy]
-    assert cache == {} and [e["name"] for e in world.evals] == ["x", "x greedy"] * 2
-    assert [evaluate("k")["greedy_em"] for _ in range(2)] == [greedy, greedy]
-    assert cache == {"k": greedy} and [e["name"] for e in world.evals[4:]] == ["x", "x greedy", "x"]
+    assert evaluate(cfg, greedy_seed=9)["greedy_em"] == greedy
+    assert evaluate(cfg)["greedy_em"] == greedy
+    assert [(e["name"], e["seed"]) for e in world.evals] == [("x", 4), ("x greedy", 9), ("x", 4), ("x greedy", 4)]
+    off = config(small_scenario, "eval.temperature=0.5", "eval.greedy=false")
+    assert math.isnan(evaluate(off, greedy_seed=9)["greedy_em"]) and len(world.evals) == 5
 
 
 def test_mgrpo_eval_passes_its_episode_callback_and_earlier_episodes_through(fake, small_scenario):
@@ -622,10 +625,10 @@ def _start_evaluation(e: dict) -> tuple:
 
 
 def test_two_jobs_spread_the_units_and_give_the_one_process_figures(fake, small_scenario, monkeypatch):
-    """--jobs 2, 2 seeds, sampled, with the reference: longest first, the worker gets seed 4's hierarchy
-    runs and single-agent run, this process seed 3's and the reference. Each process evaluates the
-    start of each group it runs (its seed's), the greedy pass of a start under the config's seed; every
-    figure and every start episode file equal to one process's, which evaluates each start once per seed."""
+    """--jobs 2, 2 seeds, sampled, with the reference: the pool takes the units longest first (the runs,
+    then the start evaluations and the reference); each start is evaluated once per group and seed and
+    its greedy pass once per group, as in one process; every figure and every start episode file equal
+    to one process's."""
     import concurrent.futures
 
     world, tmp = fake
@@ -633,24 +636,24 @@ def test_two_jobs_spread_the_units_and_give_the_one_process_figures(fake, small_
     cfg = config(small_scenario, "eval.temperature=0.5", "eval.samples=2", f"eval.reference={tmp / 'oracle'}")
     two = compare.run_compare(cfg, seeds=2, out_dir=tmp / "out" / "two", progress=True, jobs=2)
     starts_two = [_start_evaluation(e) for e in world.evals if e["name"].startswith("start")]
-    runs_two = [(t["seed"], t["mode"]) for t in world.trainers]
+    order_two = [(e["name"], e["seed"]) for e in world.evals if not e["name"].endswith(("greedy", "curve"))]
     bars_two = [b.args[1:] for b in world.bars]
     ref_two = [(e["seed"], e["progress"]) for e in world.evals if e["name"] == "reference"]
     world.evals.clear(), world.trainers.clear(), world.bars.clear()
     one = compare.run_compare(cfg, seeds=2, out_dir=tmp / "out" / "one", progress=True, jobs=1)
     starts_one = [_start_evaluation(e) for e in world.evals if e["name"].startswith("start")]
 
-    # the worker's units ran first here (InProcessPool), then this process's; bars only in this process
-    assert runs_two == [(4, "mgrpo"), (4, "frozen-sub"), (4, "single-agent"),
-                        (3, "mgrpo"), (3, "frozen-sub"), (3, "single-agent")]
-    assert bars_two == [("seed 4 mgrpo", "iter", True), ("seed 4 frozen-sub", "iter", True),
-                        ("seed 4 single-agent", "iter", True), ("seed 3 mgrpo", "iter", False),
-                        ("seed 3 frozen-sub", "iter", False), ("seed 3 single-agent", "iter", False)]
-    assert ref_two == [(3, True)]  # once, in this process, under the config's seed
-    # one start evaluation per group and seed either way; the greedy pass once per group and process,
-    # always under the config's seed (its policies too): seed 4's worker repeats it
-    assert sorted(starts_two) == sorted(starts_one + [s for s in starts_one if s[0]])
-    assert [(s[1], s[2]) for s in starts_two if s[0]] == [("hierarchy", 3), ("single", 3)] * 2
+    # longest first (InProcessPool runs each unit as it is submitted): the runs by cost, then the four
+    # start evaluations, then the reference; the bars only on the dearest unit
+    assert order_two == [("mgrpo seed3", 3), ("mgrpo seed4", 4), ("frozen-sub seed3", 3), ("frozen-sub seed4", 4),
+                         ("single-agent seed3", 3), ("single-agent seed4", 4), ("start seed3", 3), ("start seed4", 4),
+                         ("start seed3", 3), ("start seed4", 4), ("reference", 3)]
+    assert bars_two == [("seed 3 mgrpo", "iter", False)] + [(f"seed {s} {m}", "iter", True) for s, m in [
+        (4, "mgrpo"), (3, "frozen-sub"), (4, "frozen-sub"), (3, "single-agent"), (4, "single-agent")]]
+    assert ref_two == [(3, False)]  # once, under the config's seed
+    # one start evaluation per group and seed, one greedy pass per group under the config's seed: as one process
+    assert sorted(starts_two) == sorted(starts_one)
+    assert sorted((s[1], s[2]) for s in starts_two if s[0]) == [("hierarchy", 3), ("single", 3)]
     assert _without_clock(two) == _without_clock(one)
     for seed in (3, 4):
         for mode in compare.MODES:

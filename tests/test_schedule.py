@@ -1,48 +1,53 @@
-"""``compare --jobs``'s schedule (mgrpo_algo.experiments.schedule): the units in one process's order and
-their longest-first assignment, on hand-worked loads."""
+"""``compare``'s units of work (mgrpo_algo.experiments.schedule): one process's order, and the longest-first
+order a ``--jobs`` pool takes them in, with the wall time that order gives worked by hand."""
 
 from __future__ import annotations
 
-from mgrpo_algo.experiments.schedule import COST, REFERENCE, Unit, assign, units
+from mgrpo_algo.experiments.schedule import COST, REFERENCE, START, Unit, longest_first, units
 
 GROUPS = {"hierarchy": ["mgrpo", "frozen-sub"], "single": ["single-agent"]}
 
 
-def test_units_go_group_by_group_the_reference_first_in_its_group_seeds_inside():
+def test_units_go_group_by_group_the_reference_first_then_each_seeds_start_before_its_runs():
     assert units(GROUPS, [0, 1], "single") == [
-        Unit("mgrpo", 0, "hierarchy"), Unit("frozen-sub", 0, "hierarchy"),
-        Unit("mgrpo", 1, "hierarchy"), Unit("frozen-sub", 1, "hierarchy"),
-        Unit(REFERENCE, 0, "single"), Unit("single-agent", 0, "single"), Unit("single-agent", 1, "single")]
+        Unit(START, 0, "hierarchy", greedy=True), Unit("mgrpo", 0, "hierarchy"), Unit("frozen-sub", 0, "hierarchy"),
+        Unit(START, 1, "hierarchy"), Unit("mgrpo", 1, "hierarchy"), Unit("frozen-sub", 1, "hierarchy"),
+        Unit(REFERENCE, 0, "single"), Unit(START, 0, "single", greedy=True), Unit("single-agent", 0, "single"),
+        Unit(START, 1, "single"), Unit("single-agent", 1, "single")]
     assert REFERENCE not in {u.mode for u in units(GROUPS, [3], None)}
 
 
-def test_one_process_runs_every_unit_in_order():
-    work = units(GROUPS, [0, 1], "single")
-    assert assign(work, 1) == [work]
-    assert assign(work, 0) == [work]  # no fewer than one process
+def test_a_greedy_evaluation_evaluates_each_start_once():
+    """At temperature 0 every seed's start evaluation gives the same episodes: one per group, its first seed's."""
+    assert [u for u in units(GROUPS, [3, 4], None, start_per_seed=False) if u.mode == START] == [
+        Unit(START, 3, "hierarchy", greedy=True), Unit(START, 3, "single", greedy=True)]
 
 
-def test_the_demo_on_two_processes():
-    """mgrpo 11 -> P0 (11); frozen-sub 9 -> P1 (9); single-agent 6.5 -> P1, the less loaded (15.5);
-    the reference 1.5 -> P0 (12.5). Each process keeps the one-process order."""
-    mgrpo, frozen, ref, single = units(GROUPS, [0], "single")
-    assert assign([mgrpo, frozen, ref, single], 2) == [[mgrpo, ref], [frozen, single]]
-    assert (COST["mgrpo"] + COST[REFERENCE], COST["frozen-sub"] + COST["single-agent"]) == (12.5, 15.5)
+def _makespan(order: list[Unit], jobs: int) -> float:
+    """The wall time of a pool of ``jobs`` processes that each take the next unit of ``order`` as they free up."""
+    free = [0.0] * jobs
+    for unit in order:
+        first = free.index(min(free))
+        free[first] += COST[unit.mode]
+    return max(free)
 
 
-def test_two_seeds_on_two_processes_keep_each_seeds_hierarchy_together():
-    """Costs 11, 9, 11, 9, 1.5, 6.5, 6.5 (one-process order). Longest first, ties in order and to the
-    lower process: m0 -> P0 11, m1 -> P1 11, f0 -> P0 20, f1 -> P1 20, s0 -> P0 26.5, s1 -> P1 26.5,
-    ref -> P0 28: each process evaluates one hierarchy start (its seed's) and one single-agent start."""
-    m0, f0, m1, f1, ref, s0, s1 = units(GROUPS, [0, 1], "single")
-    assert assign([m0, f0, m1, f1, ref, s0, s1], 2) == [[m0, f0, ref, s0], [m1, f1, s1]]
+def test_the_demo_longest_first_fills_the_end_with_the_short_evaluations():
+    """mgrpo 10 -> P0; frozen-sub 8 -> P1; P1 frees at 8: single-agent 5.5 (13.5); P0 at 10: the hierarchy's
+    start 1.8 (11.8), the single agent's start 1.8 (13.6); P1 at 13.5: the reference 1.5 (15.0). 15.0, near
+    the 28.6 units of work over two cores (14.3), against 16.8 in the one-process order
+    (start 1.8 | mgrpo 10; frozen-sub -> P0 9.8, reference 11.3, single start -> P1 11.8, single-agent -> P0 16.8)."""
+    work = units(GROUPS, [0], "single")
+    start_h, mgrpo, frozen, ref, start_s, single = work
+    queue = longest_first(work)
+    assert queue == [mgrpo, frozen, single, start_h, start_s, ref]
+    assert _makespan(queue, 2) == 15.0
+    assert round(_makespan(work, 2), 1) == 16.8 and round(sum(COST[u.mode] for u in work), 1) == 28.6
 
 
-def test_more_processes_than_units_and_costs_given():
-    m, f, s = units(GROUPS, [5], None)
-    assert assign([m, f, s], 8) == [[m], [f], [s]]  # never an idle process
-    # given costs (and a mode they do not list: costed as the dearest listed, 4)
-    odd = Unit("new-mode", 5, "x")
-    # new-mode 4 -> P0; mgrpo 3 -> P1; frozen-sub 2 -> P1 (3 < 4) = 5; single-agent 1 -> P0 = 5
-    assert assign([m, f, s, odd], 2, {"mgrpo": 3, "frozen-sub": 2, "single-agent": 1, "other": 4}) == [
-        [s, odd], [m, f]]
+def test_ties_keep_the_given_order_and_a_mode_not_costed_counts_as_the_dearest():
+    m, f, s = Unit("mgrpo", 5, "h"), Unit("frozen-sub", 5, "h"), Unit("single-agent", 5, "s")
+    odd, m6 = Unit("new-mode", 5, "x"), Unit("mgrpo", 6, "h")
+    assert longest_first([s, m6, f, m]) == [m6, m, f, s]  # the two mgrpo runs as given
+    assert longest_first([s, f, odd], {"mgrpo": 3, "frozen-sub": 2, "single-agent": 1}) == [odd, f, s]
+    assert longest_first([]) == []

@@ -1,9 +1,15 @@
-"""``mgrpo compare --jobs``: which process runs which unit of work.
+"""``mgrpo compare``'s units of work and the order ``--jobs`` hands them out.
 
-A unit is one (seed, mode) training run with its evaluations, or the reference start's evaluation.
-Each unit is seeded on its own, so where it runs does not change a number; only the wall time depends
-on the assignment. Units go longest first to the least loaded process (LPT, Graham 1969), by a fixed
-estimate of each unit's cost: the demo's timings, nothing measured at run time.
+A unit is one start evaluation (a group of modes sharing their start models, under one seed), the
+reference start's evaluation, or one (seed, mode) training run with its curve points and its evaluation
+after training (:mod:`.units`). No unit waits for another: the caller joins each run with its start
+once all are done. Each unit is seeded on its own, so where and when it runs changes no number; only
+the wall time depends on the order.
+
+With one process the units run in :func:`units`' order. With ``--jobs N`` they go to N processes
+longest first, each process taking the next unit as it frees up (list scheduling in LPT order, Graham
+1969), by a fixed estimate of each unit's cost: the demo's timings, nothing measured at run time.
+The short start evaluations then fill the end, where a static split left one core idle for minutes.
 """
 
 from __future__ import annotations
@@ -11,52 +17,50 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["REFERENCE", "COST", "Unit", "units", "assign"]
+__all__ = ["REFERENCE", "START", "COST", "Unit", "units", "longest_first"]
 
 #: The unit that evaluates ``eval.reference`` (the oracle clone); not a mode name.
 REFERENCE = "reference"
+#: The unit that evaluates a group's start models under one seed; not a mode name.
+START = "start"
 
-#: Estimated minutes per unit: configs/demo.yaml, one seed, 2 cores, measured on an idle machine
-#: (mgrpo ~11, frozen-sub ~9, single-agent ~6.3, the reference evaluation ~1.5; a start evaluation,
-#: ~1.5, is not counted: a process does it once per group and seed). Only their ratios steer the
-#: assignment; a mode not listed is costed as mgrpo (the dearest).
-COST: dict[str, float] = {"mgrpo": 11.0, "frozen-sub": 9.0, "single-agent": 6.5, REFERENCE: 1.5}
+#: Estimated minutes per unit: configs/demo.yaml, one seed, one core each of an idle 2-core machine
+#: (a run: training, its 3 curve points and its evaluation after; a start: the sampled evaluation and
+#: the greedy pass). Only their order matters; a mode not listed is costed as the dearest listed.
+COST: dict[str, float] = {"mgrpo": 10.0, "frozen-sub": 8.0, "single-agent": 5.5, START: 1.8, REFERENCE: 1.5}
 
 
 @dataclass(frozen=True)
 class Unit:
-    """One unit of work: ``mode`` (or :data:`REFERENCE`) at ``seed``, from the start models of ``group``
-    (:func:`mgrpo_algo.experiments.compare._start_name`)."""
+    """One unit of work: ``mode`` (or :data:`START`, :data:`REFERENCE`) at ``seed``, from the start models
+    of ``group`` (:func:`mgrpo_algo.experiments.compare._start_name`). ``greedy``: a start unit that also
+    makes the group's greedy pass (its first seed's)."""
 
     mode: str
     seed: int
     group: str
+    greedy: bool = False
 
 
-def units(groups: Mapping[str, Sequence[str]], seeds: Sequence[int], reference_group: str | None) -> list[Unit]:
-    """Every unit in the order one process runs them: group by group (as ``groups`` lists them), the
-    reference first in ``reference_group``, then seed by seed, the group's modes inside a seed (so the
-    modes of one seed follow each other and share their start evaluation)."""
+def units(groups: Mapping[str, Sequence[str]], seeds: Sequence[int], reference_group: str | None, *,
+          start_per_seed: bool = True) -> list[Unit]:
+    """Every unit in one process's order: group by group (as ``groups`` lists them), the reference first
+    in ``reference_group``, then seed by seed: the group's start evaluation under that seed, then the
+    group's modes. ``start_per_seed`` False (a greedy evaluation: the same episodes for every seed): one
+    start evaluation per group, under the first seed."""
     out: list[Unit] = []
     for group, modes in groups.items():
         if group == reference_group:
             out.append(Unit(REFERENCE, seeds[0], group))
-        out += [Unit(mode, seed, group) for seed in seeds for mode in modes]
+        for i, seed in enumerate(seeds):
+            if start_per_seed or i == 0:
+                out.append(Unit(START, seed, group, greedy=i == 0))
+            out += [Unit(mode, seed, group) for mode in modes]
     return out
 
 
-def assign(work: Sequence[Unit], jobs: int, cost: Mapping[str, float] = COST) -> list[list[Unit]]:
-    """``work`` over ``min(jobs, len(work))`` processes, longest first to the least loaded (ties: the
-    earlier unit, the lower process). Each process's units keep ``work``'s order (a group's start
-    evaluation then serves its next units); process 0 gets the longest unit (it runs in the caller, with
-    the progress bars). With one process: ``work`` as given."""
-    jobs = max(1, min(jobs, len(work)))
-    default = max(cost.values(), default=1.0)
-    order = sorted(range(len(work)), key=lambda i: -cost.get(work[i].mode, default))  # stable: ties keep order
-    loads = [0.0] * jobs
-    picked: list[list[int]] = [[] for _ in range(jobs)]
-    for i in order:
-        process = loads.index(min(loads))
-        loads[process] += cost.get(work[i].mode, default)
-        picked[process].append(i)
-    return [[work[i] for i in sorted(indices)] for indices in picked]
+def longest_first(work: Sequence[Unit], cost: Mapping[str, float] = COST) -> list[Unit]:
+    """``work`` by estimated cost, dearest first (ties keep ``work``'s order): the order a pool of
+    processes takes them in, each the next as it frees up."""
+    dearest = max(cost.values(), default=1.0)
+    return sorted(work, key=lambda unit: -cost.get(unit.mode, dearest))
