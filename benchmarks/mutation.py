@@ -139,9 +139,12 @@ SCOPE = {
     "mgrpo_algo/training/trajectories.py": {f"Trajectories.{m}" for m in (
         "history", "add", "commit", "load", "discard", "retire", "drop_after")} | {"write_json", "drop_json_after"},
     "mgrpo_algo/experiments/compare.py": {
-        "aggregate", "log_scalars", "_start_name", "evaluation_policies", "evaluate_policies", "eval_figures", "greedy_em",
-        "_evaluate", "_full_evaluation", "_warm_record", "run_compare", "_train_and_evaluate", "_intervals",
-        "_trained_policies", "_reproduce"},
+        "aggregate", "_start_name", "_warm_record", "run_compare", "_run_compare", "_run_units", "with_start",
+        "_intervals", "_reproduce"},
+    # the held-out evaluation and compare's units of work (split from compare.py)
+    "mgrpo_algo/experiments/units.py": {
+        "log_scalars", "evaluation_policies", "evaluate_policies", "eval_figures", "greedy_em", "_full_evaluation",
+        "_train_and_evaluate", "_trained_policies", "_start_evaluation", "run_unit"},
     # issue 43: the turn loop, the delegation, the limits and the pay live in the episode core; the AEC env
     # keeps PettingZoo's tables in step with it
     "mgrpo_env/aec.py": {f"MGRPOEnv.{m}" for m in ("reset", "_observed", "step", "_paid")},
