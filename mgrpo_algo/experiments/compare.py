@@ -197,9 +197,21 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
     reference_group = keys[-1] if config.eval.reference else None
     work = schedule.units({key: groups[key] for key in keys}, [config.seed + i for i in range(seeds)], reference_group,
                           start_per_seed=config.eval.temperature > 0)
-    done = _run_units(config, work, starts, out, progress, jobs)
+    # every run's folders emptied before any unit runs (a rerun into the same folder never mixes runs); a
+    # start evaluation writes its episodes straight into the eval_before.jsonl of each run it starts
+    before_files: dict[tuple[str, int], list[str]] = {}
+    for unit in work:
+        if unit.mode not in (schedule.START, schedule.REFERENCE):
+            for folder in (out / f"seed{unit.seed}" / unit.mode, out / "tb" / f"seed{unit.seed}" / unit.mode):
+                shutil.rmtree(folder, ignore_errors=True)
+            before_files.setdefault(_start_key(config, unit), []).append(
+                str(out / f"seed{unit.seed}" / unit.mode / "eval_before.jsonl"))
+    done = _run_units(config, work, starts, out, progress, jobs, scenario, before_files)
     start_of = {(d["unit"].group, d["unit"].seed): d["start"] for d in done if "start" in d}
-    greedy_of = {d["unit"].group: d["start"]["figures"]["greedy_em"] for d in done if "start" in d and d["unit"].greedy}
+    if config.eval.greedy and config.eval.temperature > 0:  # the group's one greedy pass, made by its first start
+        greedy_of = {d["unit"].group: d["start"]["figures"]["greedy_em"] for d in done if "start" in d and d["unit"].greedy}
+        for (group, _), start in start_of.items():
+            start["figures"]["greedy_em"] = greedy_of[group]
     per_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     curves: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     counts: dict[str, dict[str, list[Any]]] = {m: {"start": [], "after": []} for m in modes}
@@ -207,9 +219,7 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
     for d in done:  # in one process's order: the row seeds of the intervals follow it
         if "run" in d:
             unit = d["unit"]
-            start = start_of[unit.group, unit.seed if config.eval.temperature > 0 else config.seed]
-            runs[unit.mode, unit.seed] = with_start(config, unit, d["run"], start, greedy_of.get(unit.group), out)
-    shutil.rmtree(out / ".starts", ignore_errors=True)  # copied into each run's eval_before.jsonl
+            runs[unit.mode, unit.seed] = with_start(unit, d["run"], start_of[_start_key(config, unit)], out)
     for mode in modes:  # seed by seed, whichever process ran them
         for run in (runs[mode, config.seed + i] for i in range(seeds)):
             per_mode[mode].append(run["row"])
@@ -273,39 +283,41 @@ def _run_compare(config: TrainConfig, *, seeds: int, out_dir: str | Path, modes:
     return summary
 
 
+def _start_key(config: TrainConfig, unit: schedule.Unit) -> tuple[str, int]:
+    """The start evaluation a run is joined with: its group's under its seed (under the config's seed
+    when the evaluation is greedy: then one serves every seed)."""
+    return unit.group, unit.seed if config.eval.temperature > 0 else config.seed
+
+
 def _run_units(config: TrainConfig, work: Sequence[schedule.Unit], starts: Mapping[str, Mapping[str, str]],
-               out: Path, progress: bool, jobs: int) -> list[dict[str, Any]]:
-    """Every unit's result, in ``work``'s order: here one after another with ``jobs`` 1, else in a pool of
-    ``jobs`` processes that take them longest first (the dearest unit shows its progress bars)."""
+               out: Path, progress: bool, jobs: int, scenario: Any,
+               before_files: Mapping[tuple[str, int], Sequence[str]]) -> list[dict[str, Any]]:
+    """Every unit's result, in ``work``'s order: here one after another with ``jobs`` 1 (on the caller's
+    ``scenario``), else in a pool of ``jobs`` processes that take them longest first (the dearest unit
+    shows its progress bars). ``before_files``: per start evaluation, the files it writes its episodes to."""
     from .units import run_unit
 
-    index = {unit: i for i, unit in enumerate(work)}
-    if jobs <= 1 or len(work) == 1:
-        import mgrpo_scenarios
+    def files(unit: schedule.Unit) -> Sequence[str]:
+        return before_files.get((unit.group, unit.seed), ()) if unit.mode == schedule.START else ()
 
-        scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
-        return [run_unit(config, unit, starts, str(out), progress, i, scenario) for i, unit in enumerate(work)]
+    if jobs <= 1 or len(work) == 1:
+        return [run_unit(config, unit, starts, str(out), progress, files(unit), scenario) for unit in work]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     queue = schedule.longest_first(work)
     with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {unit: pool.submit(run_unit, config, unit, starts, str(out), progress and n == 0, index[unit])
+        futures = {unit: pool.submit(run_unit, config, unit, starts, str(out), progress and n == 0, files(unit))
                    for n, unit in enumerate(queue)}
         return [futures[unit].result() for unit in work]
 
 
-def with_start(config: TrainConfig, unit: schedule.Unit, run: Mapping[str, Any], start: Mapping[str, Any],
-               group_greedy: float | None, out: Path) -> dict[str, Any]:
+def with_start(unit: schedule.Unit, run: Mapping[str, Any], start: Mapping[str, Any], out: Path) -> dict[str, Any]:
     """A run's figures joined with its start evaluation's: the row's start figures and deltas (their
-    interval and the mistake change seeded by the run's seed), the curve's first point, TensorBoard's
-    step 0 and ``eval_before.jsonl``. ``group_greedy``: the group's greedy EM, made by its first start."""
-    run_dir, tb_dir = out / f"seed{unit.seed}" / unit.mode, out / "tb" / f"seed{unit.seed}" / unit.mode
-    run_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(start["records"], run_dir / "eval_before.jsonl")
+    interval and the mistake change seeded by the run's seed), the curve's first point and TensorBoard's
+    step 0 (the start wrote the run's ``eval_before.jsonl`` itself)."""
+    tb_dir = out / "tb" / f"seed{unit.seed}" / unit.mode
     before = {k: v for k, v in start["figures"].items() if k not in ("scores", "mistake_counts")}
-    if config.eval.greedy and config.eval.temperature > 0 and not start["greedy"]:
-        before["greedy_em"] = group_greedy
     before_scores, before_counts = start["figures"]["scores"], start["figures"]["mistake_counts"]
     after, own = run["row"]["after"], dict(run["row"])
     curve = ([{"step": 0, **start["curve_start"]}] if start["curve_start"] else []) + own.pop("curve")

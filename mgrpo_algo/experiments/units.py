@@ -17,7 +17,6 @@ seeded on its own: where and when it runs changes no number.
 from __future__ import annotations
 
 import copy
-import shutil
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -289,8 +288,9 @@ def _trained_policies(cfg: TrainConfig, trainer: Any, seed: int) -> dict[str, An
 
 
 def _start_evaluation(config: TrainConfig, scenario: Any, unit: schedule.Unit, paths: Mapping[str, str],
-                      records_file: Path, progress: bool) -> dict[str, Any]:
-    """A group's start evaluated under the unit's seed, its episodes into ``records_file``. The greedy pass
+                      before_files: Sequence[str], progress: bool) -> dict[str, Any]:
+    """A group's start evaluated under the unit's seed, its episodes into each of ``before_files`` (the
+    ``eval_before.jsonl`` of every run it is the start of). The greedy pass
     (the same episodes for every seed: under the config's seed) only where ``unit.greedy``; the caller
     gives the group's other seeds its figure. A greedy evaluation (temperature 0) is the same for every
     seed: it is made once per group, under the config's seed, and serves them all."""
@@ -303,13 +303,13 @@ def _start_evaluation(config: TrainConfig, scenario: Any, unit: schedule.Unit, p
     figures, records, seconds = _full_evaluation(
         cfg, scenario, lambda c, s=unit.seed: evaluation_policies(c, paths, paths, config.seed if c.eval.temperature == 0 else s),
         seed=unit.seed, progress=progress, name=f"start seed{unit.seed}", greedy_seed=config.seed)
-    write_jsonl(records_file, records)
+    for file in before_files:
+        write_jsonl(file, records)
     subset = {"questions": config.eval.curve_limit, "samples": config.eval.samples,
               "max_delegations": config.limits.max_delegations}
     # the curve starts at the start evaluation, on the subset's questions
     curve_start = curve_point(records, **subset) if config.eval.every else {}
-    return {"figures": figures, "seconds": seconds, "records": str(records_file), "curve_start": curve_start,
-            "greedy": unit.greedy}
+    return {"figures": figures, "seconds": seconds, "curve_start": curve_start}
 
 
 _SCENARIOS: dict[str, Any] = {}
@@ -326,13 +326,13 @@ def _scenario(config: TrainConfig) -> Any:
 
 
 def run_unit(config: TrainConfig, unit: schedule.Unit, starts: Mapping[str, Mapping[str, str]], out_dir: str,
-             progress: bool, index: int = 0, scenario: Any = None) -> dict[str, Any]:
+             progress: bool, before_files: Sequence[str] = (), scenario: Any = None) -> dict[str, Any]:
     """One unit of work, in the caller's process or in a ``compare --jobs`` worker; returns plain data
     (figures, per-question scores, file paths) with the kernels it ran under (``provenance``).
 
-    A run replaces its seed folders (a rerun into the same folder never mixes runs); a start evaluation
-    writes its episodes to ``out_dir/.starts/<index>.jsonl``, which the caller copies into each run's
-    ``eval_before.jsonl``. ``scenario``: the caller's (one process), else one per worker and config."""
+    A start evaluation writes its episodes into ``before_files`` (the caller emptied the runs' folders
+    before any unit ran, so a rerun into the same folder never mixes runs). ``scenario``: the caller's
+    (one process), else one per worker and config."""
     import torch
 
     torch.set_num_threads(config.torch_threads)
@@ -343,12 +343,9 @@ def run_unit(config: TrainConfig, unit: schedule.Unit, starts: Mapping[str, Mapp
     if unit.mode == schedule.REFERENCE:
         result["reference"] = _reference(config, scenario, out, progress)
     elif unit.mode == schedule.START:
-        result["start"] = _start_evaluation(config, scenario, unit, starts[unit.group],
-                                            out / ".starts" / f"{index}.jsonl", progress)
+        result["start"] = _start_evaluation(config, scenario, unit, starts[unit.group], before_files, progress)
     else:
         run_dir, tb_dir = out / f"seed{unit.seed}" / unit.mode, out / "tb" / f"seed{unit.seed}" / unit.mode
-        for folder in (run_dir, tb_dir):
-            shutil.rmtree(folder, ignore_errors=True)
         result["run"] = _train_and_evaluate(config, scenario, unit.mode, unit.seed, starts[unit.group], run_dir,
                                             tb_dir, progress)
     return result
