@@ -63,12 +63,18 @@ def test_apply_sets_the_variables_or_gives_one_notice_where_the_cpu_cannot_honou
 
 def test_cpu_info_reads_the_model_and_the_isa_flags(tmp_path):
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nmodel name\t: Some CPU @ 2GHz\nflags\t\t: fpu sse avx avx2 avx512f avx512bw\n"
-                    "processor\t: 1\nmodel name\t: Some CPU @ 2GHz\nflags\t\t: fpu\n")
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: Some CPU @ 2GHz\n"
+                    "flags\t\t: fpu sse avx avx2 avx512f avx512bw\n"
+                    "processor\t: 1\nvendor_id\t: Other\nmodel name\t: Some CPU @ 2GHz\nflags\t\t: fpu\n")
     cpu = kernels.cpu_info(info)
     assert cpu["model"] == "Some CPU @ 2GHz" and cpu["avx2"] is True and cpu["avx512"] == ["avx512bw", "avx512f"]
+    assert cpu["vendor"] == "AuthenticAMD" and kernels.cpu_vendor(cpu) == "AuthenticAMD"
     info.write_text("model name\t: Old\nflags\t: fpu sse avx\n")
     assert kernels.cpu_info(info)["avx2"] is False and kernels.cpu_info(info)["avx512"] == []
+    # records written before the vendor was kept name it in the model only
+    assert kernels.cpu_vendor({"model": "Intel(R) Xeon(R) Processor"}) == "GenuineIntel"
+    assert kernels.cpu_vendor({"model": "AMD EPYC", "vendor": ""}) == "AuthenticAMD"
+    assert kernels.cpu_vendor({"model": "Neoverse"}) == "Neoverse"
 
 
 def test_a_library_caller_with_torch_loaded_is_refused_in_one_line(monkeypatch):

@@ -1,4 +1,4 @@
-"""Pinned CPU kernels: the same float rounding on every x86 machine, so committed figures reproduce.
+"""Pinned CPU kernels: the same float rounding on one vendor's x86 machines, so committed figures reproduce.
 
 torch picks its CPU kernels by the instruction set it finds: on an AVX-512 machine ATen's vectorised
 kernels and MKL's BLAS take 512-bit paths that round differently from the AVX2
@@ -11,6 +11,10 @@ actors get it through ``runtime_env``) sees it too. :func:`apply_pin` sets them;
 before anything imports torch and re-executes itself when torch is already loaded. ``MGRPO_KERNELS_PIN``
 marks a pinned process tree, so each process that runs torch can check that the pin took effect
 (:func:`check_in_force`: ``torch.backends.cpu.get_cpu_capability()``).
+
+Across vendors the pin is not enough: an Intel Xeon and an AMD EPYC still round the backward's last digits
+apart, and on an EPYC Zen 4 that flips a draw in the demo's second iteration (docs/guides/training.md,
+"Pinned kernels"; the fingerprint check compares what the two can agree on).
 
 A machine that cannot honour the pin (no AVX2, not x86) runs unpinned with a one-line notice that its
 figures may differ from the committed ones. This module never imports torch at its top: it runs before.
@@ -25,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PINS", "CAPABILITY", "MARKER", "KernelPinError", "cpu_info", "pin_env", "apply_pin", "pin_of_config",
+__all__ = ["PINS", "CAPABILITY", "MARKER", "KernelPinError", "cpu_info", "cpu_vendor", "pin_env", "apply_pin", "pin_of_config",
            "check_in_force", "not_in_force", "kernel_state", "ensure_pinned", "describe"]
 
 #: The settings of each pin: the smallest set that gave the four-variable cap's fingerprint on an AVX-512
@@ -52,20 +56,31 @@ class KernelPinError(RuntimeError):
 
 def cpu_info(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, Any]:
     """The CPU's model, architecture and the ISA flags that change torch's kernels (avx2, avx512*)."""
-    model, flags = "", set()
+    model, vendor, flags = "", "", set()
     try:
         for line in Path(cpuinfo).read_text().splitlines():
             key, _, value = line.partition(":")
             key = key.strip()
             if key == "model name" and not model:
                 model = value.strip()
+            elif key == "vendor_id" and not vendor:
+                vendor = value.strip()
             elif key in ("flags", "Features") and not flags:  # x86; ARM says Features
                 flags = set(value.split())
     except OSError:  # not Linux: the architecture alone
         pass
     model = model or platform.processor()
-    return {"model": model, "machine": platform.machine(), "avx2": "avx2" in flags,
+    return {"model": model, "vendor": vendor, "machine": platform.machine(), "avx2": "avx2" in flags,
             "avx512": sorted(f for f in flags if f.startswith("avx512"))}
+
+
+def cpu_vendor(cpu: Mapping[str, Any]) -> str:
+    """``GenuineIntel``, ``AuthenticAMD``, ...: from a :func:`cpu_info` record, or its model name in a record
+    written before the vendor was kept (those say "Intel(R) ..." or "AMD ...")."""
+    if cpu.get("vendor"):
+        return str(cpu["vendor"])
+    model = str(cpu.get("model", "")).lower()
+    return "GenuineIntel" if "intel" in model else "AuthenticAMD" if "amd" in model else str(cpu.get("model", ""))
 
 
 def pin_env(pin: str) -> dict[str, str]:
