@@ -1,7 +1,7 @@
 """The M-GRPO reward formulas (docs/design.md, "The method"), written once.
 
-The env pays these as PettingZoo rewards at episode end; ``mgrpo_algo.core.rewards`` re-exports them for
-the learners, so both sides compute the same numbers.
+The env pays these as PettingZoo rewards at episode end (``episode_core``); the algorithm reads the same
+functions where it scores a called role (``mgrpo_algo.training.roles``), so both sides compute the same numbers.
 
 Main agent:  R_M = a1 * r_format + a2 * r_correct                       if its format is valid, else 0.
 Sub-agent:   R_S = b1 * r_format + b2 * r_correct^main + b3 * r_expert  if its format is valid, else 0.
@@ -22,17 +22,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
-from numpy.typing import ArrayLike
-
 __all__ = [
     "PAPER_MAIN_WEIGHTS",
     "PAPER_SUB_WEIGHTS",
     "main_reward",
     "sub_reward",
     "paid_sub_reward",
-    "main_rewards",
-    "sub_rewards",
     "check_weights",
 ]
 
@@ -117,41 +112,3 @@ def paid_sub_reward(format_ok: bool, main_correct: float | bool, expert: float |
     if expert is not None and format_gate:
         b1 *= _unit(expert, "expert")
     return sub_reward(format_ok, main_correct, 0.0 if expert is None else expert, (b1, b2, b3))
-
-
-def _unit_array(values: ArrayLike, name: str) -> np.ndarray:
-    arr = np.asarray(values, dtype=np.float64)
-    if not np.all((arr >= 0.0) & (arr <= 1.0)):  # NaN fails both comparisons
-        raise ValueError(f"{name} must be in [0, 1] everywhere")
-    return arr
-
-
-def main_rewards(
-    format_ok: ArrayLike, correct: ArrayLike, weights: Sequence[float] = PAPER_MAIN_WEIGHTS
-) -> np.ndarray:
-    """Vectorised :func:`main_reward`: float64 array of the broadcast shape of the inputs.
-
-    >>> main_rewards([True, True, False], [1.0, 0.0, 1.0]).tolist()
-    [1.0, 0.1, 0.0]
-    """
-    a1, a2 = check_weights(weights, 2, "main weights")
-    ok = np.asarray(format_ok, dtype=bool)
-    c = _unit_array(correct, "correct")
-    return np.where(ok, a1 + a2 * c, 0.0).astype(np.float64)
-
-
-def sub_rewards(
-    format_ok: ArrayLike,
-    main_correct: ArrayLike,
-    expert: ArrayLike,
-    weights: Sequence[float] = PAPER_SUB_WEIGHTS,
-) -> np.ndarray:
-    """Vectorised :func:`sub_reward`: float64 array of the broadcast shape of the inputs.
-
-    ``main_correct`` is usually per rollout, shape [K, 1], broadcast over the d slots of ``expert`` [K, d].
-    """
-    b1, b2, b3 = check_weights(weights, 3, "sub weights")
-    ok = np.asarray(format_ok, dtype=bool)
-    m = _unit_array(main_correct, "main_correct")
-    e = _unit_array(expert, "expert")
-    return np.where(ok, b1 + b2 * m + b3 * e, 0.0).astype(np.float64)

@@ -28,7 +28,7 @@ class RoleSpec:
     """One role (see the module docstring)."""
 
     env: str
-    """The env it acts in (a name of ``mgrpo_env.rollout.EPISODES``)."""
+    """The env it acts in (a name of ``mgrpo_env.episode_core.KINDS``)."""
     final_tag: str
     """The tag of the action that ends its part (``prompts.FINAL_TAGS``, the parser and the episode core)."""
     sample_seed: int

@@ -1,7 +1,7 @@
 """Batched rollout collection: B questions x K rollouts, run concurrently.
 
 Many episodes run at once, of the hierarchy or of the single agent, each the one episode core
-(:class:`~mgrpo_env.episode_core.Episode`) that the AEC and Gymnasium envs adapt (:data:`EPISODES`). At each round every unfinished episode has exactly one selected
+(:class:`~mgrpo_env.episode_core.Episode`) that the AEC and Gymnasium envs adapt (:data:`~mgrpo_env.episode_core.KINDS`). At each round every unfinished episode has exactly one selected
 agent; the requests of the same role are gathered into one call of that role's policy (so one
 LLM forward serves many episodes), then the envs step in a thread pool, so tool calls of
 different episodes overlap.
@@ -23,11 +23,11 @@ from typing import Any, Protocol
 from mgrpo_scenarios import Scenario, Task
 
 from .episode import EpisodeRecord
-from .episode_core import KINDS, Episode, EpisodeKind
+from .episode_core import KINDS, Episode
 from .protocol import require_text
 from .roles import ROLES
 
-__all__ = ["PolicyRequest", "PolicyResponse", "Policy", "CollectStats", "EPISODES", "collect"]
+__all__ = ["PolicyRequest", "PolicyResponse", "Policy", "CollectStats", "collect"]
 
 
 @dataclass
@@ -132,10 +132,6 @@ class _Rollout:
         self.episode.close()  # the shared world stays open: it belongs to the caller
 
 
-#: The kinds of episode a collection runs (each with its ``roles``): the hierarchy or the single agent.
-EPISODES: dict[str, EpisodeKind] = KINDS
-
-
 def collect(
     scenario: Scenario,
     tasks: Sequence[Task],
@@ -167,11 +163,11 @@ def collect(
         on_round: called with (finished episodes, total) after each round (progress bars).
         on_episode: called with each record as soon as its episode ends (an evaluation appends it to
             its JSONL, so an interrupted run keeps what it finished).
-        env: "hierarchy" or "single": the kind of episode (:data:`EPISODES`).
+        env: "hierarchy" or "single": the kind of episode (:data:`~mgrpo_env.episode_core.KINDS`).
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    kind = EPISODES[env]
+    kind = KINDS[env]
     builtin = [role for role in kind.roles if role in ROLES]  # a registered role plays when it has a policy
     missing = set(builtin) - set(policies)
     if missing:

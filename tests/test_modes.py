@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from mgrpo_algo.core.config import MODE_TABLE
+from mgrpo_algo.core.config import MODES
 from mgrpo_env.core import RewardConfig
-from mgrpo_env.rollout import EPISODES, collect
+from mgrpo_env.episode_core import KINDS
+from mgrpo_env.rollout import collect
 from mgrpo_env.scripted import OraclePolicy
 
 
 def test_every_mode_is_one_entry_of_the_table():
-    assert MODE_TABLE.names() == ("mgrpo", "frozen-sub", "single-agent")  # compare's order
-    for name, mode in MODE_TABLE.items():
-        assert mode.env in EPISODES, name
-        assert set(mode.trained) <= set(mode.roles) == set(EPISODES[mode.env].roles), name
-    assert MODE_TABLE["single-agent"].single and not MODE_TABLE["frozen-sub"].single
+    assert MODES.names() == ("mgrpo", "frozen-sub", "single-agent")  # compare's order
+    for name, mode in MODES.items():
+        assert mode.env in KINDS, name
+        assert set(mode.trained) <= set(mode.roles) == set(KINDS[mode.env].roles), name
+    assert MODES["single-agent"].single and not MODES["frozen-sub"].single
 
 
 def test_the_single_agent_env_pays_with_its_reward_config(small_scenario, small_world):
@@ -86,7 +87,7 @@ def test_a_shared_role_must_be_played_by_another_role_of_the_mode():
 
     shared = ModeSpec(("main", "sub"), ("main", "sub"), shares=(("sub", "main"),))
     assert shared.owner("sub") == "main" and shared.owner("main") == "main" and shared.workers == ("main",)
-    assert shared.start_key != MODE_TABLE["mgrpo"].start_key == MODE_TABLE["frozen-sub"].start_key
+    assert shared.start_key != MODES["mgrpo"].start_key == MODES["frozen-sub"].start_key
     for bad in ((("sub", "sub"),), (("sub", "single"),), (("sub", "main"), ("main", "sub"))):
         with pytest.raises(ValueError, match="a shared role and its owner"):
             ModeSpec(("main", "sub"), ("main", "sub"), shares=bad)
@@ -150,7 +151,7 @@ def test_a_mode_may_name_its_own_start_for_a_role_with_a_worker():
     fair = ModeSpec(("main", "sub"), ("main", "sub"), shares=(("sub", "main"),), start=(("main", "/starts/shared"),))
     # its own start is evaluated apart from a mode that starts from the config's models
     assert fair.start_key != plain.start_key == ("hierarchy", (("sub", "main"),))
-    assert MODE_TABLE["mgrpo"].start_key == ("hierarchy", ())  # modes without a start: the key as before
+    assert MODES["mgrpo"].start_key == ("hierarchy", ())  # modes without a start: the key as before
     for bad in ((("sub", "/x"),), (("main", "/x"), ("main", "/y")), (("main", ""),), (("single", "/x"),)):
         with pytest.raises(ValueError, match="a mode's start names a model folder once per role with a worker"):
             ModeSpec(("main", "sub"), ("main", "sub"), shares=(("sub", "main"),), start=bad)

@@ -36,7 +36,7 @@ from .config_services import JudgeConfig, PlacementConfig
 from .config_types import check as _check
 from .config_types import check_names, check_own_names, named
 from .config_types import coerce as _coerce
-from .modes import MODE_TABLE, MODES, ModeSpec
+from .modes import MODES, ModeSpec
 from .teacher_config import TeacherConfig
 
 __all__ = [
@@ -54,7 +54,6 @@ __all__ = [
     "StageConfig",
     "TrainConfig",
     "MODES",
-    "MODE_TABLE",
     "ModeSpec",
     "WarmStartConfig",
     "load_config",

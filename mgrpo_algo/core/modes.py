@@ -14,13 +14,13 @@ from typing import Any
 from mgrpo_env.roles import ROLE_TABLE
 from mgrpo_tools.registry import Registry
 
-__all__ = ["MODES", "MODE_TABLE", "ModeSpec", "mode_names"]
+__all__ = ["MODES", "ModeSpec", "mode_names"]
 
 
 @dataclass(frozen=True)
 class ModeSpec:
     """One training mode: the roles it runs, the roles whose learner updates, and the env its
-    episodes run in (a name in ``mgrpo_env.rollout.EPISODES``). Every mode's env gets the same
+    episodes run in (a name in ``mgrpo_env.episode_core.KINDS``). Every mode's env gets the same
     ``RewardConfig`` (the single agent's uses its main weights)."""
 
     roles: tuple[str, ...]
@@ -88,8 +88,6 @@ MODES: Registry[ModeSpec] = Registry("mode", {
     "frozen-sub": ModeSpec(("main", "sub"), ("main",), compare_to="single-agent"),
     "single-agent": ModeSpec(("single",), ("single",), env="single"),
 })
-#: The same registry under its former name (``MODE_TABLE[name]`` reads an entry).
-MODE_TABLE = MODES
 
 
 def mode_names() -> tuple[str, ...]:
