@@ -10,7 +10,7 @@ The action texts are scripted (a random tiny model writes no tool calls, so its 
 format errors, not tool responses), but each turn's ``extra`` is what
 :class:`~mgrpo_algo.policies.hf_policy.TransformersPolicy` attaches had it sampled that text:
 
-* ``prompt_ids`` from the policy's own :class:`~mgrpo_algo.policies.hf_policy.ChatPrompter` (first turn: the
+* ``prompt_ids`` from the policy's own :class:`~mgrpo_algo.policies.chat_tokens.ChatPrompter` (first turn: the
   chat template; later turns: the previous prompt + completion + the template's continuation with
   the tool response), with a byte-level BPE trained on the world (vocabulary 2,048, ChatML template);
 * ``completion_ids``: the action's ids (ending with its stop tag, where ``cut_at_stop`` ends them);
@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import report  # noqa: E402
 
 from mgrpo_algo.core.sequences import trajectory_sequence  # noqa: E402
-from mgrpo_algo.policies.hf_policy import ChatPrompter, _cache_kwarg  # noqa: E402
+from mgrpo_algo.policies.chat_tokens import ChatPrompter  # noqa: E402
+from mgrpo_algo.policies.hf_policy import _cache_kwarg
 from mgrpo_env.episode import EpisodeRecord, read_jsonl, write_jsonl  # noqa: E402
 from mgrpo_env.rollout import PolicyRequest, PolicyResponse, collect  # noqa: E402
 

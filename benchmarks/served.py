@@ -45,7 +45,8 @@ def rollouts_per_s(scenario, world, tasks, k: int, policies: dict, limits: dict,
 
 
 def main() -> None:
-    from mgrpo_algo.policies.hf_policy import TransformersPolicy, load_tokenizer
+    from mgrpo_algo.policies.chat_tokens import load_tokenizer
+    from mgrpo_algo.policies.hf_policy import TransformersPolicy
     from mgrpo_algo.policies.http_policy import OpenAICompatiblePolicy
     from mgrpo_algo.policies.models import build_tiny_model
     from mgrpo_algo.policies.vllm_server import VLLMServer, save_for_engine

@@ -104,7 +104,8 @@ def run_ours(model_dir: str, prompts: list[str], k: int, t: int, steps: int) -> 
     from mgrpo_algo.core.config import LearnerConfig
     from mgrpo_algo.core.sequences import TokenSequence
     from mgrpo_algo.learning.learner import RoleLearner
-    from mgrpo_algo.policies.hf_policy import StopSpec, TransformersPolicy
+    from mgrpo_algo.policies.chat_tokens import StopSpec
+    from mgrpo_algo.policies.hf_policy import TransformersPolicy
     from mgrpo_env.rollout import PolicyRequest
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -30,7 +30,7 @@ from common import report  # noqa: E402
 
 from mgrpo_algo.core.config import load_config  # noqa: E402
 from mgrpo_algo.learning.warmstart import demonstrations, sft_sequences, turn_exact_match  # noqa: E402
-from mgrpo_algo.policies.hf_policy import load_tokenizer  # noqa: E402
+from mgrpo_algo.policies.chat_tokens import load_tokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -59,7 +59,7 @@ from mgrpo_algo.learning.warmstart import (  # noqa: E402
     token_groups,
     turn_exact_match,
 )
-from mgrpo_algo.policies.hf_policy import load_tokenizer  # noqa: E402
+from mgrpo_algo.policies.chat_tokens import load_tokenizer  # noqa: E402
 from mgrpo_algo.policies.models import ROLES, build_role_models, build_tiny_model, count_parameters  # noqa: E402
 from mgrpo_env import strict_json  # noqa: E402
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from mgrpo_algo.core.sequences import trajectory_sequence
-from mgrpo_algo.policies.hf_policy import ChatPrompter, StopSpec, TransformersPolicy, cut_at_stop, stop_spec
+from mgrpo_algo.policies.chat_tokens import ChatPrompter, StopSpec, cut_at_stop, stop_spec
+from mgrpo_algo.policies.hf_policy import TransformersPolicy
 from mgrpo_algo.policies.models import build_tiny_model
 from mgrpo_env.rollout import PolicyRequest, collect
 

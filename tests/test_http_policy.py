@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from mgrpo_algo.core.sequences import trajectory_sequence
-from mgrpo_algo.policies.hf_policy import ChatPrompter
+from mgrpo_algo.policies.chat_tokens import ChatPrompter
 from mgrpo_algo.policies.http_policy import OpenAICompatiblePolicy, PolicyError, completions_url
 from mgrpo_algo.policies.models import train_tokenizer
 from mgrpo_env.rollout import PolicyRequest

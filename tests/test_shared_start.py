@@ -19,7 +19,7 @@ from mgrpo_algo.core.teacher_config import MistakeConfig, TeacherConfig
 from mgrpo_algo.learning import teacher_stage
 from mgrpo_algo.learning.teacher_stage import RoleMix, shared_teacher_warm_start, teacher_demonstrations
 from mgrpo_algo.learning.warmstart import sft_sequences
-from mgrpo_algo.policies.hf_policy import ChatPrompter, load_tokenizer
+from mgrpo_algo.policies.chat_tokens import ChatPrompter, load_tokenizer
 from mgrpo_algo.policies.models import build_role_models
 
 SIZES = {r: {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1} for r in ("main", "sub")}

@@ -44,7 +44,7 @@ def test_two_grpo_trainer_steps_train_the_planner_on_the_envs_rewards(small_scen
     import mgrpo_scenarios
     from mgrpo_algo.core.config import load_config
     from mgrpo_algo.experiments.trl_env import frozen_sub_trainer, local_env_spec, split_task_ids
-    from mgrpo_algo.policies.hf_policy import ChatPrompter
+    from mgrpo_algo.policies.chat_tokens import ChatPrompter
     from mgrpo_env.core import RewardConfig
 
     # the demo's run (start models, learner, generation, limits) on the session's small world

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 
 from mgrpo_algo.core.config import WarmStartConfig
 from mgrpo_algo.learning.warmstart import demonstrations, sft_sequences, turn_exact_match, warm_start
-from mgrpo_algo.policies.hf_policy import ChatPrompter, load_tokenizer
+from mgrpo_algo.policies.chat_tokens import ChatPrompter, load_tokenizer
 from mgrpo_algo.policies.models import build_role_models
 
 

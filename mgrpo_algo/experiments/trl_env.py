@@ -14,7 +14,7 @@ The tiny models speak the agent protocol (``<tool_call>{json}</tool_call>``, ``<
 ChatML template without tool calling. :func:`prepare_planner` gives the planner's tokenizer a
 template that renders the same text for the same chat and renders TRL's tool messages as the env's
 user turns, so the ids TRL builds (the prompt, the sampled ids, then each tool result's suffix) are
-the ids the project's own policy builds (``hf_policy.ChatPrompter``); generation stops at the
+the ids the project's own policy builds (``chat_tokens.ChatPrompter``); generation stops at the
 protocol's closing tags, as the project's policy does.
 
 TRL hands a tool only its parsed arguments, never the turn's text, so the server is stepped with the
@@ -91,9 +91,9 @@ _TOOL_SUFFIX = re.compile(r"<\|im_end\|>\n<\|im_start\|>user\n.*?<\|im_end\|>\n<
 
 
 def stop_ids(tokenizer: Any) -> list[int]:
-    """The ids a turn stops at, as the project's policy stops (``hf_policy.stop_spec``): the protocol's
+    """The ids a turn stops at, as the project's policy stops (``chat_tokens.stop_spec``): the protocol's
     closing tags, end of turn, end of text."""
-    from ..policies.hf_policy import stop_spec
+    from ..policies.chat_tokens import stop_spec
 
     return list(stop_spec(tokenizer).token_ids)
 

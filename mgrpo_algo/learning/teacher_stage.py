@@ -38,7 +38,7 @@ from mgrpo_env.teacher import ImperfectTeacher
 
 from ..core.config import Limits, WarmStartConfig
 from ..core.seeding import torch_threads
-from ..policies.hf_policy import load_tokenizer
+from ..policies.chat_tokens import load_tokenizer
 from .warmstart import (
     Relabeled,
     demo_env_kwargs,

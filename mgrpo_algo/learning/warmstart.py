@@ -6,7 +6,7 @@ single agent's - and fits the assistant turns with cross-entropy. ``noise`` repl
 demonstrated actions by well-formed but random protocol actions (a wrong delegation, a random
 search, a made-up answer), so the warm-started policy is imperfect and RL has room to improve.
 
-Sequences are built exactly as rollouts build prompts (:class:`~mgrpo_algo.policies.hf_policy.ChatPrompter`:
+Sequences are built exactly as rollouts build prompts (:class:`~mgrpo_algo.policies.chat_tokens.ChatPrompter`:
 first prompt from the chat template, then each completion followed by the template's continuation),
 so what is imitated is token for token what the policy will later be asked to continue.
 """
@@ -34,7 +34,7 @@ from mgrpo_env.spaces import ProtocolText
 
 from ..core.config import Limits, WarmStartConfig
 from ..core.seeding import torch_threads
-from ..policies.hf_policy import ChatPrompter, load_tokenizer
+from ..policies.chat_tokens import ChatPrompter, load_tokenizer
 
 __all__ = ["WarmStartConfig", "Relabeled", "token_groups", "lr_factor", "demonstrations", "padded_batch", "sft_sequences", "sft_train", "token_budget_batches", "turn_exact_match",
            "warm_start", "demo_env_kwargs", "tools_key", "episode_roles"]

@@ -1,7 +1,7 @@
 """A policy served by an OpenAI-compatible ``/v1/completions`` endpoint (vLLM), token-in/token-out.
 
 :class:`OpenAICompatiblePolicy` builds the prompt ids itself (the same
-:class:`mgrpo_algo.policies.hf_policy.ChatPrompter` as the in-process policy, so turns nest), sends them
+:class:`mgrpo_algo.policies.chat_tokens.ChatPrompter` as the in-process policy, so turns nest), sends them
 as token ids, and reads back the exact sampled ids and their log-probabilities. One HTTP request
 per agent request, run concurrently in a thread pool (the server batches them).
 
@@ -62,7 +62,7 @@ import httpx
 
 from mgrpo_env.rollout import PolicyRequest, PolicyResponse
 
-from .hf_policy import ChatPrompter, load_tokenizer, stop_spec
+from .chat_tokens import ChatPrompter, load_tokenizer, stop_spec
 
 __all__ = ["PolicyError", "OpenAICompatiblePolicy", "completions_url"]
 

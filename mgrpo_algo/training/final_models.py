@@ -34,7 +34,7 @@ def save_model_folder(model: Any, tokenizer: Any, dest: Path) -> Path:
 def export_role_model(model: Any, tokenizer: Any, start: str, dest: Path) -> bool:
     """One role's final folder at ``dest``: its model object (learned or frozen) with its tokenizer,
     else a copy of its start folder; False when there is nothing to write (a hub name never trained)."""
-    from ..policies.hf_policy import load_tokenizer
+    from ..policies.chat_tokens import load_tokenizer
 
     if model is not None and hasattr(model, "save_pretrained"):
         save_model_folder(model, tokenizer or load_tokenizer(start), dest)
