@@ -66,6 +66,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from torch.utils.tensorboard import SummaryWriter
 
     from .experiments.compare import log_scalars
+    from .training.run_failures import stop_line
     from .training.trainer import Trainer
 
     # tensorboard --logdir OUT_DIR/tb; flushed every few seconds, so a crashed run keeps its scalars.
@@ -100,7 +101,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"mgrpo: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        stop = _stop_line(exc, written)
+        stop = stop_line(exc, written)
         if stop is None:
             raise
         print(f"mgrpo: {stop[0]}; rerun once {stop[1]}", file=sys.stderr)
@@ -110,7 +111,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         try:
             history = trainer.run()
         except Exception as exc:
-            stop = _stop_line(exc, written)
+            stop = stop_line(exc, written)
             if stop is None:
                 raise
             print(f"mgrpo: {stop[0]}; the iterations committed so far are kept: rerun with --resume once {stop[1]}",
@@ -123,45 +124,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     print(f"{done}; metrics in {config.out_dir}/metrics.jsonl, episodes in {config.out_dir}/episodes.jsonl, "
           f"TensorBoard in {config.out_dir}/tb")
     return 0
-
-
-def _stop_line(exc: BaseException, folders: Sequence[str]) -> tuple[str, str] | None:
-    """(one line for what stopped a run, what to wait for before rerunning) when ``exc`` is a failure
-    outside the run's own code: a full disk under ``folders``, a served engine, an unreachable
-    storage; None for anything else (a bug: its traceback is shown)."""
-    from .training.disk_full import disk_full_line
-
-    for line_of, what in ((lambda: disk_full_line(exc, folders), "space is freed"),
-                          (lambda: served_engine_failure(exc), "the server answers"),
-                          (lambda: storage_failure(exc), "it can be reached")):
-        line = line_of()
-        if line is not None:
-            return line, what
-    return None
-
-
-_ENGINE_ERRORS = ("PolicyError", "WeightSyncError", "VLLMServerError")
-
-
-def served_engine_failure(exc: BaseException) -> str | None:
-    """One line for a served engine that stayed down past ``served.wait_s`` (also when the role worker
-    raised it in another process: a RemoteError names the type); None for any other error."""
-    type_name = getattr(exc, "type_name", type(exc).__name__)
-    if type_name.rsplit(".", 1)[-1] not in _ENGINE_ERRORS:
-        return None
-    message = getattr(exc, "message", str(exc))
-    return f"the served engine failed ({type_name.rsplit('.', 1)[-1]}): {' '.join(message.split())[:300]}"
-
-
-def storage_failure(exc: BaseException) -> str | None:
-    """One line for a run storage (``placement.storage``) that cannot be read or written, raised here or
-    by a role worker on another node (a RemoteError names the type); None for any other error."""
-    while exc is not None:
-        type_name = getattr(exc, "type_name", type(exc).__name__)
-        if type_name.rsplit(".", 1)[-1] == "StorageUnreachable":
-            return " ".join(getattr(exc, "message", str(exc)).split())[:400]
-        exc = exc.__cause__
-    return None
 
 
 def _print_warnings(lines: Sequence[str]) -> None:
