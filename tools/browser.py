@@ -40,7 +40,7 @@ import httpx
 
 from .base import ToolError
 from .bounded_body import ACCEPT_ENCODING
-from .browser_route import _NET_SCRIPT, RequestGuard, _Job, _Tab
+from .browser_route import _NET_SCRIPT, RequestGuard, _Job, _Tab, page_content
 from .cache import ResponseCache
 from .chromium import INSTALL_HINT, default_chromium
 from .fetch import FetchResult
@@ -432,7 +432,7 @@ class BrowserFetcher(RequestGuard):
         # A page still fetching when we read it, or one that forbids storing, is not reused.
         reusable = settled and "no-store" not in (
             response.headers.get("cache-control", "").lower() if response is not None else "")
-        html = self.policy.origin_map.virtualize_text(html if html is not None else await self._content(page))
+        html = self.policy.origin_map.virtualize_text(html if html is not None else await page_content(page))
         if len(html.encode("utf-8", errors="replace")) > self.max_bytes:
             raise ToolError("content", f"page larger than {self.max_bytes} bytes at {current}")
         return FetchResult(
@@ -493,14 +493,3 @@ class BrowserFetcher(RequestGuard):
         if state is None:
             return 0, None
         return int(state[0]), state[1]
-
-    @staticmethod
-    async def _content(page: Any) -> str:
-        from playwright.async_api import Error as PlaywrightError
-
-        try:
-            return await page.content()
-        except PlaywrightError:
-            # The page navigated itself (script or meta refresh) while we read it: read the new one.
-            await page.wait_for_load_state("load")
-            return await page.content()

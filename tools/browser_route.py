@@ -22,7 +22,7 @@ from .base import ToolError
 from .bounded_body import BoundedBody
 from .fetch import REDIRECT_STATUSES, _looks_binary, is_text_content_type
 
-__all__ = ["RequestGuard"]
+__all__ = ["RequestGuard", "page_content"]
 
 
 # Installed in every document before its scripts run: counts the page's own fetch() calls, their
@@ -237,3 +237,15 @@ def _reply_headers(headers: httpx.Headers) -> dict[str, str]:
         joiner = "\n" if key == "set-cookie" else ", "
         out[key] = f"{out[key]}{joiner}{value}" if key in out else value
     return out
+
+
+async def page_content(page: Any) -> str:
+    """The page's DOM as HTML; read again after the load when the page navigated itself (a script or a
+    meta refresh) while it was read."""
+    from playwright.async_api import Error as PlaywrightError
+
+    try:
+        return await page.content()
+    except PlaywrightError:
+        await page.wait_for_load_state("load")
+        return await page.content()
