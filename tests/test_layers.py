@@ -138,3 +138,10 @@ def test_packages_keep_to_their_side():
     assert not {"torch", "transformers", "mgrpo_algo"} & _third_party("mgrpo_env"), "the env never imports torch"
     assert not {"bs4", "lxml", "playwright", "tantivy"} & _third_party("mgrpo_algo"), "the algorithm parses no HTML"
     assert not {"mgrpo_env", "mgrpo_algo", "mgrpo_scenarios", "torch"} & _third_party("tools"), "tools know neither"
+
+
+def test_no_package_file_over_500_lines():
+    """A file longer than that holds more than one thing (issue 52): split it where its parts meet."""
+    long = {str(p.relative_to(ROOT)): n for package in ("mgrpo_algo", "mgrpo_env", "tools", "scenarios")
+            for p in (ROOT / package).rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}
