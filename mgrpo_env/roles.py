@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mgrpo_tools.registry import Registry
+
 from .rewards import paid_sub_reward
 
 __all__ = ["ROLE_TABLE", "ROLES", "RoleSpec", "called_roles", "check_role", "env_roles", "register_role",
@@ -63,8 +65,9 @@ class RoleSpec:
     the env and recomputed by the role's worker from the store's statistics (the same function)."""
 
 
-#: Every role, in order (see the module docstring).
-ROLE_TABLE: dict[str, RoleSpec] = {
+#: Every role, in order (see the module docstring): a :class:`~mgrpo_tools.registry.Registry` like the
+#: project's other name tables (an unknown role is refused naming the valid ones).
+ROLE_TABLE: Registry[RoleSpec] = Registry("role", {
     "main": RoleSpec(
         env="hierarchy", final_tag="answer", sample_seed=0, eval_seed=0,
         intro=("You are the main agent of a research team. Plan, delegate subtasks to sub-agents with the "
@@ -82,7 +85,7 @@ ROLE_TABLE: dict[str, RoleSpec] = {
         intro="You are a research agent. Answer the question with the web tools.",
         compact_intro="Research agent.", final_text="<answer>the final answer, short</answer>",
         tools=("search", "visit", "click")),
-}
+})
 
 
 #: The built-in roles, in order (a registered role is in :data:`ROLE_TABLE` only).
@@ -117,7 +120,7 @@ def register_role(name: str, spec: RoleSpec) -> RoleSpec:
         raise ValueError(f"role {name!r}: final_tag must be 'answer' or 'result', got {spec.final_tag!r}")
     if spec.called_by and spec.called_by != "delegate" and getattr(spec.call_tool, "name", None) != spec.called_by:
         raise ValueError(f"role {name!r} is called by {spec.called_by!r}: give its call_tool (a ToolSpec of that name)")
-    ROLE_TABLE[name] = spec
+    ROLE_TABLE.add(name, spec)
     return spec
 
 
@@ -125,4 +128,4 @@ def unregister_role(name: str) -> None:
     """Remove a role :func:`register_role` added (tests and examples); the built-in roles stay."""
     if name in ROLES:
         raise ValueError(f"{name!r} is a built-in role")
-    ROLE_TABLE.pop(name, None)
+    ROLE_TABLE.unregister(name)
