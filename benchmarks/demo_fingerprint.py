@@ -75,8 +75,10 @@ def _number(value: float) -> Any:
     return repr(value) if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def compute(*, iterations: int, questions: int, data_dir: str | None, unpinned: bool = False) -> dict[str, Any]:
-    """The fingerprint (see the module docstring); the pin must be in force already."""
+def compute(*, iterations: int, questions: int, data_dir: str | None, unpinned: bool = False, mode: str = "mgrpo",
+            placement: str | None = None) -> dict[str, Any]:
+    """The fingerprint (see the module docstring) of ``mode`` (its role workers in ``placement``, default the
+    config's); the pin must be in force already."""
     import torch
     import transformers
 
@@ -86,10 +88,12 @@ def compute(*, iterations: int, questions: int, data_dir: str | None, unpinned: 
     from mgrpo_algo.training.trainer import Trainer, mode_model_paths
 
     with tempfile.TemporaryDirectory() as tmp:
-        overrides = [*(['kernels.pin=""'] if unpinned else []), "mode=mgrpo", f"out_dir={tmp}/run", f"stages=[{{split: stage2/train, iterations: {iterations}}}]",
+        overrides = [*(['kernels.pin=""'] if unpinned else []), f"mode={mode}", f"out_dir={tmp}/run", f"stages=[{{split: stage2/train, iterations: {iterations}}}]",
                      "checkpoint=false", "eval.every=0"]
         if data_dir:
             overrides.append(f"scenario_kwargs.data_dir={data_dir}")
+        if placement:
+            overrides.append(f"placement.kind={placement}")
         config = load_config(str(CONFIG), overrides)
         torch.set_num_threads(config.torch_threads)
         check_in_force()
@@ -98,7 +102,7 @@ def compute(*, iterations: int, questions: int, data_dir: str | None, unpinned: 
 
         t0 = time.perf_counter()
         scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
-        paths = mode_model_paths(config, scenario, "mgrpo")
+        paths = mode_model_paths(config, scenario, mode)
         # the start evaluation as compare runs it (seeded with the run's seed), on the first questions
         report, records = evaluate_policies(config, scenario, evaluation_policies(config, paths, paths, config.seed),
                                             limit=questions, seed=config.seed, progress=False, name="start")
@@ -122,8 +126,8 @@ def compute(*, iterations: int, questions: int, data_dir: str | None, unpinned: 
         "start": {"em": report.exact_match, "f1": report.f1, "outcomes": start, "episodes": episodes},
         "train": train,
         # where it was computed (not compared): the machine, the kernels in force, the versions
-        "computed_on": {**kernel_state(), "seconds": {"start": round(t_eval, 1),
-                                                     "total": round(time.perf_counter() - t0, 1)}},
+        "computed_on": {**kernel_state(), "mode": mode, "placement": config.placement.kind,
+                        "seconds": {"start": round(t_eval, 1), "total": round(time.perf_counter() - t0, 1)}},
     }
 
 
@@ -170,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=3, help="training iterations fingerprinted")
     parser.add_argument("--questions", type=int, default=12, help="held-out questions of the start evaluation")
     parser.add_argument("--data-dir", default=None, help="where the world is built (default: the scenario's cache)")
+    parser.add_argument("--mode", default="mgrpo", help="the training mode fingerprinted (another than the committed "
+                        "fingerprint's: write it with --out, to compare a change field by field)")
+    parser.add_argument("--placement", default=None, help="where the role workers run (default: the config's)")
     parser.add_argument("--no-pin", action="store_true",
                         help="run on the kernels the environment gives, not the config's pin (to measure which settings "
                         "matter: set them by hand; recorded in computed_on)")
@@ -183,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     committed = json.loads(out.read_text()) if args.check else None
     iterations, questions = (committed["iterations"], committed["questions"]) if committed else (args.iterations,
                                                                                                args.questions)
-    new = compute(iterations=iterations, questions=questions, data_dir=args.data_dir, unpinned=args.no_pin)
+    new = compute(iterations=iterations, questions=questions, data_dir=args.data_dir, unpinned=args.no_pin,
+                  mode=args.mode, placement=args.placement)
     seconds = new["computed_on"]["seconds"]["total"]
     if committed is None:
         out.parent.mkdir(parents=True, exist_ok=True)
