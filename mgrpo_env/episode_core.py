@@ -268,7 +268,14 @@ class Episode:
             turn.tool_call = ToolCall(tool, dict(parsed.arguments), ok=False, error=error)
             self._reply(main, turn, format_tool_response(f"Error ({tool}): {error}"))
             return False
-        role = next(r for r in self.callees[tool] if ROLE_TABLE[r].takes is None or ROLE_TABLE[r].takes(n, parsed.arguments))
+        callees = self.callees[tool]  # a rule (``takes``) shares the tool between roles: a role alone takes every call
+        role = callees[0] if len(callees) == 1 else next(
+            (r for r in callees if ROLE_TABLE[r].takes is None or ROLE_TABLE[r].takes(n, parsed.arguments)), None)
+        if role is None:  # every role this episode plays on the tool has a rule, and none takes this call
+            error = f"no agent of this team takes call {n + 1} of {tool}; answer now or call it again."
+            turn.tool_call = ToolCall(tool, dict(parsed.arguments), ok=False, error=error)
+            self._reply(main, turn, format_tool_response(f"Error ({tool}): {error}"))
+            return False
         spec = ROLE_TABLE[role]
         task, context = str(parsed.arguments.get("task", "")), parsed.arguments.get("context")
         name = f"{role}_{sum(1 for s in self.record.subs if s.role == role)}"

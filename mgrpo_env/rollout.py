@@ -25,7 +25,6 @@ from mgrpo_scenarios import Scenario, Task
 from .episode import EpisodeRecord
 from .episode_core import KINDS, Episode
 from .protocol import require_text
-from .roles import ROLES
 
 __all__ = ["PolicyRequest", "PolicyResponse", "Policy", "CollectStats", "collect"]
 
@@ -153,8 +152,9 @@ def collect(
         scenario: the scenario (verifier and task source).
         tasks: the B questions of this batch.
         k: rollouts per question (the group size of GRPO).
-        policies: one per role of ``env``: {"main", "sub"} for the hierarchy, {"single"} for the single agent;
-            a registered role of the env (``mgrpo_env.roles.register_role``) plays when it has one.
+        policies: one per role that plays: the env's root ("main" for the hierarchy, "single" for the single
+            agent) and each called role of the env that the run plays ("sub", a registered role): the root's
+            calls start only roles with a policy.
         world: an open world shared by all episodes (``with scenario.open() as world``).
         seed: episode i resets with ``seed + i``.
         max_workers: threads stepping envs (tool calls) at once.
@@ -168,10 +168,8 @@ def collect(
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     kind = KINDS[env]
-    builtin = [role for role in kind.roles if role in ROLES]  # a registered role plays when it has a policy
-    missing = set(builtin) - set(policies)
-    if missing:
-        raise ValueError(f"policies needs the roles {' and '.join(builtin)}; missing {sorted(missing)}")
+    if kind.root not in policies:  # a called role plays when it has a policy (a mode may leave the sub-agents out)
+        raise ValueError(f"policies needs the {env} env's root role {kind.root!r}; got {sorted(policies)}")
     roles = tuple(role for role in kind.roles if role in policies)
     stats = stats if stats is not None else CollectStats()
     started = time.perf_counter()

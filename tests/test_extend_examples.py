@@ -75,6 +75,23 @@ def test_new_role(env, tmp_path):
     assert all("reader/reward_mean" in m and "sub/reward_mean" in m for m in metrics)  # each side under its name
 
 
+def test_new_role_without_sub_agents(env, tmp_path):
+    """A mode of the main agent and a registered reader, no sub-agent: a hierarchy still (a store, the
+    reader's side scored and aligned), trained in both placements with the same numbers, then evaluated."""
+    import json
+
+    done = subprocess.run([sys.executable, str(EXTEND / "new_role.py"), str(tmp_path), "--without-sub"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ("called agents: ['reader']; roles whose learner stepped: ['main', 'reader']; local and processes "
+            "placements: the same numbers") in done.stdout
+    assert "evaluated 4 held-out episodes (2 questions x 2)" in done.stdout and "called roles ['reader']" in done.stdout
+    for placement in ("local", "processes"):
+        metrics = [json.loads(line) for line in (tmp_path / placement / "metrics.jsonl").open()]
+        assert len(metrics) == 2 and all(m["reader/reward_mean"] >= 0 and "sub/reward_mean" not in m for m in metrics)
+        assert all(m["align/d"] >= 1 for m in metrics)  # the reader's side is aligned: d > 0, not the single agent's 0
+
+
 def test_new_mode(env, tmp_path):
     out = run("new_mode.py", env, tmp_path, timeout=400)
     assert "frozen-main: roles whose learner stepped: ['sub']" in out

@@ -146,3 +146,45 @@ def test_a_role_sharing_the_delegate_tool_takes_the_calls_its_rule_picks(small_s
     finally:
         env.close()
         unregister_role("checker")
+
+
+def test_a_role_alone_on_its_tool_takes_every_call_and_no_taker_is_a_tool_error(small_scenario, small_world):
+    """``takes`` shares a tool between roles: an episode that plays one role on the tool (a mode without the
+    sub-agents) starts it for every call; when every role on it has a rule and none takes a call, the call
+    is refused as a tool error (the main agent goes on), not a crash."""
+    from mgrpo_env.episode_core import Episode
+
+    odd = dict(env="hierarchy", final_tag="result", intro="You read.", compact_intro="Reader.",
+               final_text="<result>x</result>", tools=("visit",), called_by="delegate")
+    register_role("odd_reader", RoleSpec(sample_seed=7, eval_seed=8, takes=lambda n, arguments: n % 2 == 1, **odd))
+    register_role("third_reader", RoleSpec(sample_seed=9, eval_seed=10, takes=lambda n, arguments: n == 2, **odd))
+    try:
+        alone = Episode("hierarchy", small_scenario, "stage2/test", world=small_world, seed=0, max_delegations=3,
+                        roles=("main", "odd_reader"))
+        alone.reset(seed=1)
+        for n in range(2):
+            alone.act(call("delegate", task=f"t{n}"))
+            assert alone.selected.name == f"odd_reader_{n}"  # call 0 too, which its rule would leave to another
+            alone.act("<think>ok</think><result>r</result>")
+        both = Episode("hierarchy", small_scenario, "stage2/test", world=small_world, seed=0, max_delegations=3,
+                       roles=("main", "odd_reader", "third_reader"))
+        both.reset(seed=1)
+        both.act(call("delegate", task="t0"))  # call 0: neither rule takes it
+        main = both.selected
+        assert main.name == "main_0" and main.traj.turns[-1].tool_call.ok is False
+        assert "no agent of this team takes call 1 of delegate" in main.traj.turns[-1].tool_call.error
+        both.act(call("delegate", task="t1"))  # the refused call is not counted: call 0 again, refused again
+        assert both.selected.name == "main_0"
+    finally:
+        unregister_role("odd_reader")
+        unregister_role("third_reader")
+
+
+def test_a_collection_needs_the_root_role_only(small_scenario, small_world):
+    from mgrpo_env.rollout import collect
+
+    task = next(iter(small_scenario.tasks("stage2/test")))
+    with pytest.raises(ValueError, match="root role 'main'"):
+        collect(small_scenario, [task], 1, {"sub": lambda requests: []}, world=small_world)
+    with pytest.raises(ValueError, match="root role 'single'"):
+        collect(small_scenario, [task], 1, {"main": lambda requests: []}, world=small_world, env="single")

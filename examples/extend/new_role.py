@@ -17,7 +17,12 @@ A role called by a tool of its own gives ``called_by`` and ``call_tool`` (a ``To
 ``tests/test_new_role.py`` steps such a verifier by hand. This file is the whole change. It trains
 two short iterations of M-GRPO with the three roles and prints what the reader's worker learned.
 
-    python examples/extend/new_role.py [OUT_DIR]
+With ``--without-sub`` it trains a mode of the main agent and the reader alone, no sub-agent (the
+reader, alone on ``delegate``, takes every call): two iterations with the role workers in this process
+and two in processes of their own, which must give the same numbers, then a held-out evaluation of
+the models it ended with.
+
+    python examples/extend/new_role.py [OUT_DIR] [--without-sub]
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ READER = RoleSpec(
 if "reader" not in ROLE_TABLE:  # registered once per process (the test imports this file)
     register_role("reader", READER)
     MODES.register("mgrpo-reader", ModeSpec(roles=("main", "sub", "reader"), trained=("main", "sub", "reader")))
+    MODES.register("main-reader", ModeSpec(roles=("main", "reader"), trained=("main", "reader")))
 
 
 def main(out: Path) -> dict[str, float]:
@@ -82,5 +88,42 @@ def main(out: Path) -> dict[str, float]:
     return last
 
 
+def without_sub(out: Path) -> dict[str, float]:
+    """The main agent and the reader, no sub-agent: trained in both placements (the same numbers), then evaluated."""
+    import mgrpo_scenarios
+    from mgrpo_algo.experiments.units import evaluate_policies, evaluation_policies
+
+    model = out / "reader-start"
+    if not model.exists():
+        shutil.copytree(ORACLE / "sub", model)
+    runs = {}
+    for placement in ("local", "processes"):
+        config = load_config(None, [
+            *SETTING, "mode=main-reader", f"roles={{reader: {{model: {model}}}}}", f"placement.kind={placement}",
+            f"out_dir={out / placement}", f"models_dir={out / 'models'}", "eval.samples=2",
+        ])
+        with Trainer(config) as trainer:
+            runs[placement] = trainer.run()
+    keep = ("reward_mean", "adv_mean", "grad_norm", "loss")
+    figures = [{k: v for k, v in m.items() if k.startswith(("main/", "reader/")) and k.endswith(keep)}
+               for m in runs["local"]]
+    assert figures == [{k: m[k] for k in f} for f, m in zip(figures, runs["processes"], strict=True)]
+    episodes = [json.loads(line) for line in (out / "local" / "episodes.jsonl").open()]
+    agents = sorted({s["agent"].rsplit("_", 1)[0] for e in episodes for s in e["subs"]})
+    stepped = sorted({k.split("/")[0] for m in runs["local"] for k, v in m.items() if k.endswith("/grad_norm") and v > 0})
+    print(f"trained {len(runs['local'])} iteration(s) of mode main-reader; called agents: {agents}; "
+          f"roles whose learner stepped: {stepped}; local and processes placements: the same numbers")
+    final = {role: str(out / "local" / "final" / role) for role in ("main", "reader")}
+    scenario = mgrpo_scenarios.get(config.scenario, **config.scenario_kwargs)
+    report, records = evaluate_policies(config, scenario, evaluation_policies(config, final, final, config.seed),
+                                        limit=2, seed=config.seed, progress=False, name="main-reader")
+    called = sorted({s.role for r in records for s in r.subs})
+    print(f"evaluated {len(records)} held-out episodes (2 questions x {config.eval.samples}): "
+          f"EM {report.exact_match:.3f}, called roles {called}")
+    return {**figures[-1], "eval/em": report.exact_match}
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="mgrpo-new-role-")))
+    args = [a for a in sys.argv[1:] if a != "--without-sub"]
+    out = Path(args[0]) if args else Path(tempfile.mkdtemp(prefix="mgrpo-new-role-"))
+    without_sub(out) if "--without-sub" in sys.argv[1:] else main(out)

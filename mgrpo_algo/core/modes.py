@@ -78,8 +78,9 @@ class ModeSpec:
 
     @property
     def single(self) -> bool:
-        """One agent holding every tool, no hierarchy (no sub side, no alignment)."""
-        return "sub" not in self.roles
+        """One agent holding every tool, no hierarchy (no called side, no alignment): the mode's env says so,
+        not which roles it names (main with a registered reader and no sub-agent is a hierarchy)."""
+        return self.env == "single"
 
 
 #: Every mode, in the order ``mgrpo compare`` runs and reports them.
