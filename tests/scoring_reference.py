@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mgrpo_algo.core.scoring import (
+    CalledSlot,
     MainSlot,
-    SubSlot,
     alignment_metrics,
     score_main_side,
     score_sub_side,
@@ -26,7 +26,7 @@ class ScoredBatch:
     """Both sides of one iteration: typed slots and the scoring metrics."""
 
     main: list[MainSlot]
-    sub: list[SubSlot]
+    sub: list[CalledSlot]
     d: int
     metrics: dict[str, float] = field(default_factory=dict)
 

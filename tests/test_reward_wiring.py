@@ -131,14 +131,14 @@ def test_reward_config_env_options_and_sub_scoring_by_value(small_scenario):
 
 
 def test_a_called_roles_worker_hands_score_sub_side_its_whole_scoring(monkeypatch):
-    """``RoleWorker._score_sub`` passes every field of its :class:`SubScoring` on: the turn credit, the
+    """``RoleWorker._score_sub`` passes every field of its :class:`CalledScoring` on: the turn credit, the
     outcome grouping and the called role (its metrics' prefix). Dropping one changes nothing else a
     run shows at the defaults, so the test scores a registered role with non-default ones."""
     from dataclasses import replace
     from types import SimpleNamespace
 
     from mgrpo_algo.core import scoring as scoring_module
-    from mgrpo_algo.core.scoring import SubFact, SubScoring, TurnCredit
+    from mgrpo_algo.core.scoring import CalledFact, CalledScoring, TurnCredit
     from mgrpo_algo.training.roles import RoleWorker
     from mgrpo_env.roles import ROLE_TABLE, register_role, unregister_role
 
@@ -154,9 +154,9 @@ def test_a_called_roles_worker_hands_score_sub_side_its_whole_scoring(monkeypatc
     worker = RoleWorker.__new__(RoleWorker)  # a real instance (mutmut's trampolines read attributes off it)
     worker.seed, worker.files = 0, SimpleNamespace(write_json=written.__setitem__)
     credit = TurnCredit(format_penalty=2.0, success_likelihood=0.3)
-    scoring = SubScoring(2, 1, "duplicate", 0.0, (0.0, 1.0, 0.0), credit=credit, outcome_groups="subtask",
+    scoring = CalledScoring(2, 1, "duplicate", 0.0, (0.0, 1.0, 0.0), credit=credit, outcome_groups="subtask",
                          role="checker")
-    facts = [[SubFact(f"checker_{i}", i != 1, 1.0 if i % 2 == 0 else 0.0, turns=2,
+    facts = [[CalledFact(f"checker_{i}", i != 1, 1.0 if i % 2 == 0 else 0.0, turns=2,
                       penalised_turns=(1,) if i == 1 else ())] for i in range(4)]
     register_role("checker", replace(ROLE_TABLE["sub"]))
     try:

@@ -28,11 +28,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2
 
 from mgrpo_algo.core.config import GenerationConfig, LearnerConfig, RoleConfig
 from mgrpo_algo.core.scoring import (
+    CalledFact,
+    CalledScoring,
     MainSlot,
     RoleBatch,
     RolloutKey,
-    SubFact,
-    SubScoring,
     anchor_state,
     score_sub_side,
 )
@@ -54,7 +54,7 @@ K = 2  # rollouts per query; 2 queries
 SUBS = [("sub_0", "sub_1"), ("sub_0",), ("sub_0", "sub_1", "sub_2", "sub_3"), ("sub_0", "sub_1")]
 TURNS = 2  # turns of every agent
 ITERATIONS = 4
-SCORING = SubScoring(k=K, d=3, strategy="duplicate", step_weight=0.5, sub_weights=(0.1, 0.4, 0.5))
+SCORING = CalledScoring(k=K, d=3, strategy="duplicate", step_weight=0.5, sub_weights=(0.1, 0.4, 0.5))
 SPEC = RoleConfig(generation=GenerationConfig(max_new_tokens=4), learner=LearnerConfig(lr=1e-2))
 
 
@@ -106,7 +106,7 @@ def _facts(t):
     """Iteration t's sub facts (the same agents every iteration, different format flags and expert
     scores: a slot of another iteration would fit the sequences but carry other values)."""
     rng = np.random.default_rng([SEED, t, 7])
-    return [[SubFact(a, bool(rng.random() < 0.8), None if (i + j + t) % 3 == 0 else float(rng.random()),
+    return [[CalledFact(a, bool(rng.random() < 0.8), None if (i + j + t) % 3 == 0 else float(rng.random()),
                      "none" if (i + j + t) % 3 == 0 else "hops") for j, a in enumerate(row)]
             for i, row in enumerate(SUBS)]
 

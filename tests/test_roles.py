@@ -18,7 +18,7 @@ import pytest
 # mutation run (make mutation) forks once per mutant after collecting this module.
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: F401
 
-from mgrpo_algo.core.scoring import MainSlot, RoleBatch, RolloutKey, SubFact, SubScoring
+from mgrpo_algo.core.scoring import CalledFact, CalledScoring, MainSlot, RoleBatch, RolloutKey
 from mgrpo_algo.distributed.store import MainStat, StoreTimeout, open_store
 from mgrpo_algo.learning.learner import RoleLearner  # noqa: F401  (RoleWorker imports these lazily)
 from mgrpo_algo.policies.hf_policy import TransformersPolicy  # noqa: F401
@@ -41,7 +41,7 @@ def _server(tiny_model, tmp_path, role, **kw):
 
 
 NO_SUBS = [[], []]  # two rollouts that delegated nothing
-SCORING = SubScoring(k=2, d=1, strategy="duplicate", step_weight=0.0, sub_weights=(0.1, 0.4, 0.5))
+SCORING = CalledScoring(k=2, d=1, strategy="duplicate", step_weight=0.0, sub_weights=(0.1, 0.4, 0.5))
 
 
 def _ck(tmp_path, role, iteration):
@@ -250,8 +250,8 @@ def test_sub_worker_scores_its_trajectories_from_the_store(tiny_model, tmp_path)
 
     main, sub = _server(tiny_model, tmp_path, "main"), _server(tiny_model, tmp_path, "sub")
     main.update(0, RoleBatch(slots=_main_slots((1.0, 0.0))))  # rollout 0 answered correctly, rollout 1 did not
-    facts = [[SubFact("sub_0", True, 0.5, "hops"), SubFact("sub_1", False, 1.0, "hops")],
-             [SubFact("sub_0", True, None, "none")]]
+    facts = [[CalledFact("sub_0", True, 0.5, "hops"), CalledFact("sub_1", False, 1.0, "hops")],
+             [CalledFact("sub_0", True, None, "none")]]
     metrics = sub.update(0, RoleBatch(facts=facts, scoring=replace(SCORING, d=2)))
     rewards = [0.1 + 0.4 * 1.0 + 0.5 * 0.5, 0.0, 0.1 + 0.4 * 0.0, 0.1]  # rollout 1's sub fills both of its slots
     assert metrics["sub/reward_mean"] == pytest.approx(np.mean(rewards))

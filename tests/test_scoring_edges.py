@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mgrpo_algo.core.advantages import step_advantages
-from mgrpo_algo.core.scoring import SubFact, anchor_state, score_main_side, score_sub_side, turn_states
+from mgrpo_algo.core.scoring import CalledFact, anchor_state, score_main_side, score_sub_side, turn_states
 from mgrpo_env.episode import AgentTrajectory, EpisodeRecord, Turn
 
 R2 = math.sqrt(2.0)
@@ -78,7 +78,7 @@ def test_main_step_credit_stays_within_its_query_and_is_off_by_default():
 def test_sub_step_credit_stays_within_its_query_and_is_off_by_default():
     """K = 2, one sub-agent per rollout, two queries whose sub-agents read the same states: the second
     query's agree (no spread, no credit), which the first query's rollouts would change if pooled in."""
-    facts = [[SubFact(f"sub_{i}", True, 1.0)] for i in range(4)]
+    facts = [[CalledFact(f"sub_{i}", True, 1.0)] for i in range(4)]
     rewards = [[1.0], [0.0], [1.0], [1.0]]
     states = {(i, 0): ["shared", f"own{i}"] for i in range(4)}
 

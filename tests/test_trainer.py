@@ -162,7 +162,7 @@ def test_served_main_role_gets_its_lora_adapter_after_every_update(small_scenari
 def test_credit_options_reach_both_sides_and_a_heldout_point_joins_its_iterations_line(small_scenario, tmp_path,
                                                                                         monkeypatch):
     """turn_format_penalty / success_likelihood / sub_outcome_groups reach the loop's main scoring and the sub
-    worker's (by value, through the SubScoring it is sent), and what ``heldout`` returns lands in that
+    worker's (by value, through the CalledScoring it is sent), and what ``heldout`` returns lands in that
     iteration's metrics.jsonl line only."""
     from mgrpo_algo.core import scoring
     from mgrpo_algo.training import trainer as trainer_module

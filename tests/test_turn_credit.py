@@ -10,8 +10,8 @@ import pytest
 
 from mgrpo_algo.core.config import TrainConfig
 from mgrpo_algo.core.scoring import (
-    SubFact,
-    SubScoring,
+    CalledFact,
+    CalledScoring,
     TurnCredit,
     credited_turns,
     penalised_turns,
@@ -94,7 +94,7 @@ def test_a_format_penalty_never_makes_a_guess_worth_more_than_the_research_path(
     assert credited[2].turn_advantages == (0.0, -0.5, -0.5)
 
 
-def _sub_facts() -> list[list[SubFact]]:
+def _sub_facts() -> list[list[CalledFact]]:
     """K = 4 rollouts of one query; rollouts 0-2 delegate subtask "a" (two right, one out of turns),
     rollout 3 subtask "b" (right)."""
     def rec(i: int, task: str, kinds: list[str], final: str | None, expert: float) -> EpisodeRecord:
@@ -145,12 +145,12 @@ def test_the_sub_side_penalises_its_failed_turns_and_credits_reports_by_expert_s
 def test_sub_scoring_reads_its_credit_back_from_a_queued_iteration():
     from dataclasses import asdict
 
-    scoring = SubScoring(4, 1, "duplicate", 0.0, (0.1, 0.4, 0.5), credit=TurnCredit(0.5, 0.25), outcome_groups="subtask")
-    again = SubScoring(**asdict(scoring))  # worker.json keeps it as plain JSON
+    scoring = CalledScoring(4, 1, "duplicate", 0.0, (0.1, 0.4, 0.5), credit=TurnCredit(0.5, 0.25), outcome_groups="subtask")
+    again = CalledScoring(**asdict(scoring))  # worker.json keeps it as plain JSON
     assert again == scoring and again.credit == TurnCredit(0.5, 0.25)
-    assert SubScoring(4, 1, "duplicate", 0.0, (0.1, 0.4, 0.5)).credit == TurnCredit()
+    assert CalledScoring(4, 1, "duplicate", 0.0, (0.1, 0.4, 0.5)).credit == TurnCredit()
     with pytest.raises(ValueError, match="outcome_groups must be one of"):
-        SubScoring(4, 1, "duplicate", 0.0, (0.1, 0.4, 0.5), outcome_groups="nope")
+        CalledScoring(4, 1, "duplicate", 0.0, (0.1, 0.4, 0.5), outcome_groups="nope")
 
 
 def test_the_config_checks_the_credit_fields():
@@ -179,9 +179,9 @@ def test_no_credit_without_turns_and_no_success_without_a_well_formed_trajectory
     assert [s.turn_advantages for s in slots] == [pytest.approx((0.5, 1.0)), pytest.approx((-1.5,))]
     assert metrics["main/penalised_turns"] == pytest.approx((1 / 2 + 1 / 1) / 2)
     # sub, K = 3: a judged report with a malformed turn, a malformed one-turn sub-agent, a well-formed unjudged one
-    facts = [[SubFact("sub_0", False, 1.0, turns=2, penalised_turns=(1,))],
-             [SubFact("sub_0", False, None, turns=1, penalised_turns=(0,))],
-             [SubFact("sub_0", True, None, turns=1)]]
+    facts = [[CalledFact("sub_0", False, 1.0, turns=2, penalised_turns=(1,))],
+             [CalledFact("sub_0", False, None, turns=1, penalised_turns=(0,))],
+             [CalledFact("sub_0", True, None, turns=1)]]
     slots, metrics = score_sub_side(facts, [[1.0], [0.0], [0.5]], 3, 1, strategy="duplicate",
                                     rng=np.random.default_rng(0), credit=credit)
     a = math.sqrt(1.5)  # A_S of [1, 0, 0.5]: mean 0.5, population std sqrt(1/6)
@@ -197,7 +197,7 @@ def test_no_credit_without_turns_and_no_success_without_a_well_formed_trajectory
 def test_a_subtask_two_slots_share_is_standardised_between_them():
     """``outcome_groups: subtask`` with a pair: two slots given the same subtask are compared with each
     other (+1 / -1), the two with a subtask of their own keep their pooled A_S."""
-    facts = [[SubFact("sub_0", True, 1.0, subtask=s)] for s in ("a", "a", "b", "c")]
+    facts = [[CalledFact("sub_0", True, 1.0, subtask=s)] for s in ("a", "a", "b", "c")]
     rewards = [[1.0], [0.0], [1.0], [1.0]]
     grouped = _score_subs(facts, rewards, outcome_groups="subtask")
     s = math.sqrt(3) / 4  # the query's pool [1, 0, 1, 1]: mean 0.75
@@ -207,9 +207,9 @@ def test_a_subtask_two_slots_share_is_standardised_between_them():
 def test_a_role_batch_brings_slots_or_facts_with_their_scoring():
     from mgrpo_algo.core.scoring import MainSlot, RoleBatch, RolloutKey
 
-    scoring = SubScoring(2, 1, "duplicate", 0.0, (0.1, 0.4, 0.5))
+    scoring = CalledScoring(2, 1, "duplicate", 0.0, (0.1, 0.4, 0.5))
     slot = MainSlot(RolloutKey(0, 0, 0), "main_0", 1.0, 0.5, 1.0, True)
-    facts = [[SubFact("sub_0", True, 1.0)]]
+    facts = [[CalledFact("sub_0", True, 1.0)]]
     assert RoleBatch(slots=[slot]).scores_itself is False
     assert RoleBatch(facts=facts, scoring=scoring).scores_itself is True
     assert RoleBatch(slots=[slot], facts=facts, scoring=scoring).scores_itself is True

@@ -36,7 +36,7 @@ __all__ = [
     "COUNT_WINDOW",
     "RolloutKey",
     "MainSlot",
-    "SubSlot",
+    "CalledSlot",
     "RoleBatch",
     "alignment_width",
     "annotate_main",
@@ -49,8 +49,8 @@ __all__ = [
     "score_main_side",
     "score_sub_side",
     "sub_facts",
-    "SubFact",
-    "SubScoring",
+    "CalledFact",
+    "CalledScoring",
     "TurnCredit",
     "turn_credit",
     "OUTCOME_GROUPS",
@@ -87,9 +87,9 @@ class MainSlot:
 
 
 @dataclass(frozen=True)
-class SubSlot:
-    """One aligned sub-agent slot: ``slot`` of rollout ``key`` holds sub-agent ``agent`` (its
-    ``sub``-th delegation). A duplicated sub-agent fills several slots, each a sample."""
+class CalledSlot:
+    """One aligned slot of a called role (the sub-agents, or a registered role): ``slot`` of rollout ``key``
+    holds agent ``agent`` (its ``sub``-th delegation). A duplicated agent fills several slots, each a sample."""
 
     key: RolloutKey
     slot: int
@@ -183,8 +183,9 @@ def credited_turns(base: float, steps: Sequence[float] | None, step_weight: floa
 
 
 @dataclass(frozen=True)
-class SubFact:
-    """What the sub side knows of one of its trajectories before the main statistics arrive: the
+class CalledFact:
+    """What a called role's side (the sub-agents, or a registered role) knows of one of its trajectories
+    before the main statistics arrive: the
     agent, its format flag and expert score (None: no judge, b3 = 0) and where that score came from.
     A few bytes, no tokens: the loop sends these, the sub worker's own trajectories hold the rest."""
 
@@ -202,8 +203,8 @@ class SubFact:
 
 
 @dataclass(frozen=True)
-class SubScoring:
-    """How the sub side scores an iteration (:func:`score_sub_side` and the paid R_S): the group size
+class CalledScoring:
+    """How a called role's side scores an iteration (:func:`score_sub_side` and the paid R_S): the group size
     ``k``, the alignment width ``d`` and strategy, the step-credit weight, R_S's weights and format
     gate, and the advantage estimator's name."""
 
@@ -232,13 +233,13 @@ class RoleBatch:
 
     ``slots``: the side the loop scored (the root agent's :class:`MainSlot` s, whose statistics the
     worker publishes). ``facts`` and ``scoring``: a side that scores itself (a called role's
-    :class:`SubFact` s per rollout and how to score them, from the main statistics in the store; it
+    :class:`CalledFact` s per rollout and how to score them, from the main statistics in the store; it
     lags them by ``staleness`` iterations at most). Both: one model plays both sides (the
     shared-model baseline), one update over both."""
 
     slots: list[MainSlot] | None = None
-    facts: list[list[SubFact]] | None = None
-    scoring: SubScoring | None = None
+    facts: list[list[CalledFact]] | None = None
+    scoring: CalledScoring | None = None
     staleness: int = 0
 
     def __post_init__(self) -> None:
@@ -395,10 +396,10 @@ def score_main_side(records: Sequence[EpisodeRecord], k: int, *, role: str = "ma
     return main, metrics
 
 
-def sub_facts(records: Sequence[EpisodeRecord], role: str = "sub") -> list[list[SubFact]]:
+def sub_facts(records: Sequence[EpisodeRecord], role: str = "sub") -> list[list[CalledFact]]:
     """What a called role's side (``role``: the sub-agents, or a registered one) knows of its own
-    trajectories (:class:`SubFact`), per rollout in call order."""
-    return [[SubFact(s.agent, bool(s.format_ok), s.expert, r.components.get(s.agent, {}).get("expert_source"),
+    trajectories (:class:`CalledFact`), per rollout in call order."""
+    return [[CalledFact(s.agent, bool(s.format_ok), s.expert, r.components.get(s.agent, {}).get("expert_source"),
                      len(s.turns), penalised_turns(s), _digest(s.task))
              for s in r.subs if s.role == role] for r in records]
 
@@ -408,7 +409,7 @@ def _digest(text: str | None) -> str:
 
 
 def _subtask_groups(placed: Sequence[tuple[RolloutKey, int, int, float]], pooled: Sequence[float],
-                    facts: Sequence[Sequence[SubFact]]) -> list[float]:
+                    facts: Sequence[Sequence[CalledFact]]) -> list[float]:
     """A_S standardised within each (query, delegated subtask) group of aligned slots instead of the
     query's pool (:func:`step_advantages` over those keys: a group without spread gives 0): a sub-agent
     is compared with the sub-agents given the same subtask. A subtask that only one slot of the query
@@ -420,11 +421,11 @@ def _subtask_groups(placed: Sequence[tuple[RolloutKey, int, int, float]], pooled
 
 
 def score_sub_side(
-    facts: Sequence[Sequence[SubFact]], rewards: Sequence[Sequence[float]], k: int, d: int, *,
+    facts: Sequence[Sequence[CalledFact]], rewards: Sequence[Sequence[float]], k: int, d: int, *,
     strategy: str, rng: np.random.Generator, step_weight: float = 0.0,
     states: Mapping[tuple[int, int], Sequence[Any]] | None = None, estimator: str = "grpo_pooled_masked",
     credit: TurnCredit | None = None, outcome_groups: str = "query", role: str = "sub",
-) -> tuple[list[SubSlot], dict[str, float]]:
+) -> tuple[list[CalledSlot], dict[str, float]]:
     """The sub side: each rollout's sub-agents (``facts``, :func:`sub_facts`; their R_S ``rewards``)
     aligned to ``d`` slots, A_S pooled per query; with ``step_weight`` w > 0 each turn also gets w x
     its step advantage over all the query's sub-agents (``states[(rollout index, sub)]``: the turn
@@ -448,7 +449,7 @@ def score_sub_side(
         success = float(fact.expert or 0.0) if fact.format_ok else 0.0
         return credited_turns(a, sub_steps.get((index, i)), step_weight, fact.turns, fact.penalised_turns, success, credit)
 
-    sub = [SubSlot(key, s, i, facts[key.index][i].agent, reward, a, turns(key.index, i, a))
+    sub = [CalledSlot(key, s, i, facts[key.index][i].agent, reward, a, turns(key.index, i, a))
            for (key, s, i, reward), a in zip(placed, a_sub, strict=True)]
     subs = [f for row in facts for f in row]
     align_prefix = "align" if role == "sub" else f"{role}/align"

@@ -47,7 +47,7 @@ from typing import Any
 from mgrpo_env.roles import ROLE_TABLE, check_role
 from mgrpo_env.turn_requests import ChatKeeper, TurnRequest
 
-from ..core.scoring import MainSlot, RoleBatch, SubFact, SubScoring, SubSlot
+from ..core.scoring import CalledFact, CalledScoring, CalledSlot, MainSlot, RoleBatch
 from .role_eval import RoleEvaluation
 from .storage import RunStorage
 from .trajectories import Trajectories, trajectory_key
@@ -281,7 +281,7 @@ class RoleWorker:
         self.store.put_main_stats(iteration, [MainStat(s.key.query, s.key.rollout, float(s.correct), bool(s.format_ok),
                                                        float(s.reward)) for s in slots])
 
-    def _update_self_scored(self, iteration: int, facts: list[list[SubFact]], scoring: SubScoring,
+    def _update_self_scored(self, iteration: int, facts: list[list[CalledFact]], scoring: CalledScoring,
                             staleness: int) -> dict[str, float]:
         """Queue ``iteration`` (``facts``: what this side knows of its own trajectories, per rollout,
         :func:`mgrpo_algo.core.scoring.sub_facts`) and apply every pending iteration whose main
@@ -314,7 +314,7 @@ class RoleWorker:
         """Apply every pending iteration (end of a stale run)."""
         return self._apply_pending(last_iteration, 0)
 
-    def _apply_sub(self, iteration: int, facts: list[list[SubFact]], scoring: SubScoring, correct: list[float]
+    def _apply_sub(self, iteration: int, facts: list[list[CalledFact]], scoring: CalledScoring, correct: list[float]
                    ) -> dict[str, float]:
         """R_S from the store's correctness, aligned, A_S pooled (kept); then the update."""
         if iteration <= self.state.last_applied:
@@ -323,8 +323,8 @@ class RoleWorker:
         slots, metrics = self._score_sub(iteration, facts, scoring, correct)
         return self._learn_scored(iteration, slots, metrics)
 
-    def _score_sub(self, iteration: int, facts: list[list[SubFact]], scoring: SubScoring, correct: list[float]
-                   ) -> tuple[list[SubSlot], dict[str, Any]]:
+    def _score_sub(self, iteration: int, facts: list[list[CalledFact]], scoring: CalledScoring, correct: list[float]
+                   ) -> tuple[list[CalledSlot], dict[str, Any]]:
         """The sub side's slots of ``iteration`` (R_S from ``correct``, aligned, A_S pooled) and its
         scoring metrics; the slots are written to ``advantages/<t>.json`` (atomic, idempotent)."""
         from ..core.scoring import score_sub_side
@@ -346,8 +346,8 @@ class RoleWorker:
             for s in slots])
         return slots, metrics
 
-    def _update_shared(self, iteration: int, slots: list[MainSlot], facts: list[list[SubFact]],
-                       scoring: SubScoring) -> dict[str, float]:
+    def _update_shared(self, iteration: int, slots: list[MainSlot], facts: list[list[CalledFact]],
+                       scoring: CalledScoring) -> dict[str, float]:
         """Both roles of a mode whose sub-agents are played by this (main) worker's model
         (``ModeSpec.shares``, the shared-model baseline): the main statistics are published and read back
         from the store as the sub side reads them, the sub side is scored as a called role scores
@@ -361,7 +361,7 @@ class RoleWorker:
         sub_slots, metrics = self._score_sub(iteration, facts, scoring, [s.correct for s in stats])
         return self._learn_scored(iteration, [*slots, *sub_slots], metrics)
 
-    def _learn_scored(self, iteration: int, slots: list[MainSlot | SubSlot], metrics: dict[str, Any]) -> dict[str, float]:
+    def _learn_scored(self, iteration: int, slots: list[MainSlot | CalledSlot], metrics: dict[str, Any]) -> dict[str, float]:
         """The update on ``slots`` (a frozen worker: none; an empty batch too: the learner reports it
         skipped), then ``iteration`` applied; ``metrics`` are the scoring's figures: logged, not sent to
         the store's health."""
@@ -371,7 +371,7 @@ class RoleWorker:
             self.faults.hit("after_update", role=self.role, iteration=iteration)
         return self._applied(iteration, _floats(metrics), scored)
 
-    def _sequences(self, iteration: int, slots: list[MainSlot | SubSlot]) -> list[Any]:
+    def _sequences(self, iteration: int, slots: list[MainSlot | CalledSlot]) -> list[Any]:
         """The training sequences of ``slots``, from the trajectories this worker kept."""
         from ..core.sequences import slot_sequence
 
@@ -437,11 +437,11 @@ class RoleWorker:
         self.storage.close()  # this node's scratch folder (downloads)
 
 
-def _queued(entry: dict[str, Any]) -> tuple[list[list[SubFact]], SubScoring]:
+def _queued(entry: dict[str, Any]) -> tuple[list[list[CalledFact]], CalledScoring]:
     """A pending iteration as ``worker.json`` keeps it (plain JSON), typed again."""
     scoring = dict(entry["scoring"])
     scoring["sub_weights"] = tuple(scoring["sub_weights"])
-    return [[SubFact(**f) for f in row] for row in entry["facts"]], SubScoring(**scoring)
+    return [[CalledFact(**f) for f in row] for row in entry["facts"]], CalledScoring(**scoring)
 
 
 def _floats(metrics: dict[str, Any]) -> dict[str, float]:

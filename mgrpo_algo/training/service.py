@@ -10,7 +10,7 @@ Protocol's method itself (``RoleService.update``), not a string typed at the cal
 sends the method's name over its transport (a pipe, a Ray actor): the placement's business.
 
 Payloads are dataclasses (:class:`~mgrpo_algo.core.scoring.RoleBatch` of
-:class:`~mgrpo_algo.core.scoring.MainSlot` s or :class:`~mgrpo_algo.core.scoring.SubFact` s, the env's
+:class:`~mgrpo_algo.core.scoring.MainSlot` s or :class:`~mgrpo_algo.core.scoring.CalledFact` s, the env's
 ``TurnRequest``: an agent's new messages only), pickled by a process or Ray placement, passed by reference in process; results
 are texts and metrics. Token ids never cross: the worker that sampled them keeps them.
 """

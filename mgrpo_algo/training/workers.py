@@ -7,8 +7,8 @@ and asks the workers for actions, as text; each worker keeps the token trajector
 records carry only their key, ``EpisodeRecord.trajectory_key``). After a batch the loop scores the
 main side and sends the main worker its slots (:class:`~mgrpo_algo.core.scoring.MainSlot`); it
 publishes per rollout (query, rollout, correct, format, R_M) to the store and updates. The sub worker
-gets only what it knows of its own trajectories (:class:`~mgrpo_algo.core.scoring.SubFact`: format
-flag, expert score) and how to score them (:class:`~mgrpo_algo.core.scoring.SubScoring`); it waits in
+gets only what it knows of its own trajectories (:class:`~mgrpo_algo.core.scoring.CalledFact`: format
+flag, expert score) and how to score them (:class:`~mgrpo_algo.core.scoring.CalledScoring`); it waits in
 the store for the main statistics (synchronized) or lags behind them (stale), computes R_S and A_S
 itself, keeps them, then updates. Every call is a typed :class:`~mgrpo_algo.training.service.RoleClient`
 method; the payloads are those dataclasses.
@@ -35,7 +35,7 @@ from mgrpo_env.turn_requests import TurnSender
 
 from ..core.config import MODES, TrainConfig
 from ..core.kernels import MARKER, pin_env
-from ..core.scoring import MainSlot, RoleBatch, SubScoring, sub_facts, turn_credit
+from ..core.scoring import CalledScoring, MainSlot, RoleBatch, sub_facts, turn_credit
 from ..distributed.placement import RoleServerDied, spawn
 from .roles import RoleWorker
 from .service import RoleClient, RoleService
@@ -203,10 +203,10 @@ class RoleWorkers:
         """The roles with a worker of their own that the root agent calls (they score themselves)."""
         return tuple(role for role in self.handles if role != self.mode.roles[0])
 
-    def _sub_scoring(self, d: int, role: str) -> SubScoring:
+    def _sub_scoring(self, d: int, role: str) -> CalledScoring:
         """How the called ``role``'s side scores an iteration of width ``d``."""
         cfg = self.config
-        return SubScoring(cfg.group_size, d, cfg.align_strategy, cfg.step_advantage_weight, tuple(cfg.sub_weights),
+        return CalledScoring(cfg.group_size, d, cfg.align_strategy, cfg.step_advantage_weight, tuple(cfg.sub_weights),
                           cfg.sub_estimator, cfg.sub_format_gate, turn_credit(cfg), cfg.sub_outcome_groups, role)
 
     def committed(self, iteration: int) -> None:
