@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mgrpo_scenarios
@@ -198,12 +198,15 @@ class RewardConfig:
             b3 is set to 0 for that sub-agent and ``infos`` say so (``expert_source: "none"``).
         sub_format_gate: pay b1 in proportion to r_expert (:func:`~mgrpo_env.rewards.paid_sub_reward`);
             False is the paper.
+        terms: each role's extra reward terms, role -> ((name, weight), ...) of
+            :data:`~mgrpo_env.rewards.REWARD_TERMS`; none is the paper.
     """
 
     main_weights: tuple[float, float] = PAPER_MAIN_WEIGHTS
     sub_weights: tuple[float, float, float] = PAPER_SUB_WEIGHTS
     expert: ExpertScorer | None = hop_expert_score
     sub_format_gate: bool = False
+    terms: Mapping[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
 
 
 def resolve_scenario(scenario: str | Scenario, scenario_kwargs: Mapping[str, Any] | None) -> Scenario:

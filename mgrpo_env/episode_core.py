@@ -321,27 +321,30 @@ class Episode:
         return float(value), getattr(scorer, "source", "custom")  # a user's scorer may name no source
 
     def _finish(self, end_reason: str) -> None:
-        """Score the episode, pay every agent (R_M for the one that answers, R_S for each sub-agent),
-        close the record."""
+        """Score the episode, pay every agent (R_M for the one that answers, its role's pay for each called
+        agent, each with its run's extra terms), close the record. Each agent's ``components`` are its
+        reward inputs (``mgrpo_env.rewards``) and its pay."""
         record = self.record
         main = record.main
+        rewards = self.reward_config
         verdict, verify_error = safe_verify(self.scenario, self.task, main.final)
         correct = bool(verdict.correct) if verdict else False
         main.format_ok = main.final is not None and main.format_errors == 0
-        main.reward = reward_fns.main_reward(main.format_ok, correct, self.reward_config.main_weights)
-        paid: dict[str, Any] = {"format_ok": main.format_ok, "correct": correct, "reward": main.reward}
+        paid: dict[str, Any] = {"format_ok": main.format_ok, "correct": correct,
+                                "score": float(verdict.score) if verdict else 0.0, "turns": len(main.turns),
+                                "format_errors": main.format_errors, "delegations": len(record.subs)}
+        main.reward = paid["reward"] = reward_fns.root_pay(paid, rewards.main_weights, rewards.terms.get(main.role, ()))
         if verify_error:
             paid["verify_error"] = verify_error
         components: dict[str, dict[str, Any]] = {main.agent: paid}
         for sub in record.subs:
             sub.format_ok = sub.final is not None and sub.format_errors == 0
             sub.expert, source = self._expert(sub)
-            sub.reward = ROLE_TABLE[sub.role].reward(sub.format_ok, correct, sub.expert, self.reward_config.sub_weights,
-                                                     format_gate=self.reward_config.sub_format_gate)
-            components[sub.agent] = {
-                "format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert,
-                "expert_source": source, "reward": sub.reward,
-            }
+            inputs = {"format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert, "expert_source": source,
+                      "turns": len(sub.turns), "format_errors": sub.format_errors, "report_chars": len(sub.final or "")}
+            sub.reward = reward_fns.called_pay(ROLE_TABLE[sub.role].reward, inputs, rewards.sub_weights,
+                                               format_gate=rewards.sub_format_gate, terms=rewards.terms.get(sub.role, ()))
+            components[sub.agent] = {**inputs, "reward": sub.reward}
         record.final_answer = main.final
         record.correct = correct
         record.score = float(verdict.score) if verdict else 0.0

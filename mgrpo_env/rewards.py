@@ -6,6 +6,14 @@ functions where it scores a called role (``mgrpo_algo.training.roles``), so both
 Main agent:  R_M = a1 * r_format + a2 * r_correct                       if its format is valid, else 0.
 Sub-agent:   R_S = b1 * r_format + b2 * r_correct^main + b3 * r_expert  if its format is valid, else 0.
 
+Extra terms (:data:`REWARD_TERMS`, not the paper's): a run adds ``weight x term(inputs)`` to a role's pay
+for each term its config names (``reward_terms``), on a well-formed trajectory only, as the paper's terms.
+``inputs`` are the agent's reward inputs the env emits at episode end (its ``components`` in the record:
+``format_ok``, ``turns``, ``format_errors`` and, for the root, ``correct``, ``score``, ``delegations``; for a
+called agent ``main_correct``, ``expert``, ``report_chars``). :func:`root_pay` and :func:`called_pay` are the
+one composition of each side: the env pays with them and a called role's worker recomputes its side with
+them from the store's statistics, so a new term is one registered function (examples/extend/new_reward_term.py).
+
 r_format is 1 when the format is valid (the only case where it counts), r_correct and r_correct^main
 are in [0, 1] (exact match gives 0/1, F1 or a judge gives a fraction), r_expert is a judge's score in
 [0, 1]. r_correct^main is the main agent's correctness of the sub-trajectory's rollout. The weights
@@ -20,7 +28,10 @@ need not sum to 1; they must be finite and non-negative.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from mgrpo_tools.registry import Registry
 
 __all__ = [
     "PAPER_MAIN_WEIGHTS",
@@ -28,6 +39,10 @@ __all__ = [
     "main_reward",
     "sub_reward",
     "paid_sub_reward",
+    "REWARD_TERMS",
+    "terms_pay",
+    "root_pay",
+    "called_pay",
     "check_weights",
 ]
 
@@ -112,3 +127,44 @@ def paid_sub_reward(format_ok: bool, main_correct: float | bool, expert: float |
     if expert is not None and format_gate:
         b1 *= _unit(expert, "expert")
     return sub_reward(format_ok, main_correct, 0.0 if expert is None else expert, (b1, b2, b3))
+
+
+#: Extra reward terms by name: ``term(inputs) -> float``, ``inputs`` an agent's reward inputs (module
+#: docstring). A run names the ones it pays per role, with their weights (``reward_terms``).
+REWARD_TERMS: Registry[Callable[[Mapping[str, Any]], float]] = Registry("reward term")
+
+
+def terms_pay(terms: Sequence[tuple[str, float]], inputs: Mapping[str, Any]) -> float:
+    """The extra terms of a pay: the sum of ``weight x term(inputs)`` over ``terms`` ((name, weight) pairs,
+    in order) when ``inputs["format_ok"]``, else 0 (a malformed trajectory is paid nothing, as in the paper).
+    A term must give a finite number: ValueError naming it otherwise.
+
+    >>> REWARD_TERMS.register("half_turns", lambda inputs: inputs["turns"] / 2)  # doctest: +ELLIPSIS
+    <function <lambda> at ...>
+    >>> terms_pay([("half_turns", 0.1)], {"format_ok": True, "turns": 3}), terms_pay([("half_turns", 0.1)], {"format_ok": False, "turns": 3})
+    (0.15000000000000002, 0.0)
+    >>> REWARD_TERMS.unregister("half_turns")
+    """
+    if not terms or not inputs.get("format_ok"):
+        return 0.0
+    total = 0.0
+    for name, weight in terms:
+        value = float(REWARD_TERMS.get(name)(inputs))
+        if not math.isfinite(value):
+            raise ValueError(f"reward term {name!r} gave {value!r}: a term must give a finite number")
+        total += weight * value
+    return total
+
+
+def root_pay(inputs: Mapping[str, Any], weights: Sequence[float] = PAPER_MAIN_WEIGHTS,
+             terms: Sequence[tuple[str, float]] = ()) -> float:
+    """What the root agent (main or single) is paid: R_M (:func:`main_reward`) plus its extra terms."""
+    return main_reward(bool(inputs["format_ok"]), inputs["correct"], weights) + terms_pay(terms, inputs)
+
+
+def called_pay(reward: Callable[..., float], inputs: Mapping[str, Any], weights: Sequence[float] = PAPER_SUB_WEIGHTS,
+               *, format_gate: bool = False, terms: Sequence[tuple[str, float]] = ()) -> float:
+    """What a called agent is paid: its role's ``reward`` (``mgrpo_env.roles.RoleSpec.reward``, R_S for the
+    sub-agents) of its format, the main agent's correctness and its expert score, plus its extra terms."""
+    base = reward(bool(inputs["format_ok"]), inputs["main_correct"], inputs["expert"], weights, format_gate=format_gate)
+    return base + terms_pay(terms, inputs)

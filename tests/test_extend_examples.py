@@ -31,7 +31,7 @@ def run(name: str, env: dict[str, str], out: Path, timeout: float = 240) -> str:
 def test_every_example_is_one_file_that_imports_the_package_only():
     files = sorted(p.name for p in EXTEND.iterdir() if p.suffix == ".py")
     assert files == ["new_estimator.py", "new_mode.py", "new_mode_shared_model.py", "new_placement.py",
-                     "new_policy_loss.py", "new_role.py", "new_tool.py"]
+                     "new_policy_loss.py", "new_reward_term.py", "new_role.py", "new_tool.py"]
     for name in files:  # registered through the public registries, nothing patched
         text = (EXTEND / name).read_text()
         assert "monkeypatch" not in text and "setattr(" not in text, name
@@ -90,6 +90,19 @@ def test_new_role_without_sub_agents(env, tmp_path):
         metrics = [json.loads(line) for line in (tmp_path / placement / "metrics.jsonl").open()]
         assert len(metrics) == 2 and all(m["reader/reward_mean"] >= 0 and "sub/reward_mean" not in m for m in metrics)
         assert all(m["align/d"] >= 1 for m in metrics)  # the reader's side is aligned: d > 0, not the single agent's 0
+
+
+def test_new_reward_term(env, tmp_path):
+    """A term registered in one file is paid by the env and recomputed alike by the sub worker (the example
+    checks every pay against the formula); here, that the term moved pays and the worker kept every slot."""
+    import json
+
+    out = run("new_reward_term.py", env, tmp_path, timeout=400)
+    said = next(line for line in out.splitlines() if line.startswith("env pay = R_S + 0.2 x brevity on "))
+    checked, moved = (int(w) for w in said.split(" on ")[1].replace("(", "").split()[:4:3])
+    assert checked > 0 and 0 < moved <= checked, said
+    kept = sum(len(json.loads(p.read_text())) for p in (tmp_path / "run" / "workers" / "sub" / "advantages").glob("*.json"))
+    assert f"the sub worker's {kept} kept slots carry the same pay" in said and kept >= checked // 2
 
 
 def test_new_mode(env, tmp_path):

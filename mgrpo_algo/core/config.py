@@ -285,6 +285,11 @@ class TrainConfig:
     """Pay the sub-agents' format term in proportion to the expert score (b1 * r_format * r_expert), so
     a well-formed wrong report earns nothing for its form. False: the paper. Under the paper's R_S
     the sub-agents learned to report guesses (docs/results/demo.md, "Rewards that do not pay guessing")."""
+    reward_terms: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Extra reward terms per role, ``{role: {term: weight}}``: each a name registered in
+    ``mgrpo_env.rewards.REWARD_TERMS`` (before the config loads), paid as ``weight x term(inputs)`` on a
+    well-formed trajectory on top of the role's pay, by the env and by the role's worker alike
+    (``examples/extend/new_reward_term.py``). Empty: the paper's rewards."""
     expert_reference: str = "hop"
     """What r_expert scores a report against: "hop" (the paper: the gold answer of the question's hop)
     or "subtask" (the scenario's answer to the subtask the main agent actually delegated, so a
@@ -383,6 +388,15 @@ class TrainConfig:
         for role in self.roles:
             _check(role in ROLE_TABLE and role not in ROLES, "roles",
                    f"names registered roles other than {ROLES} (registered: {tuple(ROLE_TABLE)}), got {role!r}")
+        from mgrpo_env.rewards import REWARD_TERMS
+
+        for role, terms in self.reward_terms.items():
+            _check(role in ROLE_TABLE, "reward_terms", f"names roles of {tuple(ROLE_TABLE)}, got {role!r}")
+            _check(isinstance(terms, dict), f"reward_terms.{role}", f"must map term names to weights, got {terms!r}")
+            for name, weight in terms.items():
+                REWARD_TERMS.check(name, f"reward_terms.{role}.{name}")
+                _check(isinstance(weight, (int, float)) and not isinstance(weight, bool) and math.isfinite(weight),
+                       f"reward_terms.{role}.{name}", f"must be a finite number, got {weight!r}")
         for role, names in self.tools.items():
             _check(role in ROLE_TABLE, "tools", f"names roles of {tuple(ROLE_TABLE)}, got {role!r}")
             check_tool_names(role, names, where=f"config field 'tools.{role}'")
@@ -398,6 +412,10 @@ class TrainConfig:
             learner = self.role(role).learner
             where = f"{role}.learner" if role in ROLES else f"roles.{role}.learner"
             get_policy_loss(learner.policy_loss).make_options(learner, where)
+
+    def role_terms(self, role: str) -> tuple[tuple[str, float], ...]:
+        """``role``'s extra reward terms ((name, weight) pairs, in the config's order; () for none)."""
+        return tuple((name, float(weight)) for name, weight in self.reward_terms.get(role, {}).items())
 
     def role(self, name: str) -> RoleConfig:
         """The section of role ``name``: ``main``, ``sub``, ``single``, or its entry in :attr:`roles`."""

@@ -200,6 +200,9 @@ class CalledFact:
     ended without a result."""
     subtask: str = ""
     """A digest of the subtask it was given (``outcome_groups: subtask`` groups by it)."""
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    """Its reward inputs as the env emitted them (``mgrpo_env.rewards``), but the main agent's correctness,
+    which its side reads from the main statistics: what a run's extra reward terms read."""
 
 
 @dataclass(frozen=True)
@@ -219,10 +222,13 @@ class CalledScoring:
     outcome_groups: str = "query"
     role: str = "sub"
     """The called role whose side this is (``mgrpo_env.roles``): its reward and its metrics' prefix."""
+    terms: tuple[tuple[str, float], ...] = ()
+    """Its extra reward terms ((name, weight) of ``mgrpo_env.rewards.REWARD_TERMS``), paid as the env paid them."""
 
     def __post_init__(self) -> None:
         if isinstance(self.credit, Mapping):  # a queued iteration read back from worker.json
             object.__setattr__(self, "credit", TurnCredit(**self.credit))
+        object.__setattr__(self, "terms", tuple((str(name), float(weight)) for name, weight in self.terms))
         if self.outcome_groups not in OUTCOME_GROUPS:
             raise ValueError(f"outcome_groups must be one of {OUTCOME_GROUPS}, got {self.outcome_groups!r}")
 
@@ -400,8 +406,14 @@ def sub_facts(records: Sequence[EpisodeRecord], role: str = "sub") -> list[list[
     """What a called role's side (``role``: the sub-agents, or a registered one) knows of its own
     trajectories (:class:`CalledFact`), per rollout in call order."""
     return [[CalledFact(s.agent, bool(s.format_ok), s.expert, r.components.get(s.agent, {}).get("expert_source"),
-                     len(s.turns), penalised_turns(s), _digest(s.task))
+                     len(s.turns), penalised_turns(s), _digest(s.task), _called_inputs(r.components.get(s.agent, {})))
              for s in r.subs if s.role == role] for r in records]
+
+
+def _called_inputs(components: Mapping[str, Any]) -> dict[str, Any]:
+    """A called agent's reward inputs as its side receives them: not its pay, not the main agent's correctness
+    (read from the main statistics)."""
+    return {k: v for k, v in components.items() if k not in ("reward", "main_correct", "advantage", "aligned_slots")}
 
 
 def _digest(text: str | None) -> str:

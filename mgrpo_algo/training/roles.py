@@ -44,6 +44,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from mgrpo_env.rewards import called_pay
 from mgrpo_env.roles import ROLE_TABLE, check_role
 from mgrpo_env.turn_requests import ChatKeeper, TurnRequest
 
@@ -330,8 +331,9 @@ class RoleWorker:
         from ..core.scoring import score_sub_side
         from ..core.seeding import iteration_rngs
 
-        paid = ROLE_TABLE[scoring.role].reward  # the called role's pay, the function the env paid it with
-        rewards = [[paid(f.format_ok, correct[i], f.expert, scoring.sub_weights, format_gate=scoring.sub_format_gate)
+        paid = ROLE_TABLE[scoring.role].reward  # the called role's pay, composed as the env paid it (called_pay)
+        rewards = [[called_pay(paid, {**f.inputs, "format_ok": f.format_ok, "expert": f.expert, "main_correct": correct[i]},
+                               scoring.sub_weights, format_gate=scoring.sub_format_gate, terms=scoring.terms)
                     for f in row] for i, row in enumerate(facts)]
         states = None
         if scoring.step_weight:

@@ -120,7 +120,8 @@ def reward_config(config: TrainConfig, scenario: Any, judge: Any = None) -> Rewa
     """The env's rewards as ``config`` sets them (weights, expert reference and judge, format gate)."""
     return RewardConfig(config.main_weights, config.sub_weights,
                         expert_scorer(judge, reference=config.expert_reference, scenario=scenario),
-                        sub_format_gate=config.sub_format_gate)
+                        sub_format_gate=config.sub_format_gate,
+                        terms={role: config.role_terms(role) for role in config.reward_terms})
 
 
 def env_options(config: TrainConfig, rewards: RewardConfig) -> dict[str, Any]:
