@@ -4,6 +4,7 @@ estimator, placement, mode or tool without editing the package, runs with it, an
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -99,7 +100,7 @@ def test_new_reward_term(env, tmp_path):
 
     out = run("new_reward_term.py", env, tmp_path, timeout=400)
     said = next(line for line in out.splitlines() if line.startswith("env pay = R_S + 0.2 x brevity on "))
-    checked, moved = (int(w) for w in said.split(" on ")[1].replace("(", "").split()[:4:3])
+    checked, moved = (int(n) for n in re.match(r".* on (\d+) sub-agents \((\d+) paid a term\)", said).groups())
     assert checked > 0 and 0 < moved <= checked, said
     kept = sum(len(json.loads(p.read_text())) for p in (tmp_path / "run" / "workers" / "sub" / "advantages").glob("*.json"))
     assert f"the sub worker's {kept} kept slots carry the same pay" in said and kept >= checked // 2

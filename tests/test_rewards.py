@@ -108,3 +108,45 @@ def test_messages_name_the_argument():
         sub_reward(True, 2, 1)
     with pytest.raises(ValueError, match=r"^expert must be in \[0, 1\], got 2"):
         sub_reward(True, 1, 2)
+
+
+def test_extra_terms_are_paid_on_a_well_formed_trajectory_only_and_must_be_finite():
+    from mgrpo_env.rewards import REWARD_TERMS, called_pay, paid_sub_reward, root_pay, terms_pay
+
+    REWARD_TERMS.register("per_turn", lambda inputs: inputs["turns"])
+    REWARD_TERMS.register("broken", lambda inputs: float("nan"))
+    try:
+        ok = {"format_ok": True, "correct": 1.0, "turns": 3}
+        assert terms_pay([], ok) == 0.0
+        assert terms_pay([("per_turn", 0.5), ("per_turn", -0.25)], ok) == 0.75  # 1.5 - 0.75, in order
+        assert terms_pay([("per_turn", 0.5)], {**ok, "format_ok": False}) == 0.0
+        assert root_pay(ok, (0.1, 0.9), [("per_turn", 0.5)]) == 1.0 + 1.5
+        assert root_pay({**ok, "format_ok": False}, (0.1, 0.9), [("per_turn", 0.5)]) == 0.0
+        called = {"format_ok": True, "main_correct": 0.0, "expert": 1.0, "turns": 2}
+        assert called_pay(paid_sub_reward, called, (0.1, 0.4, 0.5), terms=[("per_turn", 0.1)]) == pytest.approx(0.6 + 0.2)
+        assert called_pay(paid_sub_reward, called, (0.1, 0.4, 0.5), format_gate=True) == pytest.approx(0.6)
+        with pytest.raises(ValueError, match="reward term 'broken' gave nan"):
+            terms_pay([("broken", 1.0)], ok)
+        with pytest.raises(KeyError, match="unknown reward term 'missing'; valid: .*per_turn"):
+            terms_pay([("missing", 1.0)], ok)
+    finally:
+        REWARD_TERMS.unregister("per_turn")
+        REWARD_TERMS.unregister("broken")
+
+
+def test_the_config_refuses_an_unknown_term_role_or_weight():
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_env.rewards import REWARD_TERMS
+
+    REWARD_TERMS.register("per_turn", lambda inputs: inputs["turns"])
+    try:
+        config = load_config(None, ["reward_terms={sub: {per_turn: 0.5}, main: {per_turn: 1}}"])
+        assert config.role_terms("sub") == (("per_turn", 0.5),) and config.role_terms("single") == ()
+        for bad, said in (("{sub: {nope: 1}}", "reward_terms.sub.nope': unknown reward term 'nope'"),
+                          ("{nobody: {per_turn: 1}}", "names roles of"),
+                          ("{sub: {per_turn: .nan}}", "must be a finite number"),
+                          ("{sub: {per_turn: true}}", "must be a finite number")):
+            with pytest.raises(ValueError, match=said):
+                load_config(None, [f"reward_terms={bad}"])
+    finally:
+        REWARD_TERMS.unregister("per_turn")
