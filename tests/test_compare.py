@@ -57,7 +57,7 @@ def test_summary_structure_and_means_over_seeds(compared):
     for state in (prov["controller"], *prov["groups"].values()):
         assert state["torch_capability"] == torch.backends.cpu.get_cpu_capability() and state["pin"] == ""
         assert state["torch_threads"] == 1 and state["versions"]["torch"] == torch.__version__
-        assert set(state["cpu"]) == {"model", "machine", "avx2", "avx512"}
+        assert set(state["cpu"]) == {"model", "vendor", "machine", "avx2", "avx512"}
     assert "## Machine and kernels" in (out / "report.md").read_text()
     run_config = json.loads((out / "seed0" / "mgrpo" / "config.json").read_text())
     assert run_config["kernels"] == {"pin": ""} and run_config["provenance"]["torch_threads"] == 1
