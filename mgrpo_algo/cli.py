@@ -267,10 +267,12 @@ def _shared_warm_start(args: argparse.Namespace, config: Any, scenario: Any) -> 
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from mgrpo_scenarios import NeedsBuilding
+
     from .experiments.cli_support import build_scenario_from_pairs, interrupt_on_stop_signals
 
     scenario = build_scenario_from_pairs(args.scenario, args.set)
-    if hasattr(scenario, "build"):
+    if isinstance(scenario, NeedsBuilding):
         print(f"world at {scenario.build()}")
     try:
         # Loopback by default; another address only when asked (the site then serves every client

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mgrpo_scenarios
-from mgrpo_scenarios import Scenario, Task
+from mgrpo_scenarios import AnswersSubtasks, Scenario, Task
 from mgrpo_scenarios.verifiers import normalize_answer, token_f1
 
 from .episode import ToolCall
@@ -136,13 +136,12 @@ def subtask_expert_score(scenario: Any) -> ExpertScorer:
         TypeError: ``scenario`` cannot answer subtasks at all (no ``subtask_answer``): scoring every
             report against the hop in silence would be ``hop`` under another name.
     """
-    answer_of = getattr(scenario, "subtask_answer", None)  # checked just below: no silent default
-    if not callable(answer_of):
+    if not isinstance(scenario, AnswersSubtasks):  # no silent default
         raise TypeError(f"expert_reference 'subtask' needs a scenario that answers subtasks (subtask_answer); "
                         f"{getattr(scenario, 'name', type(scenario).__name__)!r} has none: use 'hop'")
 
     def score(task: Task, subtask: str, result: str) -> float | None:
-        gold = answer_of(task, subtask)
+        gold = scenario.subtask_answer(task, subtask)
         if gold is None:
             by_hop = hop_expert_score(task, subtask, result)
             return None if by_hop is None else ExpertScore(by_hop, SUBTASK_FELL_BACK)

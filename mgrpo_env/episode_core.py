@@ -20,7 +20,7 @@ from typing import Any
 
 from gymnasium.utils import seeding
 
-from mgrpo_scenarios import Scenario, Task
+from mgrpo_scenarios import Scenario, StylesPrompts, Task
 
 from . import rewards as reward_fns
 from .core import (
@@ -155,7 +155,7 @@ class Episode:
                 self.callees.setdefault(spec.called_by, []).append(role)
         for names in self.callees.values():
             names.sort(key=lambda role: ROLE_TABLE[role].takes is None)
-        style = getattr(self.scenario, "prompt_style", "full")  # a scenario's profile may ask for compact prompts
+        style = self.scenario.prompt_style if isinstance(self.scenario, StylesPrompts) else "full"
         # each role's tool set: the run's choice (``tools``: role -> names), else the scenario's; the root
         # agent also holds the call tool of a registered role it may call
         self.tools_of = {role: role_tools(self.scenario, role, (tools or {}).get(role)) for role in self.roles}

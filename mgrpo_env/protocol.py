@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from mgrpo_scenarios import ChoosesRoleTools
 from mgrpo_tools import schemas as tool_schemas
 from mgrpo_tools.registry import Registry, UnknownName
 
@@ -232,7 +233,8 @@ def role_tools(scenario: Any, role: str, names: Sequence[str] | None = None) -> 
     :data:`DEFAULT_ROLE_TOOLS`; an unknown name raises ValueError (:func:`check_tool_names`)."""
     if names is None:
         default = DEFAULT_ROLE_TOOLS.get(role) or ROLE_TABLE[role].tools
-        names = dict(getattr(scenario, "role_tools", None) or DEFAULT_ROLE_TOOLS).get(role, default)
+        chosen = scenario.role_tools if isinstance(scenario, ChoosesRoleTools) else None
+        names = dict(chosen or DEFAULT_ROLE_TOOLS).get(role, default)
     check_tool_names(role, names, where=f"scenario {getattr(scenario, 'name', scenario)!r}: role {role!r}")
     return MappingProxyType({n: ALL_TOOLS[n] for n in names})
 

@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from mgrpo_scenarios import Scenario, Task
+from mgrpo_scenarios import Scenario, ScriptsOracle, Task
 
 from .protocol import parse_action
 from .rollout import PolicyRequest
@@ -68,9 +68,9 @@ class OraclePolicy:
     def __init__(self, scenario: Scenario, role: str) -> None:
         if role not in ("main", "sub", "single"):
             raise ValueError(f"role must be 'main', 'sub' or 'single', got {role!r}")
-        for hook in ("oracle_read", "oracle_combine"):
-            if not hasattr(scenario, hook):
-                raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r} has no {hook}(): no oracle policy")
+        if not isinstance(scenario, ScriptsOracle):
+            raise ValueError(f"scenario {getattr(scenario, 'name', scenario)!r} has no oracle_read() and oracle_combine() "
+                             "(mgrpo_scenarios.ScriptsOracle): no oracle policy")
         self.scenario = scenario
         self.role = role
         # The tiny profile: every action a copy from a known place (see mgrpo_scenarios' wiki-hops).

@@ -5,10 +5,20 @@ The built-in ``wiki-hops`` is an offline fictional encyclopedia served on loopba
 """
 
 from .base import (
+    AnswersSubtasks,
     AttributesDelegations,
+    ChoosesRoleTools,
     DelegationMatch,
+    GroupsWorldTokens,
+    HasDefaultSplit,
     Hop,
+    NamesWorldTokens,
+    NeedsBrowser,
+    NeedsBuilding,
     Scenario,
+    ScriptsOracle,
+    ShipsOracle,
+    StylesPrompts,
     Task,
     Verdict,
     World,
@@ -18,4 +28,6 @@ from .base import (
 from .registry import ENTRY_POINT_GROUP, SCENARIOS, answers_subtasks, get, names, register
 
 __all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "DelegationMatch", "AttributesDelegations", "split_parts",
-           "split_tasks", "get", "names", "register", "answers_subtasks", "SCENARIOS", "ENTRY_POINT_GROUP"]
+           "split_tasks", "get", "names", "register", "answers_subtasks", "SCENARIOS", "ENTRY_POINT_GROUP",
+           "ChoosesRoleTools", "StylesPrompts", "NeedsBuilding", "NeedsBrowser", "NamesWorldTokens", "GroupsWorldTokens",
+           "HasDefaultSplit", "ScriptsOracle", "ShipsOracle", "AnswersSubtasks"]

@@ -14,7 +14,9 @@ from typing import Any, Protocol, runtime_checkable
 from mgrpo_tools.base import Tool
 
 __all__ = ["Hop", "Task", "Verdict", "World", "Scenario", "DelegationMatch", "AttributesDelegations",
-           "DELEGATION_MISSES", "require_browser", "split_tasks", "split_parts"]
+           "DELEGATION_MISSES", "require_browser", "split_tasks", "split_parts", "ChoosesRoleTools", "StylesPrompts",
+           "NeedsBuilding", "NeedsBrowser", "NamesWorldTokens", "GroupsWorldTokens", "HasDefaultSplit", "ScriptsOracle",
+           "ShipsOracle", "AnswersSubtasks"]
 
 
 @dataclass(frozen=True)
@@ -120,9 +122,94 @@ class Scenario(Protocol):
 
     def verify(self, task: Task, prediction: str) -> Verdict: ...
 
-    # Optional: ``role_tools``, a mapping of role ("main", "sub", "single") to the tool names that role
-    # holds (names of mgrpo_env.protocol.ALL_TOOLS); the envs build each role's prompt and argument
-    # checks from it. Absent: delegate + reason for the main agent, search + visit + click otherwise.
+
+# -- optional hooks: each one declared here, each read with isinstance where it is used ---------------------
+# A scenario that lacks a hook a run needs is refused in one line where the run asks for it (the oracle
+# policies, ``expert_reference: subtask``, ``delegation_credit``); the others have a stated default.
+
+
+@runtime_checkable
+class ChoosesRoleTools(Protocol):
+    """``role_tools``: role -> the tool names it holds (names of ``mgrpo_env.protocol.TOOLS``); the envs build
+    each role's prompt and argument checks from it. Absent: each role's own default (``RoleSpec.tools``:
+    delegate + reason for the main agent, search + visit + click otherwise)."""
+
+    role_tools: Mapping[str, Any]
+
+
+@runtime_checkable
+class StylesPrompts(Protocol):
+    """``prompt_style``: ``"full"`` or ``"compact"`` system prompts (a tiny world's tiny models read the
+    compact ones). Absent: ``"full"``."""
+
+    prompt_style: str
+
+
+@runtime_checkable
+class NeedsBuilding(Protocol):
+    """``build()``: make the world's files before the first episode (an evaluation runs it once, timed
+    apart). Absent: nothing to build."""
+
+    def build(self) -> Any: ...
+
+
+@runtime_checkable
+class NeedsBrowser(Protocol):
+    """``browser_needed``: why its pages need a browser (JavaScript), or None; preflight then starts
+    Chromium once before any work. Absent: no browser needed."""
+
+    browser_needed: str | None
+
+
+@runtime_checkable
+class NamesWorldTokens(Protocol):
+    """``world_tokens()``: the names the tiny tokenizer keeps whole. Absent: a tokenizer of the protocol's
+    words only."""
+
+    def world_tokens(self) -> Any: ...
+
+
+@runtime_checkable
+class GroupsWorldTokens(Protocol):
+    """``world_token_groups()``: names that stand for one another in the warm start's demonstrations
+    (group -> names). Absent: no groups."""
+
+    def world_token_groups(self) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class HasDefaultSplit(Protocol):
+    """``default_split``: the split ``mgrpo eval`` uses when the config keeps the default ``stage2/test``
+    and the scenario has none (a QA file, a benchmark). Absent: that split is refused as unknown."""
+
+    default_split: str
+
+
+@runtime_checkable
+class ScriptsOracle(Protocol):
+    """``oracle_read`` and ``oracle_combine``: what the scripted oracle policies (``mgrpo_env.scripted``)
+    read a page for and how they combine hop answers. Absent: no oracle policy (refused in one line: the
+    warm start's demonstrations and ``mgrpo eval --agent oracle`` need it)."""
+
+    def oracle_read(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def oracle_combine(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
+class ShipsOracle(Protocol):
+    """``oracle(task, tools)``: a solver that runs without the env (``mgrpo eval --agent scenario-oracle``).
+    Absent: refused in one line there."""
+
+    def oracle(self, task: Task, tools: Mapping[str, Tool]) -> Any: ...
+
+
+@runtime_checkable
+class AnswersSubtasks(Protocol):
+    """``subtask_answer(task, subtask)``: the gold answer of a delegated subtask, what
+    ``expert_reference: subtask`` scores a report against. Absent: that setting is refused at load."""
+
+    def subtask_answer(self, task: Task, subtask: str) -> Any: ...
 
 
 #: Why a delegation asks none of the task's hops (:attr:`DelegationMatch.miss`).

@@ -179,7 +179,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, dict[str, str] | None]:
     paths = resolve_agent(args.agent, config.mode)
     scenario = build_scenario(config.scenario, dict(config.scenario_kwargs))
     splits = list(scenario.splits())
-    default = getattr(scenario, "default_split", None)
+    default = scenario.default_split if isinstance(scenario, mgrpo_scenarios.HasDefaultSplit) else None
     if config.eval.split == EvalConfig.split and config.eval.split not in splits and default:
         config.eval.split = default  # a scenario without stage2/test (qa files, benchmarks) has its own
     unknown = [p for p in mgrpo_scenarios.split_parts(config.eval.split) if p not in splits]
@@ -200,9 +200,10 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, dict[str, str] | None]:
 def _scripted(args: argparse.Namespace, config: Any, scenario: Any) -> dict[str, Any] | None:
     """The policies of ``oracle`` / ``random`` (None for ``scenario-oracle``, which runs without the env)."""
     from mgrpo_env.scripted import OraclePolicy, RandomPolicy
+    from mgrpo_scenarios import ShipsOracle
 
     if args.agent == "scenario-oracle":
-        if not hasattr(scenario, "oracle"):
+        if not isinstance(scenario, ShipsOracle):
             raise SystemExit(f"mgrpo: scenario {config.scenario!r} ships no oracle; use --agent random or a model folder")
         return None
     if args.agent == "random":

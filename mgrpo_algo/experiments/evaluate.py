@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from mgrpo_env import strict_json
 from mgrpo_env.tool_health import call_failure
-from mgrpo_scenarios import Scenario, Task, Verdict, split_tasks
+from mgrpo_scenarios import NeedsBuilding, Scenario, ShipsOracle, Task, Verdict, split_tasks
 from mgrpo_scenarios.verifiers import token_f1
 
 __all__ = ["TaskOutcome", "EvalReport", "evaluate", "evaluate_agents", "evaluate_single", "oracle_agent",
@@ -107,7 +107,7 @@ class EvalReport:
 
 def oracle_agent(scenario: Scenario) -> Agent:
     """The scenario's scripted oracle as an agent (it must define ``oracle(task, tools)``)."""
-    if not hasattr(scenario, "oracle"):
+    if not isinstance(scenario, ShipsOracle):
         raise ValueError(f"scenario {scenario.name!r} ships no oracle")
 
     def run(task: Task, tools: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -152,7 +152,7 @@ def evaluate(
 ) -> EvalReport:
     """Run ``agent`` on every task of ``split`` (or the first ``limit``), ``workers`` tasks at a time."""
     t0 = time.perf_counter()
-    if hasattr(scenario, "build"):
+    if isinstance(scenario, NeedsBuilding):
         scenario.build()
     build_seconds = time.perf_counter() - t0
     tasks = split_tasks(scenario, split)
@@ -232,7 +232,7 @@ def _evaluate_records(
     (``previous``: records already done, matched by seed) runs the same episodes the first one would have.
     """
     t0 = time.perf_counter()
-    if hasattr(scenario, "build"):
+    if isinstance(scenario, NeedsBuilding):
         scenario.build()
     build_seconds = time.perf_counter() - t0
     tasks = split_tasks(scenario, split)[:limit]

@@ -31,6 +31,7 @@ from mgrpo_env.roles import ROLE_TABLE, env_roles
 from mgrpo_env.rollout import collect
 from mgrpo_env.scripted import OraclePolicy
 from mgrpo_env.spaces import ProtocolText
+from mgrpo_scenarios import GroupsWorldTokens
 
 from ..core.config import Limits, WarmStartConfig
 from ..core.seeding import torch_threads
@@ -167,7 +168,7 @@ class Relabeled(Sequence[tuple[list[int], list[int]]]):
 
 def token_groups(scenario: Any, tokenizer: Any) -> list[list[tuple[int, ...]]]:
     """The scenario's ``world_token_groups()`` as token ids; members that are not one token each are left out."""
-    groups = scenario.world_token_groups() if hasattr(scenario, "world_token_groups") else {}
+    groups = scenario.world_token_groups() if isinstance(scenario, GroupsWorldTokens) else {}
     unk = getattr(tokenizer, "unk_token_id", None)
 
     def one(text: str) -> int | None:

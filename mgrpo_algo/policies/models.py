@@ -39,6 +39,7 @@ from typing import Any
 
 from mgrpo_env import strict_json
 from mgrpo_env.roles import ROLES
+from mgrpo_scenarios import NamesWorldTokens, ScriptsOracle, StylesPrompts
 
 __all__ = [
     "SPECIAL_TOKENS",
@@ -176,7 +177,7 @@ def corpus_texts(scenario: Any, *, max_pages: int | None = None, max_tasks: int 
         doc = html_to_document(path.read_text(encoding="utf-8", errors="replace"), url)
         text, _ = render_page(doc, 1, page_chars=max(200, len(doc.text) + 200 * (len(doc.links) + 1)))
         yield format_tool_response(f"Goal: read the page of {doc.title}\n{text}")
-    style = getattr(scenario, "prompt_style", "full")
+    style = scenario.prompt_style if isinstance(scenario, StylesPrompts) else "full"
     for role in ROLES:  # the prompts the envs build: the scenario's tool sets
         yield system_prompt(role, role_tools(scenario, role), style)
     tasks = []
@@ -203,9 +204,9 @@ def _demonstrations(scenario: Any, tasks: list[Any], base: str) -> Iterator[str]
     from mgrpo_env.rollout import PolicyRequest
     from mgrpo_env.scripted import OraclePolicy
 
-    main = OraclePolicy(scenario, "main") if hasattr(scenario, "oracle_read") else None
+    main = OraclePolicy(scenario, "main") if isinstance(scenario, ScriptsOracle) else None
     sub = OraclePolicy(scenario, "sub") if main is not None else None
-    style = getattr(scenario, "prompt_style", "full")
+    style = scenario.prompt_style if isinstance(scenario, StylesPrompts) else "full"
     main_prompt, sub_prompt = system_prompt("main", MAIN_TOOLS, style), system_prompt("sub", SUB_TOOLS, style)
     for i, task in enumerate(tasks):
         yield "system\nuser\nassistant\n"  # the chat template's role headers, in every prompt
@@ -374,7 +375,7 @@ def build_role_models(
     unknown = sorted(set(sizes) - set(ROLES))
     if unknown:
         raise ValueError(f"unknown role(s) {unknown} in sizes; roles are {list(ROLES)}")
-    world_tokens = list(scenario.world_tokens()) if hasattr(scenario, "world_tokens") else []
+    world_tokens = list(scenario.world_tokens()) if isinstance(scenario, NamesWorldTokens) else []
     tok_key = {"format": _FORMAT, "kind": "tokenizer", "scenario": _scenario_key(scenario),
                "vocab_size": vocab_size, "min_frequency": min_frequency}
     if world_tokens:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mgrpo_env.roles import ROLES
+from mgrpo_scenarios import NeedsBrowser
 
 from ..core.config import MODES, TrainConfig
 
@@ -135,7 +136,7 @@ def check_browser_for(scenario: Any) -> None:
     Without this a missing Chromium only lowered every result (each JavaScript page read as empty
     text). ``browser_mode: never`` in the scenario's options is the explicit way to run without one.
     """
-    reason = getattr(scenario, "browser_needed", None)
+    reason = scenario.browser_needed if isinstance(scenario, NeedsBrowser) else None
     if not reason:
         return
     from mgrpo_tools.browser_check import BrowserUnavailable, check_browser
