@@ -199,6 +199,8 @@ class RewardConfig:
             False is the paper.
         terms: each role's extra reward terms, role -> ((name, weight), ...) of
             :data:`~mgrpo_env.rewards.REWARD_TERMS`; none is the paper.
+        called: a registered called role's own (weights, format gate) for its ``RoleSpec.reward``, role ->
+            pair; a called role not named (the sub-agents) is paid with ``sub_weights`` and ``sub_format_gate``.
     """
 
     main_weights: tuple[float, float] = PAPER_MAIN_WEIGHTS
@@ -206,6 +208,11 @@ class RewardConfig:
     expert: ExpertScorer | None = hop_expert_score
     sub_format_gate: bool = False
     terms: Mapping[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
+    called: Mapping[str, tuple[tuple[float, ...], bool]] = field(default_factory=dict)
+
+    def called_weights(self, role: str) -> tuple[tuple[float, ...], bool]:
+        """(weights, format gate) the called ``role``'s reward is paid with (:attr:`called`, else the sub-agents')."""
+        return self.called.get(role, (self.sub_weights, self.sub_format_gate))
 
 
 def resolve_scenario(scenario: str | Scenario, scenario_kwargs: Mapping[str, Any] | None) -> Scenario:

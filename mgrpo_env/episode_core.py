@@ -342,8 +342,9 @@ class Episode:
             sub.expert, source = self._expert(sub)
             inputs = {"format_ok": sub.format_ok, "main_correct": correct, "expert": sub.expert, "expert_source": source,
                       "turns": len(sub.turns), "format_errors": sub.format_errors, "report_chars": len(sub.final or "")}
-            sub.reward = reward_fns.called_pay(ROLE_TABLE[sub.role].reward, inputs, rewards.sub_weights,
-                                               format_gate=rewards.sub_format_gate, terms=rewards.terms.get(sub.role, ()))
+            weights, format_gate = rewards.called_weights(sub.role)
+            sub.reward = reward_fns.called_pay(ROLE_TABLE[sub.role].reward, inputs, weights, format_gate=format_gate,
+                                               terms=rewards.terms.get(sub.role, ()))
             components[sub.agent] = {**inputs, "reward": sub.reward}
         record.final_answer = main.final
         record.correct = correct

@@ -188,3 +188,48 @@ def test_a_collection_needs_the_root_role_only(small_scenario, small_world):
         collect(small_scenario, [task], 1, {"sub": lambda requests: []}, world=small_world)
     with pytest.raises(ValueError, match="root role 'single'"):
         collect(small_scenario, [task], 1, {"main": lambda requests: []}, world=small_world, env="single")
+
+
+def test_a_registered_called_role_scores_by_its_own_section_and_says_what_it_takes_from_the_sub_agents():
+    import warnings
+
+    from mgrpo_algo.training.trainer import reward_config
+
+    register_role("scorer", RoleSpec(env="hierarchy", final_tag="result", sample_seed=11, eval_seed=12, intro="S.",
+                                     compact_intro="S.", final_text="<result>x</result>", tools=("visit",),
+                                     called_by="delegate", takes=lambda n, arguments: n == 1))
+    try:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            own = load_config(None, ["roles={scorer: {called: {weights: [0.2, 0.3, 0.5], format_gate: true, "
+                                     "estimator: grpo, outcome_groups: subtask}}}"])
+            assert not [w for w in said if "roles.scorer.called" in str(w.message)]
+            partly = load_config(None, ["roles={scorer: {called: {weights: [0.2, 0.3, 0.5]}}}", "sub_format_gate=true"])
+        [line] = [str(w.message) for w in said if "roles.scorer.called" in str(w.message)]
+        assert line == ("config field 'roles.scorer.called': format_gate, estimator, outcome_groups not set: role "
+                        "'scorer' scores its side with the sub-agents' (format_gate True, estimator "
+                        "'grpo_pooled_masked', outcome_groups 'query')")
+        assert own.called_side("scorer") == ((0.2, 0.3, 0.5), True, "grpo", "subtask")
+        assert partly.called_side("scorer") == ((0.2, 0.3, 0.5), True, "grpo_pooled_masked", "query")
+        assert own.called_side("sub") == ((0.1, 0.4, 0.5), False, "grpo_pooled_masked", "query")
+        # the env pays each called role with its own weights and gate
+        rewards = reward_config(own, None)
+        assert rewards.called_weights("scorer") == ((0.2, 0.3, 0.5), True)
+        assert rewards.called_weights("sub") == ((0.1, 0.4, 0.5), False)
+        # its worker scores its side with them (the CalledScoring the loop sends it)
+        from types import SimpleNamespace
+
+        from mgrpo_algo.training.workers import RoleWorkers
+
+        scoring = RoleWorkers._sub_scoring(SimpleNamespace(config=own), 3, "scorer")
+        assert (scoring.role, scoring.sub_weights, scoring.sub_format_gate, scoring.estimator, scoring.outcome_groups) == (
+            "scorer", (0.2, 0.3, 0.5), True, "grpo", "subtask")
+        scoring = RoleWorkers._sub_scoring(SimpleNamespace(config=own), 3, "sub")
+        assert (scoring.sub_weights, scoring.sub_format_gate, scoring.estimator) == ((0.1, 0.4, 0.5), False,
+                                                                                   "grpo_pooled_masked")
+        with pytest.raises(ValueError, match="config field 'sub.called' is for a registered called role"):
+            load_config(None, ["sub.called.weights=[0.1, 0.4, 0.5]"])
+        with pytest.raises(ValueError, match="unknown advantage estimator 'nope'"):
+            load_config(None, ["roles={scorer: {called: {estimator: nope}}}"])
+    finally:
+        unregister_role("scorer")

@@ -55,6 +55,9 @@ READER = RoleSpec(
     final_text="<result>your report: the facts found, with their sources</result>",
     tools=("search", "visit"), called_by="delegate", takes=lambda n, arguments: n % 2 == 1, max_turns=3,
 )
+#: How the reader scores its own side (the config's ``roles.reader.called``): the paper's R_S weights, its
+#: expert score ungated, A_S pooled per query over its own aligned slots (the sub-agents' defaults, said here).
+CALLED = "{weights: [0.1, 0.4, 0.5], format_gate: false, estimator: grpo_pooled_masked, outcome_groups: query}"
 if "reader" not in ROLE_TABLE:  # registered once per process (the test imports this file)
     register_role("reader", READER)
     MODES.register("mgrpo-reader", ModeSpec(roles=("main", "sub", "reader"), trained=("main", "sub", "reader")))
@@ -66,7 +69,7 @@ def main(out: Path) -> dict[str, float]:
     if not model.exists():  # the reader's own start model: a folder of its own, trained apart from the sub's
         shutil.copytree(ORACLE / "sub", model)
     config = load_config(None, [
-        *SETTING, "mode=mgrpo-reader", f"roles={{reader: {{model: {model}, learner: {{lr: 1.0e-4}}}}}}",
+        *SETTING, "mode=mgrpo-reader", f"roles={{reader: {{model: {model}, learner: {{lr: 1.0e-4}}, called: {CALLED}}}}}",
         f"out_dir={out / 'run'}", f"models_dir={out / 'models'}",
     ])
     with Trainer(config) as trainer:
@@ -99,7 +102,7 @@ def without_sub(out: Path) -> dict[str, float]:
     runs = {}
     for placement in ("local", "processes"):
         config = load_config(None, [
-            *SETTING, "mode=main-reader", f"roles={{reader: {{model: {model}}}}}", f"placement.kind={placement}",
+            *SETTING, "mode=main-reader", f"roles={{reader: {{model: {model}, called: {CALLED}}}}}", f"placement.kind={placement}",
             f"out_dir={out / placement}", f"models_dir={out / 'models'}", "eval.samples=2",
         ])
         with Trainer(config) as trainer:

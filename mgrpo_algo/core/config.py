@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import typing
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from .config_role import (
     AUTOCAST_DTYPES,
     DEVICE_TYPES,
     DTYPES,
+    CalledSideConfig,
     GenerationConfig,
     LearnerConfig,
     RoleConfig,
@@ -397,6 +399,16 @@ class TrainConfig:
                 REWARD_TERMS.check(name, f"reward_terms.{role}.{name}")
                 _check(isinstance(weight, (int, float)) and not isinstance(weight, bool) and math.isfinite(weight),
                        f"reward_terms.{role}.{name}", f"must be a finite number, got {weight!r}")
+        for role in ROLES:  # the built-in roles score by the run's main_* / sub_* fields
+            _check(self.role(role).called == CalledSideConfig(), f"{role}.called",
+                   f"is for a registered called role; {role} scores by the run's "
+                   f"{'sub_*' if role == 'sub' else 'main_*'} fields")
+        for role, section in self.roles.items():
+            inherited = section.called.unset() if ROLE_TABLE[role].called_by else []
+            if inherited:  # said once, when the config loads: a registered role scored like the sub-agents
+                warnings.warn(f"config field 'roles.{role}.called': {', '.join(inherited)} not set: role {role!r} "
+                              f"scores its side with the sub-agents' ({self._sub_side_text(inherited)})",
+                              UserWarning, stacklevel=2)
         for role, names in self.tools.items():
             _check(role in ROLE_TABLE, "tools", f"names roles of {tuple(ROLE_TABLE)}, got {role!r}")
             check_tool_names(role, names, where=f"config field 'tools.{role}'")
@@ -412,6 +424,21 @@ class TrainConfig:
             learner = self.role(role).learner
             where = f"{role}.learner" if role in ROLES else f"roles.{role}.learner"
             get_policy_loss(learner.policy_loss).make_options(learner, where)
+
+    def called_side(self, role: str) -> tuple[tuple[float, ...], bool, str, str]:
+        """How the called ``role`` scores its side: (its reward's weights, format gate, advantage estimator,
+        outcome grouping): the sub-agents' are the run's ``sub_*`` fields; a registered role's are its
+        ``roles.<name>.called`` section, each unset one the sub-agents' (said when the config loads)."""
+        # a role without a section (a mode that lists it fails for its model first) scores as the sub-agents
+        own = self.roles[role].called if role in self.roles else CalledSideConfig()
+        return (tuple(float(w) for w in own.weights) or tuple(self.sub_weights),
+                self.sub_format_gate if own.format_gate is None else own.format_gate,
+                own.estimator or self.sub_estimator, own.outcome_groups or self.sub_outcome_groups)
+
+    def _sub_side_text(self, names: Sequence[str]) -> str:
+        values = {"weights": list(self.sub_weights), "format_gate": self.sub_format_gate,
+                  "estimator": self.sub_estimator, "outcome_groups": self.sub_outcome_groups}
+        return ", ".join(f"{name} {values[name]!r}" for name in names)
 
     def role_terms(self, role: str) -> tuple[tuple[str, float], ...]:
         """``role``'s extra reward terms ((name, weight) pairs, in the config's order; () for none)."""

@@ -12,7 +12,7 @@ from typing import Any
 from .config_types import check as _check
 from .config_types import check_own_names, named
 
-__all__ = ["AUTOCAST_DTYPES", "DTYPES", "GenerationConfig", "LearnerConfig", "RoleConfig", "ServedConfig"]
+__all__ = ["AUTOCAST_DTYPES", "DTYPES", "CalledSideConfig", "GenerationConfig", "LearnerConfig", "RoleConfig", "ServedConfig"]
 
 #: Parameter dtypes a learner accepts (names of ``torch`` dtypes).
 DTYPES = ("float32", "bfloat16", "float16")
@@ -305,9 +305,45 @@ class ServedConfig:
         return bool(self.base_url) or self.launch
 
 
+def _estimator_or_empty(value: Any, where: str) -> None:
+    if value != "":
+        from .advantages import ESTIMATORS
+
+        ESTIMATORS.check(value, where)
+
+
+@dataclass
+class CalledSideConfig:
+    """How a registered called role scores its own side: its reward's weights and format gate, its
+    advantage estimator and how its outcome term is grouped. The sub-agents' are the run's ``sub_weights``,
+    ``sub_format_gate``, ``sub_estimator`` and ``sub_outcome_groups``; a registered role that leaves one
+    unset takes the sub-agents' value, and the config says so when it loads (a warning naming them)."""
+
+    weights: list[float] = field(default_factory=list)
+    """The weights its ``RoleSpec.reward`` is called with (``mgrpo_env.rewards.called_pay``). Empty: ``sub_weights``."""
+    format_gate: bool | None = None
+    """Its reward's ``format_gate``. None: ``sub_format_gate``."""
+    estimator: str = named("", "mgrpo_algo.core.config_role:_estimator_or_empty")
+    """Its advantage estimator over its aligned slots (a name in ``ESTIMATORS``). Empty: ``sub_estimator``."""
+    outcome_groups: str = ""
+    """"query" or "subtask" (as ``sub_outcome_groups``). Empty: ``sub_outcome_groups``."""
+
+    def __post_init__(self) -> None:
+        check_own_names(self, "called.")
+        _check(self.outcome_groups in ("", "query", "subtask"), "called.outcome_groups",
+               f"must be 'query', 'subtask' or empty, got {self.outcome_groups!r}")
+
+    def unset(self) -> list[str]:
+        """The settings left to the sub-agents' values."""
+        return [name for name, value in (("weights", self.weights), ("format_gate", self.format_gate),
+                                         ("estimator", self.estimator), ("outcome_groups", self.outcome_groups))
+                if value in ([], None, "")]
+
+
 @dataclass
 class RoleConfig:
-    """One role (main, sub or single): its model, how it samples, how it learns."""
+    """One role (main, sub or single, or a registered role under ``roles:``): its model, how it samples,
+    how it learns and, for a registered called role, how it scores its own side."""
 
     model: str = ""
     """A path or hub name for ``from_pretrained``. Empty: the tiny model built under
@@ -317,6 +353,9 @@ class RoleConfig:
     served: ServedConfig = field(default_factory=ServedConfig)
     """Roll out from a served engine instead of in-process ``generate`` (see :class:`ServedConfig`);
     empty ``base_url``: in-process generation."""
+    called: CalledSideConfig = field(default_factory=CalledSideConfig)
+    """A registered called role's own scoring (:class:`CalledSideConfig`); the built-in roles keep the run's
+    ``main_*`` / ``sub_*`` fields, and setting it for them is refused."""
 
     def __post_init__(self) -> None:
         # One place for T: the learner must score the distribution the rollouts sampled from.

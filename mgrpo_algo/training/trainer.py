@@ -35,7 +35,7 @@ from mgrpo_env.attribution import attribution_counts_by_question, attribution_ra
 from mgrpo_env.core import RewardConfig, expert_scorer
 from mgrpo_env.episode import EpisodeRecord, write_jsonl
 from mgrpo_env.mistakes import ENDING_RATE_KEYS, MISTAKE_RATE_KEYS, mistake_rates
-from mgrpo_env.roles import ROLES
+from mgrpo_env.roles import ROLE_TABLE, ROLES
 from mgrpo_env.rollout import CollectStats, collect
 from mgrpo_env.tool_health import backend_failures
 from mgrpo_scenarios import split_tasks
@@ -121,7 +121,8 @@ def reward_config(config: TrainConfig, scenario: Any, judge: Any = None) -> Rewa
     return RewardConfig(config.main_weights, config.sub_weights,
                         expert_scorer(judge, reference=config.expert_reference, scenario=scenario),
                         sub_format_gate=config.sub_format_gate,
-                        terms={role: config.role_terms(role) for role in config.reward_terms})
+                        terms={role: config.role_terms(role) for role in config.reward_terms},
+                        called={role: config.called_side(role)[:2] for role in config.roles if ROLE_TABLE[role].called_by})
 
 
 def env_options(config: TrainConfig, rewards: RewardConfig) -> dict[str, Any]:

@@ -206,9 +206,9 @@ class RoleWorkers:
     def _sub_scoring(self, d: int, role: str) -> CalledScoring:
         """How the called ``role``'s side scores an iteration of width ``d``."""
         cfg = self.config
-        return CalledScoring(cfg.group_size, d, cfg.align_strategy, cfg.step_advantage_weight, tuple(cfg.sub_weights),
-                             cfg.sub_estimator, cfg.sub_format_gate, turn_credit(cfg), cfg.sub_outcome_groups, role,
-                             cfg.role_terms(role))
+        weights, format_gate, estimator, outcome_groups = cfg.called_side(role)
+        return CalledScoring(cfg.group_size, d, cfg.align_strategy, cfg.step_advantage_weight, weights, estimator,
+                             format_gate, turn_credit(cfg), outcome_groups, role, cfg.role_terms(role))
 
     def committed(self, iteration: int) -> None:
         """The loop committed ``iteration``: the workers prune their older checkpoints."""
