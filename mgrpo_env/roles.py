@@ -63,6 +63,12 @@ class RoleSpec:
     reward: Callable[..., float] = paid_sub_reward
     """A called role's pay: ``reward(format_ok, main_correct, expert, weights, format_gate=)``, paid by
     the env and recomputed by the role's worker from the store's statistics (the same function)."""
+    start_model: Callable[[Mapping[str, str], str], str] | None = None
+    """How a registered role brings its own start model when the run config names none
+    (``roles.<name>.model`` empty): ``start_model(built, folder) -> path``, ``built`` the start models of the
+    built-in roles the run uses (role -> folder, built and warm-started as usual), ``folder`` one of its own
+    under ``models_dir`` to write into. None: the config must name its model. The built-in roles' tiny
+    models are built by the trainer (``mgrpo_algo.policies.models``)."""
 
 
 #: Every role, in order (see the module docstring): a :class:`~mgrpo_tools.registry.Registry` like the

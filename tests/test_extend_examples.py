@@ -74,6 +74,9 @@ def test_new_role(env, tmp_path):
             assert abs(sum(pooled)) < 1e-6 * max(1, len(pooled)), (t, query, pooled)
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert all("reader/reward_mean" in m and "sub/reward_mean" in m for m in metrics)  # each side under its name
+    # the role brought its own start model (RoleSpec.start_model: a copy of the sub-agents' start), in its own folder
+    start = tmp_path / "models" / "roles" / "reader"
+    assert (start / "config.json").read_bytes() == (ROOT / "configs" / "oracle-warm-start" / "sub" / "config.json").read_bytes()
 
 
 def test_new_role_without_sub_agents(env, tmp_path):

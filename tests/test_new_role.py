@@ -233,3 +233,23 @@ def test_a_registered_called_role_scores_by_its_own_section_and_says_what_it_tak
             load_config(None, ["roles={scorer: {called: {estimator: nope}}}"])
     finally:
         unregister_role("scorer")
+
+
+def test_a_registered_role_without_a_model_needs_one_it_brings_itself(tmp_path, small_scenario):
+    from mgrpo_algo.training.trainer import role_model_paths
+
+    oracle = "configs/oracle-warm-start"
+    spec = dict(env="hierarchy", final_tag="result", sample_seed=13, eval_seed=14, intro="B.", compact_intro="B.",
+                final_text="<result>x</result>", tools=("visit",), called_by="delegate")
+    register_role("bare_role", RoleSpec(**spec))
+    register_role("brings_role", RoleSpec(**spec, start_model=lambda built, folder: f"{built['sub']}#{folder}"))
+    try:
+        config = load_config(None, [f"main.model={oracle}/main", f"sub.model={oracle}/sub", f"models_dir={tmp_path}",
+                                    "roles={bare_role: {}, brings_role: {}}"])
+        with pytest.raises(ValueError, match=r"^config field 'roles.bare_role.model' is needed: .*RoleSpec.start_model"):
+            role_model_paths(config, small_scenario, ["main", "bare_role"])
+        paths = role_model_paths(config, small_scenario, ["main", "brings_role"])
+        assert paths == {"main": f"{oracle}/main", "brings_role": f"{oracle}/sub#{tmp_path / 'roles' / 'brings_role'}"}
+    finally:
+        unregister_role("bare_role")
+        unregister_role("brings_role")

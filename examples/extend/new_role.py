@@ -12,7 +12,8 @@ group-relative advantages (A_S over its own agents only), as M-GRPO does for the
 The reader here shares the main agent's ``delegate`` tool with the sub-agents: it takes the main
 agent's odd-numbered delegations of an episode (``takes``), the sub-agents the others, so the oracle
 clone's main agent, which delegates one hop at a time, calls both. It starts from a model of its own
-(a copy of the oracle sub-agent's, a folder the config names) and holds only ``visit`` and ``search``.
+that the role brings itself (``RoleSpec.start_model``: a copy of the run's sub-agent start model, made in a
+folder of its own) and holds only ``visit`` and ``search``.
 A role called by a tool of its own gives ``called_by`` and ``call_tool`` (a ``ToolSpec``) instead;
 ``tests/test_new_role.py`` steps such a verifier by hand. This file is the whole change. It trains
 two short iterations of M-GRPO with the three roles and prints what the reader's worker learned.
@@ -47,6 +48,13 @@ SETTING = [*(f"{role}.model={ORACLE / role}" for role in ("main", "sub")),
            "limits={max_main_turns: 5, max_sub_turns: 3, max_delegations: 3}",
            "questions_per_iteration=2", "group_size=4", "stages=[{split: stage2/train, iterations: 2}]"]
 
+def reader_start(built: dict, folder: str) -> str:
+    """The reader's start model: a copy of the run's sub-agent start model (made once, then reused)."""
+    if not Path(folder).exists():
+        shutil.copytree(built["sub"], folder)
+    return folder
+
+
 READER = RoleSpec(
     env="hierarchy", final_tag="result", sample_seed=2, eval_seed=3,
     intro=("You are a reader of a research team. Read the pages the subtask needs, then report the "
@@ -54,6 +62,7 @@ READER = RoleSpec(
     compact_intro="Sub-agent.",  # the oracle sub-agent's words: the reader starts from its model
     final_text="<result>your report: the facts found, with their sources</result>",
     tools=("search", "visit"), called_by="delegate", takes=lambda n, arguments: n % 2 == 1, max_turns=3,
+    start_model=reader_start,
 )
 #: How the reader scores its own side (the config's ``roles.reader.called``): the paper's R_S weights, its
 #: expert score ungated, A_S pooled per query over its own aligned slots (the sub-agents' defaults, said here).
@@ -65,11 +74,8 @@ if "reader" not in ROLE_TABLE:  # registered once per process (the test imports 
 
 
 def main(out: Path) -> dict[str, float]:
-    model = out / "reader-start"
-    if not model.exists():  # the reader's own start model: a folder of its own, trained apart from the sub's
-        shutil.copytree(ORACLE / "sub", model)
-    config = load_config(None, [
-        *SETTING, "mode=mgrpo-reader", f"roles={{reader: {{model: {model}, learner: {{lr: 1.0e-4}}, called: {CALLED}}}}}",
+    config = load_config(None, [  # no roles.reader.model: the role brings its start (reader_start)
+        *SETTING, "mode=mgrpo-reader", f"roles={{reader: {{learner: {{lr: 1.0e-4}}, called: {CALLED}}}}}",
         f"out_dir={out / 'run'}", f"models_dir={out / 'models'}",
     ])
     with Trainer(config) as trainer:
@@ -96,13 +102,10 @@ def without_sub(out: Path) -> dict[str, float]:
     import mgrpo_scenarios
     from mgrpo_algo.experiments.units import evaluate_policies, evaluation_policies
 
-    model = out / "reader-start"
-    if not model.exists():
-        shutil.copytree(ORACLE / "sub", model)
     runs = {}
     for placement in ("local", "processes"):
         config = load_config(None, [
-            *SETTING, "mode=main-reader", f"roles={{reader: {{model: {model}, called: {CALLED}}}}}", f"placement.kind={placement}",
+            *SETTING, "mode=main-reader", f"roles={{reader: {{called: {CALLED}}}}}", f"placement.kind={placement}",
             f"out_dir={out / placement}", f"models_dir={out / 'models'}", "eval.samples=2",
         ])
         with Trainer(config) as trainer:

@@ -69,10 +69,17 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
     for path in explicit.values():
         if path and Path(path).is_dir():
             verify_folder(path)  # a prebuilt start model (SHA256SUMS beside it) must match its checksums
-    missing = [role for role, path in explicit.items() if not path]
-    unbuilt = [role for role in missing if role not in ROLES]  # tiny models are built for the built-in roles
+    brought = [role for role, path in explicit.items() if not path and role not in ROLES]
+    unbuilt = [role for role in brought if ROLE_TABLE[role].start_model is None]
     if unbuilt:
-        raise ValueError(f"config field 'roles.{unbuilt[0]}.model' is needed: a registered role starts from a model of its own")
+        raise ValueError(f"config field 'roles.{unbuilt[0]}.model' is needed: a registered role starts from a model "
+                         "of its own (its path here, or a RoleSpec.start_model that brings one)")
+    missing = [role for role, path in explicit.items() if not path and role in ROLES]  # tiny models: built below
+    for role in brought:  # made from the start models of its env's built-in roles (built as usual when not given)
+        base = role_model_paths(config, scenario, [r for r in ROLES if ROLE_TABLE[r].env == ROLE_TABLE[role].env])
+        folder = Path(config.models_dir) / "roles" / role
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        explicit[role] = str(ROLE_TABLE[role].start_model(base, str(folder)))
     if missing:
         from ..policies.models import build_role_models
 
