@@ -150,7 +150,7 @@ SCOPE = {
     "mgrpo_env/aec.py": {f"MGRPOEnv.{m}" for m in ("reset", "_observed", "step", "_paid")},
     "mgrpo_env/core.py": {"call_tool", "safe_verify"},
     "mgrpo_env/episode_core.py": {f"Episode.{m}" for m in (
-        "reset", "_start", "_observe", "act", "_reply", "_run_tool", "_delegate", "_end", "_expert", "_finish")},
+        "reset", "_start", "_observe", "act", "_reply", "_run_tool", "_delegate", "_refuse", "_end", "_expert", "_finish")},
     # issue 46: the watchdog (health, start / wait, the restart decision), not the command line, the weights
     # written for the engine nor stop's signal escalation (a real engine's process group)
     "mgrpo_algo/policies/vllm_server.py": {f"VLLMServer.{m}" for m in (

@@ -259,23 +259,20 @@ class Episode:
         return format_tool_response(out)
 
     def _delegate(self, main: Agent, turn: Turn, parsed: ParsedAction) -> bool:
-        """Start an agent of the called role on the delegated subtask (True), or refuse past the limit
-        (False: a tool error). ``max_delegations`` bounds the calls of each call tool per episode."""
+        """Start an agent of the called role on the delegated subtask (True), or refuse the call (False: a tool
+        error) past the limit or when no role takes it. ``max_delegations`` bounds the calls of each call
+        tool per episode."""
         tool = parsed.tool_name
         n = sum(1 for s in self.record.subs if s.role in self.callees[tool])
         if n >= self.limits.max_delegations:
-            error = f"limit: all {self.limits.max_delegations} delegations of this episode are used; answer now."
-            turn.tool_call = ToolCall(tool, dict(parsed.arguments), ok=False, error=error)
-            self._reply(main, turn, format_tool_response(f"Error ({tool}): {error}"))
-            return False
+            return self._refuse(main, turn, parsed, f"limit: all {self.limits.max_delegations} delegations of this "
+                                                    "episode are used; answer now.")
         callees = self.callees[tool]  # a rule (``takes``) shares the tool between roles: a role alone takes every call
         role = callees[0] if len(callees) == 1 else next(
             (r for r in callees if ROLE_TABLE[r].takes is None or ROLE_TABLE[r].takes(n, parsed.arguments)), None)
         if role is None:  # every role this episode plays on the tool has a rule, and none takes this call
-            error = f"no agent of this team takes call {n + 1} of {tool}; answer now or call it again."
-            turn.tool_call = ToolCall(tool, dict(parsed.arguments), ok=False, error=error)
-            self._reply(main, turn, format_tool_response(f"Error ({tool}): {error}"))
-            return False
+            return self._refuse(main, turn, parsed, f"no agent of this team takes this {tool} call (call {n + 1}); "
+                                                    "give other arguments or answer now.")
         spec = ROLE_TABLE[role]
         task, context = str(parsed.arguments.get("task", "")), parsed.arguments.get("context")
         name = f"{role}_{sum(1 for s in self.record.subs if s.role == role)}"
@@ -288,6 +285,12 @@ class Episode:
         sub.tools = self.world.make_tools()
         main.pending = turn
         return True
+
+    def _refuse(self, main: Agent, turn: Turn, parsed: ParsedAction, error: str) -> bool:
+        """A call tool's call refused: a failed tool call in the record and an error the root agent reads."""
+        turn.tool_call = ToolCall(parsed.tool_name, dict(parsed.arguments), ok=False, error=error)
+        self._reply(main, turn, format_tool_response(f"Error ({parsed.tool_name}): {error}"))
+        return False
 
     def _end(self, agent: Agent, note: str | None) -> None:
         """``agent`` is done (its final action, or ``note``: its turn limit). The root's end finishes the
