@@ -140,7 +140,8 @@ class FrozenSubEnv:
             (no transport; :func:`local_env_spec`).
         sub_policy: the frozen sub-agents' policy (``mgrpo_env.rollout.Policy``, e.g. a
             ``TransformersPolicy`` of the warm start's ``sub``); never trained here.
-        main_weights: (a1, a2) of R_M. None: the server's own reward.
+        main_weights: (a1, a2) of R_M, paid with ``main_terms`` (the run's extra terms of the main agent,
+            ``mgrpo_env.rewards.root_pay`` over the reward inputs the env emits). None: the server's own reward.
         episode_ids: a shared counter: each episode's sub-agents get their own policy keys (KV caches).
     """
 
@@ -150,10 +151,11 @@ class FrozenSubEnv:
     ends: dict[str, int] = {}
 
     def __init__(self, env: Any, sub_policy: Any, main_weights: Sequence[float] | None = None,
-                 episode_ids: Any = None) -> None:
+                 episode_ids: Any = None, main_terms: Sequence[tuple[str, float]] = ()) -> None:
         self._client = _client(env)
         self._sub_policy = sub_policy
         self._main_weights = tuple(main_weights) if main_weights is not None else None
+        self._main_terms = tuple(main_terms)
         self._episode_ids = episode_ids if episode_ids is not None else itertools.count()
         self._result: Any = None
         self._main_texts: list[str] = []  # the texts main_0 was stepped with, in order
@@ -259,10 +261,11 @@ class FrozenSubEnv:
             if self._main_weights is None:
                 self.reward = float(self._result.reward or 0.0)
             else:
-                from mgrpo_env.rewards import main_reward
+                from mgrpo_env.rewards import root_pay
 
-                self.reward = main_reward(bool(components.get("format_ok")), float(components.get("correct", 0.0)),
-                                          self._main_weights)
+                self.reward = root_pay({**components, "format_ok": bool(components.get("format_ok")),
+                                        "correct": float(components.get("correct", 0.0))}, self._main_weights,
+                                       self._main_terms)
 
     def _finish(self, turns: list[str]) -> float:
         """The episode's main reward once TRL is done with it: ``turns`` are the planner's sampled texts.
@@ -400,10 +403,10 @@ def frozen_sub_trainer(env: Any, config: Any, task_ids: Sequence[str], *, output
                              seed=policy_seed(seed, "sub", 0))
     sub_policy.model.requires_grad_(False)  # frozen: nothing may train it (TRL's optimizer never sees it)
     counter = itertools.count()
-    weights = tuple(config.main_weights)
+    weights, terms = tuple(config.main_weights), config.role_terms("main")
 
     def environment() -> FrozenSubEnv:
-        return FrozenSubEnv(env, sub_policy, weights, counter)
+        return FrozenSubEnv(env, sub_policy, weights, counter, terms)
 
     dataset = task_dataset(env, task_ids)
     learner, generation = config.main.learner, config.main.generation
