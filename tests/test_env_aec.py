@@ -377,10 +377,15 @@ def test_each_sub_agent_is_paid_for_its_own_report_and_expert_score(make_env, sm
                             (task.id, "find three", "report three")]
     assert [(s.agent, s.final, s.expert, s.format_ok) for s in rec.subs] == [
         ("sub_0", "report one", 0.2, True), ("sub_1", "report two", 0.8, True), ("sub_2", "report three", 0.6, False)]
-    for n, e in enumerate((0.2, 0.8, 0.6)):
+    # each agent's reward inputs (turns, format errors, its report's length; the main agent's score and
+    # delegations) beside its pay
+    for n, (e, report) in enumerate(((0.2, "report one"), (0.8, "report two"), (0.6, "report three"))):
         assert rec.components[f"sub_{n}"] == {"format_ok": n != 2, "main_correct": correct, "expert": e,
-                                              "expert_source": "keyed", "reward": pytest.approx(want[f"sub_{n}"])}
-    assert rec.components["main_0"] == {"format_ok": True, "correct": correct, "reward": pytest.approx(want["main_0"])}
+                                              "expert_source": "keyed", "turns": 1 + (n == 2),
+                                              "format_errors": int(n == 2), "report_chars": len(report),
+                                              "reward": pytest.approx(want[f"sub_{n}"])}
+    assert rec.components["main_0"] == {"format_ok": True, "correct": correct, "score": c, "turns": 4,
+                                        "format_errors": 0, "delegations": 3, "reward": pytest.approx(want["main_0"])}
     paid = paid_by_agent(env)
     assert {a: r for a, (r, _) in paid.items()} == pytest.approx(want)
     assert all(comp == rec.components[a] for a, (_, comp) in paid.items())
@@ -406,7 +411,8 @@ def test_a_sub_agent_stopped_at_its_turn_limit_is_paid_nothing(make_env, small_s
     assert rec.correct and rec.end_reason == "answer" and not rec.truncated
     assert rec.subs[0].truncated and rec.subs[0].final is None and not rec.subs[1].truncated
     assert rec.components["sub_0"] == {"format_ok": False, "main_correct": True, "expert": 0.0,
-                                       "expert_source": "no_result", "reward": 0.0}
+                                       "expert_source": "no_result", "turns": 2, "format_errors": 0,
+                                       "report_chars": 0, "reward": 0.0}
     assert rec.rewards == pytest.approx({"main_0": 1.0, "sub_0": 0.0, "sub_1": 0.15 + 0.35 + 0.5 * 0.4})
     assert expert.calls == [(task.id, "hop two", "a report")]
     assert {a: r for a, (r, _) in paid_by_agent(env).items()} == pytest.approx(rec.rewards)
@@ -424,7 +430,8 @@ def test_a_truncated_main_agent_still_pays_its_sub_agents(make_env, small_scenar
     rec = env.unwrapped.record
     assert rec.end_reason == "main_turn_limit" and rec.truncated and rec.final_answer is None and not rec.correct
     assert rec.rewards == pytest.approx({"main_0": 0.0, "sub_0": 0.15 + 0.5 * 0.6})
-    assert rec.components["main_0"] == {"format_ok": False, "correct": False, "reward": 0.0}
+    assert rec.components["main_0"] == {"format_ok": False, "correct": False, "score": 0.0, "turns": 2,
+                                        "format_errors": 0, "delegations": 1, "reward": 0.0}
     assert env.truncations == {"main_0": True, "sub_0": True} and not any(env.terminations.values())
 
 
@@ -453,7 +460,8 @@ def test_the_main_agents_other_tools_are_told_not_crashed(make_env, small_scenar
         env.step(f"<answer>{task.answer}</answer>")
         rec = env.unwrapped.record
         assert rec.correct and rec.main.format_errors == 1
-        assert rec.components["main_0"] == {"format_ok": False, "correct": True, "reward": 0.0}
+        assert rec.components["main_0"] == {"format_ok": False, "correct": True, "score": 1.0, "turns": 2,
+                                            "format_errors": 1, "delegations": 0, "reward": 0.0}
 
 
 class ToolFailure(Exception):

@@ -34,7 +34,8 @@ def test_search_visit_answer(single, small_scenario):
     obs, reward, term, trunc, info = single.step("<answer>" + task.answer + "</answer>")
     assert term and not trunc
     assert reward == pytest.approx(1.0)  # 0.1 * format + 0.9 * correct
-    assert info["reward_components"] == {"format_ok": True, "correct": True, "reward": pytest.approx(1.0)}
+    assert info["reward_components"] == {"format_ok": True, "correct": True, "score": 1.0, "turns": 2,
+                                         "format_errors": 0, "delegations": 0, "reward": pytest.approx(1.0)}
     record = single.record
     assert record.correct and record.main.tool_calls[0].tool == "search"
 

@@ -31,9 +31,9 @@ def test_the_single_agent_env_pays_with_its_reward_config(small_scenario, small_
 
 def test_one_collect_loop_checks_the_roles_of_its_env(small_scenario, small_world):
     tasks = list(small_scenario.tasks("stage2/test"))[:1]
-    with pytest.raises(ValueError, match="needs the roles single; missing"):
+    with pytest.raises(ValueError, match=r"needs the single env's root role 'single'; got \['main', 'sub'\]"):
         collect(small_scenario, tasks, 1, {"main": None, "sub": None}, world=small_world, env="single")
-    with pytest.raises(ValueError, match="needs the roles main and sub; missing"):
+    with pytest.raises(ValueError, match=r"needs the hierarchy env's root role 'main'; got \['single'\]"):
         collect(small_scenario, tasks, 1, {"single": None}, world=small_world)
 
 

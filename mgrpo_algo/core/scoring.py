@@ -184,10 +184,9 @@ def credited_turns(base: float, steps: Sequence[float] | None, step_weight: floa
 
 @dataclass(frozen=True)
 class CalledFact:
-    """What a called role's side (the sub-agents, or a registered role) knows of one of its trajectories
-    before the main statistics arrive: the
-    agent, its format flag and expert score (None: no judge, b3 = 0) and where that score came from.
-    A few bytes, no tokens: the loop sends these, the sub worker's own trajectories hold the rest."""
+    """What a called role's side (the sub-agents, or a registered role) knows of one of its trajectories before
+    the main statistics arrive: the agent, its format flag and expert score (None: no judge, b3 = 0) and where
+    that score came from. A few bytes, no tokens: the loop sends these, the worker's trajectories hold the rest."""
 
     agent: str
     format_ok: bool
@@ -406,14 +405,14 @@ def sub_facts(records: Sequence[EpisodeRecord], role: str = "sub") -> list[list[
     """What a called role's side (``role``: the sub-agents, or a registered one) knows of its own
     trajectories (:class:`CalledFact`), per rollout in call order."""
     return [[CalledFact(s.agent, bool(s.format_ok), s.expert, r.components.get(s.agent, {}).get("expert_source"),
-                     len(s.turns), penalised_turns(s), _digest(s.task), _called_inputs(r.components.get(s.agent, {})))
+                     len(s.turns), penalised_turns(s), _digest(s.task),
+                     {k: v for k, v in r.components.get(s.agent, {}).items() if k not in NOT_INPUTS})
              for s in r.subs if s.role == role] for r in records]
 
 
-def _called_inputs(components: Mapping[str, Any]) -> dict[str, Any]:
-    """A called agent's reward inputs as its side receives them: not its pay, not the main agent's correctness
-    (read from the main statistics)."""
-    return {k: v for k, v in components.items() if k not in ("reward", "main_correct", "advantage", "aligned_slots")}
+#: What a called agent's components hold beside its reward inputs: its pay, its advantage, and the main
+#: agent's correctness, which its side reads from the main statistics.
+NOT_INPUTS = ("reward", "main_correct", "advantage", "aligned_slots")
 
 
 def _digest(text: str | None) -> str:
