@@ -10,7 +10,7 @@ import json
 import pytest
 
 import mgrpo_env
-from mgrpo_algo.core.config import load_config
+from mgrpo_algo.core.config import RoleConfig, TrainConfig, load_config
 from mgrpo_env.protocol import ToolSpec
 from mgrpo_env.roles import ROLE_TABLE, RoleSpec, register_role, unregister_role
 
@@ -76,8 +76,9 @@ def test_the_config_holds_a_table_of_roles_beside_the_builtin_sections(verifier,
     assert config.role("main") is config.main and config.main.learner.lr == 0.25
     with pytest.raises(ValueError, match="roles.verifier.learner.nope"):
         load_config(None, ["roles={verifier: {learner: {nope: 1}}}"])
-    with pytest.raises(ValueError, match="registered roles other than"):
-        load_config(None, ["roles={sub: {model: x}}"])  # a built-in role keeps its own section
+    assert load_config(None, ["roles={sub: {model: x}}"]).sub.model == "x"  # a built-in role's entry is its section
+    with pytest.raises(ValueError, match="registered roles other than"):  # built by hand, the table holds no built-in
+        TrainConfig(roles={"sub": RoleConfig(model="x")})
     with pytest.raises(ValueError, match="roles.reader"):
         load_config(None, []).role("reader")
 
@@ -253,3 +254,12 @@ def test_a_registered_role_without_a_model_needs_one_it_brings_itself(tmp_path, 
     finally:
         unregister_role("bare_role")
         unregister_role("brings_role")
+
+
+def test_the_built_in_roles_may_be_given_in_the_one_role_table():
+    table = load_config(None, ["roles={main: {learner: {lr: 2.0e-5}}, sub: {generation: {max_new_tokens: 77}}}"])
+    sections = load_config(None, ["main.learner.lr=2.0e-5", "sub.generation.max_new_tokens=77"])
+    assert table == sections and table.roles == {}
+    assert table.role("main").learner.lr == 2.0e-5 and table.role("sub").generation.max_new_tokens == 77
+    with pytest.raises(ValueError, match="config field 'roles.main': role 'main' is also given as the section 'main'"):
+        load_config(None, ["roles={main: {learner: {lr: 1.0e-5}}}", "main.learner.lr=2.0e-5"])

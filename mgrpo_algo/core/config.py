@@ -257,10 +257,11 @@ class TrainConfig:
     sub: RoleConfig = field(default_factory=RoleConfig)
     single: RoleConfig = field(default_factory=RoleConfig)
     roles: dict[str, RoleConfig] = field(default_factory=dict)
-    """The table of every other role's section, by name: a role registered with
-    ``mgrpo_env.roles.register_role`` (e.g. ``{verifier: {model: ..., learner: {lr: ...}}}``), read
-    like ``main``/``sub``/``single`` through :meth:`role`. A name must be registered before the config
-    loads, and not a built-in role (those keep their own sections)."""
+    """The table of roles, by name: a role registered with ``mgrpo_env.roles.register_role`` (e.g.
+    ``{verifier: {model: ..., learner: {lr: ...}}}``), read like ``main``/``sub``/``single`` through
+    :meth:`role`; ``main``, ``sub`` and ``single`` may be given here too (``roles: {main: {model: ...}}``
+    loads as the ``main:`` section; both at once is refused). A name must be registered before the config
+    loads."""
     out_dir: str = "runs/train"
     """The run folder: metrics.jsonl, episodes.jsonl, checkpoints/, final/, tb/ (a used one is refused)."""
     seed: int = 0
@@ -412,7 +413,24 @@ def load_config(path: str | None = None, overrides: Sequence[str] = ()) -> Train
             if not isinstance(node, dict):
                 raise ValueError(f"override {item!r}: '{part}' is not a section")
         node[parts[-1]] = yaml.safe_load(value)
-    return _build(TrainConfig, data, "")
+    return _build(TrainConfig, _builtin_roles_out_of_the_table(data), "")
+
+
+def _builtin_roles_out_of_the_table(data: dict[str, Any]) -> dict[str, Any]:
+    """``roles:`` is the config's one table of roles: ``roles: {main: {...}}`` is the ``main:`` section (as
+    are ``sub`` and ``single``), so a config may hold every role in the table; giving a built-in role in
+    both places is refused (which would win is not for the loader to guess)."""
+    table = data.get("roles")
+    if not isinstance(table, dict) or not set(table) & set(ROLES):
+        return data
+    data = {**data, "roles": {k: v for k, v in table.items() if k not in ROLES}}
+    for role in ROLES:
+        if role in table:
+            if role in data:
+                raise ValueError(f"config field 'roles.{role}': role {role!r} is also given as the section '{role}'; "
+                                 "give it once")
+            data[role] = table[role] if table[role] is not None else {}
+    return data
 
 
 def _build(cls: Any, data: Any, where: str) -> Any:
