@@ -87,8 +87,8 @@ KEPT: dict[str, str] = {
     # the episode core (issue 43: the one turn loop)
     **{f"mgrpo_env.episode_core.xǁEpisodeǁ_delegate__mutmut_{n}": (
         "the delegate task's fallback when the call has none: the protocol's schema requires 'task' (a "
-        "non-empty string), so a parsed delegate call always has it") for n in (39, 41, 44)},
-    "mgrpo_env.episode_core.xǁEpisodeǁ_delegate__mutmut_70": (
+        "non-empty string), so a parsed delegate call always has it") for n in (50, 52, 55)},
+    "mgrpo_env.episode_core.xǁEpisodeǁ_delegate__mutmut_81": (
         "the called agent started with tools None instead of {}: they are replaced by the world's tools two lines "
         "later, before the agent can act"),
     "mgrpo_env.episode_core.xǁEpisodeǁ_expert__mutmut_17": (
@@ -190,23 +190,6 @@ KEPT: dict[str, str] = {
     "mgrpo_env.align.x_choose_d__mutmut_37": (
         "frac gets one extra entry (n+1)/n past the end: frac[n-1] == 1 >= quantile already, so argmax "
         "never reaches it"),
-    # rewards
-    "mgrpo_env.rewards.x__unit_array__mutmut_3": (
-        "np.asarray without float64: bools, ints and floats compare and multiply to the same values, and "
-        "the result is cast to float64 at the end"),
-    "mgrpo_env.rewards.x__unit_array__mutmut_5": (
-        "np.asarray without float64: bools, ints and floats compare and multiply to the same values, and "
-        "the result is cast to float64 at the end"),
-    "mgrpo_env.rewards.x_main_rewards__mutmut_13": (
-        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
-    "mgrpo_env.rewards.x_main_rewards__mutmut_15": (
-        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
-    "mgrpo_env.rewards.x_main_rewards__mutmut_23": "astype(None) is astype(float64) in numpy: equivalent",
-    "mgrpo_env.rewards.x_sub_rewards__mutmut_13": (
-        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
-    "mgrpo_env.rewards.x_sub_rewards__mutmut_15": (
-        "format_ok not cast to bool: np.where reads any non-zero as True, as the bool cast does"),
-    "mgrpo_env.rewards.x_sub_rewards__mutmut_30": "astype(None) is astype(float64) in numpy: equivalent",
 }
 
 _RC = "mgrpo_tools.render_cache.xǁRenderCacheǁ"

@@ -721,3 +721,34 @@ def test_a_finished_or_unstarted_episode_refuses_a_turn(small_scenario, small_wo
     assert episode.finished and episode.selected is not None
     with pytest.raises(RuntimeError, match=r"the episode is over: reset\(\) starts the next one"):
         episode.act("<think>x</think><answer>y</answer>")
+
+
+def test_the_runs_extra_terms_and_a_called_roles_own_weights_are_paid_by_role(make_env, small_scenario):
+    """``RewardConfig.terms`` (role -> terms) and ``RewardConfig.called`` (role -> weights, gate): each agent is
+    paid its own role's, read by its role; a subtask score that names its own source keeps it."""
+    from mgrpo_env import RewardConfig
+    from mgrpo_env.core import ExpertScore
+    from mgrpo_env.rewards import REWARD_TERMS
+
+    def scorer(task, subtask, result):
+        return ExpertScore(0.5, "subtask")
+
+    REWARD_TERMS.register("per_turn", lambda inputs: inputs["turns"])
+    try:
+        task = first_chain_task(small_scenario)
+        rewards = RewardConfig(main_weights=A, sub_weights=B, expert=scorer,
+                               terms={"main": (("per_turn", 0.01),), "sub": (("per_turn", 0.1),)},
+                               called={"sub": ((0.2, 0.2, 0.6), True)})
+        env = make_env(rewards=rewards, max_delegations=1)
+        env.reset(seed=1, options={"task": task})
+        env.step(call("delegate", task="find it"))
+        env.step(call("search", queries=["x"]))
+        env.step("<result>a report</result>")
+        env.step(f"<answer>{task.answer}</answer>")
+        rec = env.unwrapped.record
+        # main: a1 + a2 + 0.01 x its 2 turns; sub, by its own weights and gate: 0.2 x 0.5 + 0.2 + 0.6 x 0.5,
+        # plus 0.1 x its 2 turns
+        assert rec.rewards == pytest.approx({"main_0": A[0] + A[1] + 0.02, "sub_0": 0.1 + 0.2 + 0.3 + 0.2})
+        assert rec.components["sub_0"]["expert_source"] == "subtask" and rec.components["sub_0"]["expert"] == 0.5
+    finally:
+        REWARD_TERMS.unregister("per_turn")

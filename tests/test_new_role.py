@@ -173,7 +173,8 @@ def test_a_role_alone_on_its_tool_takes_every_call_and_no_taker_is_a_tool_error(
         both.act(call("delegate", task="t0"))  # call 0: neither rule takes it
         main = both.selected
         assert main.name == "main_0" and main.traj.turns[-1].tool_call.ok is False
-        assert "no agent of this team takes this delegate call (call 1)" in main.traj.turns[-1].tool_call.error
+        assert main.traj.turns[-1].tool_call.error == ("no agent of this team takes this delegate call (call 1); "
+                                                       "give other arguments or answer now.")
         both.act(call("delegate", task="t1"))  # the refused call is not counted: call 0 again, refused again
         assert both.selected.name == "main_0"
     finally:

@@ -122,6 +122,16 @@ def test_reward_config_env_options_and_sub_scoring_by_value(small_scenario):
             scoring.sub_format_gate) == (3, 4, "mask", 0.5, SUB_WEIGHTS, "grpo", True)
     assert scoring.credit == turn_credit(cfg) == TurnCredit(0.25, 0.75) and scoring.role == "sub"
     assert RoleWorkers._sub_scoring(SimpleNamespace(config=cfg), 4, "reader").role == "reader"  # the called role's own
+    from mgrpo_env.rewards import REWARD_TERMS
+
+    REWARD_TERMS.register("per_turn", lambda inputs: inputs["turns"])
+    try:  # a role's extra terms reach its side's scoring and the env's pay, each under its own role
+        termed = load_config(None, ["reward_terms={sub: {per_turn: 0.5}, main: {per_turn: 0.25}}"])
+        assert RoleWorkers._sub_scoring(SimpleNamespace(config=termed), 1, "sub").terms == (("per_turn", 0.5),)
+        assert RoleWorkers._sub_scoring(SimpleNamespace(config=cfg), 1, "sub").terms == ()
+        assert reward_config(termed, small_scenario).terms == {"sub": (("per_turn", 0.5),), "main": (("per_turn", 0.25),)}
+    finally:
+        REWARD_TERMS.unregister("per_turn")
     paper = load_config(None, [])
     rewards = reward_config(paper, small_scenario)
     assert (rewards.main_weights, rewards.sub_weights, rewards.sub_format_gate, rewards.expert.source) == (

@@ -125,6 +125,9 @@ def test_extra_terms_are_paid_on_a_well_formed_trajectory_only_and_must_be_finit
         called = {"format_ok": True, "main_correct": 0.0, "expert": 1.0, "turns": 2}
         assert called_pay(paid_sub_reward, called, (0.1, 0.4, 0.5), terms=[("per_turn", 0.1)]) == pytest.approx(0.6 + 0.2)
         assert called_pay(paid_sub_reward, called, (0.1, 0.4, 0.5), format_gate=True) == pytest.approx(0.6)
+        unjudged = {"format_ok": True, "main_correct": 0.0, "expert": 0.0}
+        assert called_pay(paid_sub_reward, unjudged, (0.1, 0.4, 0.5)) == 0.1  # ungated unless asked (the paper)
+        assert called_pay(paid_sub_reward, unjudged, (0.1, 0.4, 0.5), format_gate=True) == 0.0
         with pytest.raises(ValueError, match="reward term 'broken' gave nan"):
             terms_pay([("broken", 1.0)], ok)
         with pytest.raises(KeyError, match="unknown reward term 'missing'; valid: .*per_turn"):
