@@ -91,6 +91,9 @@ KEPT: dict[str, str] = {
     "mgrpo_env.episode_core.xǁEpisodeǁ_delegate__mutmut_81": (
         "the called agent started with tools None instead of {}: they are replaced by the world's tools two lines "
         "later, before the agent can act"),
+    **{f"mgrpo_env.episode_core.xǁEpisodeǁ_finish__mutmut_{n}": (
+        "a role without extra terms gets None instead of () from RewardConfig.terms.get: terms_pay pays nothing "
+        "for either (`if not terms`), so the pay is the same") for n in (48, 50, 91, 93)},
     "mgrpo_env.episode_core.xǁEpisodeǁ_expert__mutmut_17": (
         "sub.task or 'XXXX': a sub-agent's task is the delegate call's task, which the protocol's schema "
         "requires with minLength 1, so it is never empty and the fallback is never used"),
