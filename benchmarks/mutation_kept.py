@@ -43,12 +43,12 @@ KEPT: dict[str, str] = {
     **{f"mgrpo_algo.training.roles.xǁRoleWorkerǁ_apply_sub__mutmut_{n}": (
         "_apply_sub is only called from _apply_pending for a key of state.pending it is iterating: the key "
         "popped is always there, so pop's default is never used") for n in (4,)},
-    "mgrpo_algo.training.roles.xǁRoleWorkerǁ_score_sub__mutmut_14": (
+    "mgrpo_algo.training.roles.xǁRoleWorkerǁ_score_sub__mutmut_20": (
         "states '' instead of None without step credit: score_sub_side reads states only when step_weight > 0 "
         "and then through `states or {}`: the same empty mapping"),
     **{f"mgrpo_algo.training.roles.xǁRoleWorkerǁ_score_sub__mutmut_{n}": (
         "the default for an agent without saved anchor states: every sub-agent in the facts acted at least once "
-        "in this worker (a delegation starts with its first turn), so the key is always there") for n in (21, 23)},
+        "in this worker (a delegation starts with its first turn), so the key is always there") for n in (27, 29)},
     "mgrpo_algo.training.roles.xǁRoleWorkerǁ_update_shared__mutmut_17": (
         "get_main_stats with the store's default timeout: the shared worker published those statistics just "
         "before, so the call never waits"),
@@ -160,7 +160,14 @@ KEPT: dict[str, str] = {
        for n in (10, 13, 18)},
     **{f"mgrpo_algo.core.scoring.x_score_main_side__mutmut_{n}": (
         "zip(strict=...) over score_main's keys and advantages: it returns one advantage per key, so the "
-        "lengths are always equal") for n in (78, 81, 82)},
+        "lengths are always equal") for n in (89, 92, 93)},
+    **{f"mgrpo_algo.core.scoring.x_score_main_side__mutmut_{n}": (
+        "the single agent's trajectories judged as delegations too: it never calls delegate, so every turn's "
+        "judgement is None (no credit, no delegations_needed metric), as when they are not judged")
+       for n in (14, 15)},
+    "mgrpo_algo.core.scoring.x_credited_turns__mutmut_44": (
+        "w_d / (2j - 1) instead of w_d x (2j - 1): a judgement j is 1.0 or 0.0 (delegation_judgements), so "
+        "2j - 1 is +1 or -1 and dividing by it is multiplying by it"),
     **{f"mgrpo_algo.core.scoring.x_score_sub_side__mutmut_{n}": (
         "zip(strict=...) over score_sub's placed slots and advantages: it returns one advantage per slot, so "
         "the lengths are always equal") for n in (98, 101, 102)},
@@ -172,9 +179,6 @@ KEPT: dict[str, str] = {
         "(outcome groups), and every missing subtask still gets the same one"),
     "mgrpo_algo.core.scoring.x__digest__mutmut_4": (
         "17 hex digits of the subtask's digest instead of 16: only compared for equality, any prefix works"),
-    **{f"mgrpo_algo.core.scoring.x_penalised_turns__mutmut_{n}": (
-        "getattr without its default: every trajectory scored (AgentTrajectory, the main's and each "
-        "sub-agent's) has .turns and .final, so the default is never read") for n in (8, 22)},
     **{f"mgrpo_algo.core.scoring.x_turn_states__mutmut_{n}": (
         "the label of a misaligned trajectory's states: any constant works, the keys are unique by the "
         "trajectory's id and the turn (tested: they share nothing) and never equal an anchor_state digest")

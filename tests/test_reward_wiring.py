@@ -176,6 +176,19 @@ def test_a_called_roles_worker_hands_score_sub_side_its_whole_scoring(monkeypatc
     assert handed["credit"] == credit and handed["outcome_groups"] == "subtask" and handed["role"] == "checker"
     assert metrics and all(key.startswith("checker/") for key in metrics), metrics
     assert len(written["advantages/0.json"]) == len(slots) == 4
+    # the role's extra terms: each well-formed agent's R_S (b2 x main_correct here) plus 0.25 x its 2 turns,
+    # read from the inputs its fact carries
+    from mgrpo_env.rewards import REWARD_TERMS
+
+    REWARD_TERMS.register("per_turn", lambda inputs: inputs["turns"])
+    register_role("checker", replace(ROLE_TABLE["sub"]))
+    try:
+        termed = [[replace(row[0], inputs={"turns": 2})] for row in facts]
+        RoleWorker._score_sub(worker, 1, termed, replace(scoring, terms=(("per_turn", 0.25),)), [1.0, 1.0, 0.0, 1.0])
+    finally:
+        unregister_role("checker")
+        REWARD_TERMS.unregister("per_turn")
+    assert sorted(row["reward"] for row in written["advantages/1.json"]) == [0.0, 0.5, 1.5, 1.5]
 
 
 def _misdelegation_the_hop_pays_nothing_for(scenario, split: str):

@@ -92,3 +92,35 @@ def test_sub_step_credit_stays_within_its_query_and_is_off_by_default():
     # query 0 by hand: A_S = +1, -1; the shared first state's step advantage is the same +1, -1
     assert [s.turn_advantages for s in both] == [(2.0, 1.0), (-2.0, -1.0), (0.0, 0.0), (0.0, 0.0)]
     assert all(s.turn_advantages is None for s in score(facts, rewards, states))
+
+
+def test_a_called_sides_metrics_count_where_its_expert_scores_came_from():
+    """``<role>/expert_disabled`` and, under ``expert_reference: subtask``, ``<role>/expert_fell_back``: shares of
+    the side's agents, by hand."""
+    from mgrpo_env.core import SUBTASK_FELL_BACK
+
+    def side(sources):
+        facts = [[CalledFact(f"sub_{i}", True, 0.5, s, 1)] for i, s in enumerate(sources)]
+        return score_sub_side(facts, [[0.5]] * len(facts), len(facts), 1, strategy="duplicate",
+                              rng=np.random.default_rng(0))[1]
+
+    metrics = side(["subtask", SUBTASK_FELL_BACK, SUBTASK_FELL_BACK, "none"])
+    assert metrics["sub/expert_fell_back"] == 0.5 and metrics["sub/expert_disabled"] == 0.25
+    metrics = side(["hops", "hops", "none", "none"])  # the hop reference: nothing to fall back from
+    assert "sub/expert_fell_back" not in metrics and metrics["sub/expert_disabled"] == 0.5
+
+
+def test_a_called_agents_facts_carry_its_reward_inputs_and_its_scoring_its_terms():
+    from mgrpo_algo.core.scoring import CalledScoring, sub_facts
+
+    sub = AgentTrajectory(agent="sub_0", role="sub", final="r", format_ok=True, expert=0.5,
+                          turns=[Turn(action="x", kind="result")])
+    record = EpisodeRecord("e", {"id": "t"}, main=AgentTrajectory(agent="main_0", role="main"), subs=[sub],
+                           components={"sub_0": {"format_ok": True, "main_correct": True, "expert": 0.5, "turns": 1,
+                                                 "report_chars": 1, "reward": 0.9, "advantage": 0.1}})
+    [[fact]] = sub_facts([record])
+    # its pay, its advantage and the main agent's correctness (read from the main statistics) are no inputs
+    assert fact.inputs == {"format_ok": True, "expert": 0.5, "turns": 1, "report_chars": 1}
+    # terms read back from worker.json come as lists: the scoring holds them as (name, float) pairs
+    scoring = CalledScoring(1, 1, "duplicate", 0.0, (0.1, 0.4, 0.5), terms=[["brevity", 1]])
+    assert scoring.terms == (("brevity", 1.0),)

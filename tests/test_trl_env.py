@@ -170,14 +170,14 @@ class _RecordingSub:
         self.released.append((episode, agent))
 
 
-def _frozen_env(scenario, world, sub, weights=None, **env_kwargs):
+def _frozen_env(scenario, world, sub, weights=None, terms=(), **env_kwargs):
     from mgrpo_algo.experiments.trl_env import FrozenSubEnv
     from mgrpo_env.openenv_server import EnvSpec, HierarchyEnvironment
 
     spec = EnvSpec(scenario, "stage2/test", world, env_kwargs.pop("limits", None), env_kwargs)
     task = next(iter(scenario.tasks("stage2/test")))
     system = HierarchyEnvironment(spec).reset(task_id=task.id).messages[0]
-    return FrozenSubEnv(spec, sub, weights, iter(range(7, 10))), task, [system, {"role": "user", "content": ""}]
+    return FrozenSubEnv(spec, sub, weights, iter(range(7, 10)), terms), task, [system, {"role": "user", "content": ""}]
 
 
 def test_the_trl_environments_episode_by_value(small_scenario, small_world, monkeypatch):
@@ -216,6 +216,16 @@ def test_the_trl_environments_episode_by_value(small_scenario, small_world, monk
         env.reset(task_id=task.id, prompt=prompt)
         assert env._finish([f"<think>a</think><answer>{text}</answer>"]) == pytest.approx(paid), (weights, text)
         assert env.record["components"]["main_0"]["format_ok"] and env.end == "env"
+    # the run's extra terms of the main agent, paid on top (root_pay over the env's reward inputs: 1 turn)
+    from mgrpo_env.rewards import REWARD_TERMS
+
+    REWARD_TERMS.register("per_turn", lambda inputs: inputs["turns"])
+    try:
+        env, task, prompt = _frozen_env(small_scenario, small_world, _RecordingSub(), (0.3, 0.7), (("per_turn", 0.25),))
+        env.reset(task_id=task.id, prompt=prompt)
+        assert env._finish([f"<think>a</think><answer>{task.answer}</answer>"]) == pytest.approx(1.25)
+    finally:
+        REWARD_TERMS.unregister("per_turn")
     # TRL stopped while the env still waits for the planner (a turn TRL ran and nothing after): 0, cut
     env, task, prompt = _frozen_env(small_scenario, small_world, _RecordingSub(), (0.3, 0.7))
     env.reset(task_id=task.id, prompt=prompt)

@@ -264,5 +264,13 @@ def test_the_delegation_credit_moves_only_the_delegating_turns():
     assert [s.turn_advantages for s in slots] == [(0.5, 0.0), (-0.5, 0.0)]
     assert metrics["main/delegations_needed"] == 0.5
     assert score_main_side([good, bad], 2, credit=TurnCredit())[0][0].turn_advantages is None  # off: the paper
+    assert "main/delegations_needed" not in score_main_side([good, bad], 2, credit=TurnCredit())[1]  # not judged
+    # the config's weight reaches the credit (turn_credit reads delegation_credit)
+    from mgrpo_algo.core.config import load_config
+    from mgrpo_algo.core.scoring import turn_credit
+
+    assert turn_credit(load_config(None, ["delegation_credit=0.3"])) == TurnCredit(delegation=0.3)
+    # a delegation judged needed is w_d up, one judged not w_d down: (2 j - 1) x w_d, j in {0, 1}
+    assert credited_turns(0.0, None, 0.0, 2, (), 0.0, TurnCredit(delegation=0.25), [1.0, 0.0]) == (0.25, -0.25)
     with pytest.raises(ValueError, match="delegation"):
         TurnCredit(delegation=-1.0)

@@ -263,9 +263,7 @@ class FrozenSubEnv:
             else:
                 from mgrpo_env.rewards import root_pay
 
-                self.reward = root_pay({**components, "format_ok": bool(components.get("format_ok")),
-                                        "correct": float(components.get("correct", 0.0))}, self._main_weights,
-                                       self._main_terms)
+                self.reward = root_pay(components, self._main_weights, self._main_terms)  # the env's inputs
 
     def _finish(self, turns: list[str]) -> float:
         """The episode's main reward once TRL is done with it: ``turns`` are the planner's sampled texts.
