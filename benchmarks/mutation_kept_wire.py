@@ -12,8 +12,6 @@ _TRL_ZIP = ("zip without strict=True in _finish: the branch runs only when len(r
             "before it), so strict has nothing to refuse")
 _TRL_MAIN = ("the default of components.get('main_0'): the env's final observation always holds main_0's parts "
              "(HierarchyEnvironment._observe sets reward_components from the record, main_0 first)")
-_TRL_CORRECT = ("the default of components.get('correct'): main_0's parts always hold 'correct' (Episode._finish "
-                "writes format_ok, correct and reward for it)")
 KEPT.update({
     _TRL + "x__canonical_call__mutmut_6": (
         "json.dumps(ensure_ascii=None): json reads a falsy ensure_ascii as False, as written (the test's non-ASCII "
@@ -23,9 +21,6 @@ KEPT.update({
     _TRL + "xǁFrozenSubEnvǁ_finish__mutmut_42": _TRL_ZIP,
     _TRL + "xǁFrozenSubEnvǁ_settle__mutmut_6": _TRL_MAIN,
     _TRL + "xǁFrozenSubEnvǁ_settle__mutmut_8": _TRL_MAIN,
-    _TRL + "xǁFrozenSubEnvǁ_settle__mutmut_29": _TRL_CORRECT,
-    _TRL + "xǁFrozenSubEnvǁ_settle__mutmut_31": _TRL_CORRECT,
-    _TRL + "xǁFrozenSubEnvǁ_settle__mutmut_34": _TRL_CORRECT,
 })
 
 # issue 53: the served env's sessions (mgrpo_env/openenv_server.py)
