@@ -154,7 +154,7 @@ def compared(committed: dict[str, Any], new: dict[str, Any]) -> tuple[list[str],
 
     committed_on, new_on = (cpu_vendor(f.get("computed_on", {}).get("cpu", {})) for f in (committed, new))
     old_run, new_run = ({k: v for k, v in f.items() if k != "computed_on"} for f in (committed, new))
-    if committed_on == new_on or not isinstance(old_run.get("train"), list) or not isinstance(new_run.get("train"), list):
+    if committed_on == new_on:
         return differences(old_run, new_run), ""
     flipped = next((i for i, (a, b) in enumerate(zip(old_run["train"], new_run["train"], strict=False)) if i > 0
                     and a.get("texts") != b.get("texts")), None)

@@ -17,7 +17,7 @@ from typing import Any
 
 from mgrpo_tools.registry import Registry, UnknownName
 
-from .base import Scenario
+from .base import AnswersSubtasks, Scenario
 
 __all__ = ["SCENARIOS", "register", "get", "names", "answers_subtasks", "ENTRY_POINT_GROUP"]
 
@@ -76,4 +76,4 @@ def answers_subtasks(name: str) -> bool | None:
     factory = SCENARIOS.get(name) if name in SCENARIOS else None
     if not isinstance(factory, type):
         return None
-    return callable(getattr(factory, "subtask_answer", None))  # None: the class has no such method
+    return issubclass(factory, AnswersSubtasks)

@@ -295,7 +295,7 @@ class TrainConfig:
     """Held-out evaluation (``mgrpo compare``): split, questions, greedy or sampled, curve points."""
     kernels: KernelsConfig = field(default_factory=KernelsConfig)
     """CPU kernels (:class:`KernelsConfig`): the fastest for this CPU, or pinned so that figures reproduce
-    on every x86 machine."""
+    on one vendor's x86 machines."""
 
     def __post_init__(self) -> None:
         check_own_names(self, "")
@@ -340,10 +340,10 @@ class TrainConfig:
                    f"is for a registered called role; {role} scores by the run's "
                    f"{'sub_*' if role == 'sub' else 'main_*'} fields")
         for role, section in self.roles.items():
-            inherited = section.called.unset() if ROLE_TABLE[role].called_by else []
-            if inherited:  # said once, when the config loads: a registered role scored like the sub-agents
+            inherited = {k: v for k, v in self._sub_side().items() if k not in section.called.given()}
+            if ROLE_TABLE[role].called_by and inherited:  # said when the config loads: scored like the sub-agents
                 warnings.warn(f"config field 'roles.{role}.called': {', '.join(inherited)} not set: role {role!r} "
-                              f"scores its side with the sub-agents' ({self._sub_side_text(inherited)})",
+                              f"scores its side with the sub-agents' ({', '.join(f'{k} {v!r}' for k, v in inherited.items())})",
                               UserWarning, stacklevel=2)
         for role, names in self.tools.items():
             _check(role in ROLE_TABLE, "tools", f"names roles of {tuple(ROLE_TABLE)}, got {role!r}")
@@ -366,15 +366,13 @@ class TrainConfig:
         outcome grouping): the sub-agents' are the run's ``sub_*`` fields; a registered role's are its
         ``roles.<name>.called`` section, each unset one the sub-agents' (said when the config loads)."""
         # a role without a section (a mode that lists it fails for its model first) scores as the sub-agents
-        own = self.roles[role].called if role in self.roles else CalledSideConfig()
-        return (tuple(float(w) for w in own.weights) or tuple(self.sub_weights),
-                self.sub_format_gate if own.format_gate is None else own.format_gate,
-                own.estimator or self.sub_estimator, own.outcome_groups or self.sub_outcome_groups)
+        side = {**self._sub_side(), **(self.roles[role].called.given() if role in self.roles else {})}
+        return (tuple(float(w) for w in side["weights"]), side["format_gate"], side["estimator"], side["outcome_groups"])
 
-    def _sub_side_text(self, names: Sequence[str]) -> str:
-        values = {"weights": list(self.sub_weights), "format_gate": self.sub_format_gate,
-                  "estimator": self.sub_estimator, "outcome_groups": self.sub_outcome_groups}
-        return ", ".join(f"{name} {values[name]!r}" for name in names)
+    def _sub_side(self) -> dict[str, Any]:
+        """How the sub-agents score their side: the run's ``sub_*`` fields, by ``CalledSideConfig``'s names."""
+        return {"weights": list(self.sub_weights), "format_gate": self.sub_format_gate,
+                "estimator": self.sub_estimator, "outcome_groups": self.sub_outcome_groups}
 
     def role_terms(self, role: str) -> tuple[tuple[str, float], ...]:
         """``role``'s extra reward terms ((name, weight) pairs, in the config's order; () for none)."""

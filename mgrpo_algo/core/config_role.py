@@ -333,11 +333,11 @@ class CalledSideConfig:
         _check(self.outcome_groups in ("", "query", "subtask"), "called.outcome_groups",
                f"must be 'query', 'subtask' or empty, got {self.outcome_groups!r}")
 
-    def unset(self) -> list[str]:
-        """The settings left to the sub-agents' values."""
-        return [name for name, value in (("weights", self.weights), ("format_gate", self.format_gate),
-                                         ("estimator", self.estimator), ("outcome_groups", self.outcome_groups))
-                if value in ([], None, "")]
+    def given(self) -> dict[str, Any]:
+        """The settings this section sets (the others are left to the sub-agents' values)."""
+        return {name: value for name, value in (("weights", self.weights), ("format_gate", self.format_gate),
+                                                ("estimator", self.estimator), ("outcome_groups", self.outcome_groups))
+                if value not in ([], None, "")}
 
 
 @dataclass

@@ -57,7 +57,7 @@ class EvalConfig:
 
 @dataclass
 class KernelsConfig:
-    """Which CPU kernels torch runs (:mod:`mgrpo_algo.core.kernels`): the same figures on every x86 machine.
+    """Which CPU kernels torch runs (:mod:`mgrpo_algo.core.kernels`): the same figures on one vendor's x86 machines.
 
     Applied by ``mgrpo train`` / ``compare`` / ``eval`` before torch loads, in every process of the run."""
 
@@ -66,7 +66,8 @@ class KernelsConfig:
     differs from an AVX2-only machine's, so a sampled run's figures differ between the two (a flipped
     draw at temperature 1 that RL carries). "avx2": ATen's and MKL's kernels capped to AVX2
     (``ATEN_CPU_CAPABILITY=avx2``, ``MKL_CBWR=AVX2``: the smallest set measured to give, on an AVX-512
-    machine, the AVX2-only machine's figures), the same rounding on every x86 machine with AVX2: on in
+    machine, the AVX2-only machine's figures), the same rounding on one vendor's x86 machines with AVX2 (an
+    Intel Xeon and an AMD EPYC Zen 4 still round the backward apart, docs/guides/training.md): on in
     configs/demo.yaml, whose figures are committed. Costs speed on an AVX-512 machine (the demo: ~2% per
     iteration, benchmarks/results/kernel_pin.json; more where large matrix products dominate). A CPU
     without AVX2 (or not x86) runs unpinned with a one-line notice that its figures may differ."""

@@ -3,7 +3,7 @@
 For each seed and mode (``mgrpo``, ``frozen-sub``, ``single-agent``)::
 
     start  = the warm-started (stage-1) models, the same for every seed and mode that uses them
-    before = held-out EM / F1 of the start               # mgrpo and frozen-sub share it: once per process
+    before = held-out EM / F1 of the start               # mgrpo and frozen-sub share it: once per seed
     train  = the config's RL stages (iterations x B x K rollouts, identical across modes)
     after  = held-out EM / F1 of the trained in-memory models
 
@@ -151,9 +151,9 @@ def run_compare(
     rerun into the same folder never mixes runs. ``command`` (the CLI's) is recorded in the report;
     ``program`` starts the command line the report gives to reproduce the run (a script that registers
     a mode names itself: the installed ``mgrpo`` does not know that mode).
-    ``jobs`` > 1 spreads the units of work (each seed and mode's run, the reference evaluation) over that
-    many processes, longest first (:mod:`.schedule`); a process evaluates the start of each group it
-    runs (once per seed). Each unit is seeded on its own, so the numbers do not depend on ``jobs``.
+    ``jobs`` > 1 spreads the units of work (each group's start evaluation per seed, the reference
+    evaluation, each seed and mode's run) over that many processes, longest first (:mod:`.schedule`).
+    Each unit is seeded on its own, so the numbers do not depend on ``jobs``.
     """
     import transformers
 

@@ -17,6 +17,7 @@ seeded on its own: where and when it runs changes no number.
 from __future__ import annotations
 
 import copy
+import shutil
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -182,8 +183,7 @@ def _train_and_evaluate(
     holder: list[Any] = []
     curve: list[dict[str, float]] = []
     curve_seconds = 0.0
-    subset = {"questions": cfg.eval.curve_limit, "samples": cfg.eval.samples,
-              "max_delegations": cfg.limits.max_delegations}
+    subset = _curve_subset(cfg)
 
     def add_point(step: int, point: Mapping[str, float]) -> None:
         if point:
@@ -287,13 +287,17 @@ def _trained_policies(cfg: TrainConfig, trainer: Any, seed: int) -> dict[str, An
     return policies
 
 
+def _curve_subset(config: TrainConfig) -> dict[str, int]:
+    """:func:`curve_point`'s subset of a config: its questions, samples each, and the delegation limit."""
+    return {"questions": config.eval.curve_limit, "samples": config.eval.samples,
+            "max_delegations": config.limits.max_delegations}
+
+
 def _start_evaluation(config: TrainConfig, scenario: Any, unit: schedule.Unit, paths: Mapping[str, str],
                       before_files: Sequence[str], progress: bool) -> dict[str, Any]:
-    """A group's start evaluated under the unit's seed, its episodes into each of ``before_files`` (the
-    ``eval_before.jsonl`` of every run it is the start of). The greedy pass
-    (the same episodes for every seed: under the config's seed) only where ``unit.greedy``; the caller
-    gives the group's other seeds its figure. A greedy evaluation (temperature 0) is the same for every
-    seed: it is made once per group, under the config's seed, and serves them all."""
+    """A group's start evaluated under the unit's seed, its episodes in the ``eval_before.jsonl`` of every run
+    it is the start of (``before_files``). A greedy pass gives the same episodes under any seed: it runs
+    under the config's seed, only where ``unit.greedy`` (the caller gives the group's other seeds its figure)."""
     from mgrpo_env.episode import write_jsonl
 
     cfg = config
@@ -303,12 +307,13 @@ def _start_evaluation(config: TrainConfig, scenario: Any, unit: schedule.Unit, p
     figures, records, seconds = _full_evaluation(
         cfg, scenario, lambda c, s=unit.seed: evaluation_policies(c, paths, paths, config.seed if c.eval.temperature == 0 else s),
         seed=unit.seed, progress=progress, name=f"start seed{unit.seed}", greedy_seed=config.seed)
-    for file in before_files:
-        write_jsonl(file, records)
-    subset = {"questions": config.eval.curve_limit, "samples": config.eval.samples,
-              "max_delegations": config.limits.max_delegations}
+    if before_files:  # written once, copied to the group's other runs
+        write_jsonl(before_files[0], records)
+        for file in before_files[1:]:
+            Path(file).parent.mkdir(parents=True, exist_ok=True)  # the run has not started yet
+            shutil.copyfile(before_files[0], file)
     # the curve starts at the start evaluation, on the subset's questions
-    curve_start = curve_point(records, **subset) if config.eval.every else {}
+    curve_start = curve_point(records, **_curve_subset(config)) if config.eval.every else {}
     return {"figures": figures, "seconds": seconds, "curve_start": curve_start}
 
 

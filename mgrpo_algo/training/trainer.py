@@ -75,11 +75,6 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
         raise ValueError(f"config field 'roles.{unbuilt[0]}.model' is needed: a registered role starts from a model "
                          "of its own (its path here, or a RoleSpec.start_model that brings one)")
     missing = [role for role, path in explicit.items() if not path and role in ROLES]  # tiny models: built below
-    for role in brought:  # made from the start models of its env's built-in roles (built as usual when not given)
-        base = role_model_paths(config, scenario, [r for r in ROLES if ROLE_TABLE[r].env == ROLE_TABLE[role].env])
-        folder = Path(config.models_dir) / "roles" / role
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        explicit[role] = str(ROLE_TABLE[role].start_model(base, str(folder)))
     if missing:
         from ..policies.models import build_role_models
 
@@ -107,6 +102,17 @@ def role_model_paths(config: TrainConfig, scenario: Any, roles: list[str]) -> di
                                         roles=[r for r in STAGE_ROLES if r in needed])
             paths = {role: str(path) for role, path in taught.items()}
         explicit.update({role: paths[role] for role in missing})
+    bases: dict[str, dict[str, str]] = {}  # per env: its built-in roles' start models, each resolved once
+    for role in brought:  # made from those, this run's as resolved above, the others as usual
+        env = ROLE_TABLE[role].env
+        if env not in bases:
+            own = [r for r in ROLES if ROLE_TABLE[r].env == env]
+            bases[env] = {r: explicit[r] for r in own if r in explicit}
+            others = [r for r in own if r not in explicit]
+            bases[env].update(role_model_paths(config, scenario, others) if others else {})
+        folder = Path(config.models_dir) / "roles" / role
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        explicit[role] = str(ROLE_TABLE[role].start_model(bases[env], str(folder)))
     return explicit
 
 
